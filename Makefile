@@ -1,0 +1,54 @@
+# meshchaos — see README.md. Everything a fresh Debian machine needs is installed by these targets.
+SHELL := /bin/bash
+GO ?= go
+export PATH := $(PATH):/usr/local/go/bin
+BIN := $(CURDIR)/bin
+MESHCHAOS := $(BIN)/meshchaos
+# Integration tests bring real clusters up; they need root and the binaries below.
+TEST_TIMEOUT ?= 80m
+
+.PHONY: all build deps bins images test unit integration bench run cluster-up clean fmt vet
+
+all: build
+
+## build: the meshchaos CLI (static) into bin/meshchaos
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(MESHCHAOS) ./cmd/meshchaos
+
+## deps: containerd, runc, CNI plugins, iptables from Debian when missing (root)
+deps:
+	@bash hack/deps.sh
+
+## bins: etcd and the Kubernetes binaries into bin/ (cold ~15 min, then cached)
+bins:
+	@bash hack/kubebins/build.sh $(BIN)
+
+## images: OCI image tarballs into bin/images (no Docker)
+images: build
+	$(MESHCHAOS) images build --out $(BIN)/images
+
+## test: unit tests, then integration tests against a real local cluster
+test: deps bins images vet
+	MESHCHAOS_BIN_DIR=$(BIN) MESHCHAOS_IMAGES=$(BIN)/images $(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+## unit: tests that need no cluster and no root
+unit:
+	MESHCHAOS_SKIP_INTEGRATION=1 $(GO) test -count=1 ./...
+
+## bench: benchmarks (figures for the issue notes)
+bench: bins images
+	MESHCHAOS_BIN_DIR=$(BIN) MESHCHAOS_IMAGES=$(BIN)/images $(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...
+
+## run: bring a local cluster up and show it (the main experiment replaces this when it lands)
+run: deps bins images
+	$(MESHCHAOS) cluster up --name demo --nodes 2 --images $(BIN)/images --show
+
+vet:
+	$(GO) vet ./...
+
+fmt:
+	gofmt -l -w $$(git ls-files '*.go')
+
+clean:
+	-$(MESHCHAOS) cluster down --all
+	rm -rf $(BIN)/images $(MESHCHAOS)
