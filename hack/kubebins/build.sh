@@ -15,7 +15,7 @@ if [ "$have" = "$stamp" ] && [ $missing = 0 ]; then
   echo "kubebins: up to date in $out (stamp $stamp)"
   exit 0
 fi
-echo "kubebins: building ${bins[*]} into $out (cold: ~15 min on 2 cores; warm: ~2 min)"
+echo "kubebins: building ${bins[*]} into $out (cold: 5-15 min on 2 cores; warm: seconds)"
 start=$(date +%s)
 cd "$here"
 # CGO off: static binaries that run in any namespace; -trimpath keeps the build cache reusable.
@@ -26,7 +26,7 @@ CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/" \
   k8s.io/kubernetes/cmd/kube-scheduler \
   k8s.io/kubernetes/cmd/kubelet \
   k8s.io/kubernetes/cmd/kube-proxy
-# The etcd server module's main package is named after its directory (v3).
-[ -x "$out/v3" ] && mv -f "$out/v3" "$out/etcd"
+# The etcd server module's main package is named after the module (server/v3 → "server").
+mv -f "$out/server" "$out/etcd"
 echo "$stamp" > "$out/.kubebins-stamp"
 echo "kubebins: built in $(( $(date +%s) - start ))s"
