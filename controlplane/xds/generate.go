@@ -169,7 +169,8 @@ func BuildCLA(e *model.Entry, p model.Port) *endpoint.ClusterLoadAssignment {
 	}
 	cla := &endpoint.ClusterLoadAssignment{ClusterName: cn}
 	if len(lbs) > 0 {
-		cla.Endpoints = []*endpoint.LocalityLbEndpoints{{LbEndpoints: lbs}}
+		// One locality; grpc-go refuses a locality without an ID and ignores one without a weight.
+		cla.Endpoints = []*endpoint.LocalityLbEndpoints{{Locality: &core.Locality{}, LbEndpoints: lbs, LoadBalancingWeight: wrapperspb.UInt32(1)}}
 	}
 	return cla
 }

@@ -137,6 +137,10 @@ func (p *Pusher) Push(ch model.Change) {
 	defer p.pushMu.Unlock()
 	start := time.Now()
 	if ch.Full {
+		// Everything merged so far is covered: the full push reads the model after this.
+		p.mu.Lock()
+		p.pending, p.firstAt, p.lastAt = model.Change{}, time.Time{}, time.Time{}
+		p.mu.Unlock()
 		p.fullPush(start)
 		p.m.Pushes.WithLabelValues("full").Inc()
 		p.m.PushTime.WithLabelValues("full").Observe(time.Since(start).Seconds())
