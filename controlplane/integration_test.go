@@ -334,4 +334,3 @@ func countType(c *adsclient.Client, typeURL string) int {
 	}
 	return n
 }
-

@@ -102,7 +102,7 @@ func testGRPC(t *testing.T, c *testCluster) {
 	const ns, host = "grpc", "echo.grpc.test"
 	se := &networkingv1.ServiceEntry{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns}, Spec: apinet.ServiceEntry{
 		Hosts: []string{host}, Resolution: apinet.ServiceEntry_STATIC,
-		Ports: []*apinet.ServicePort{{Number: 7070, Name: "grpc", Protocol: "GRPC"}},
+		Ports:     []*apinet.ServicePort{{Number: 7070, Name: "grpc", Protocol: "GRPC"}},
 		Endpoints: []*apinet.WorkloadEntry{{Address: "127.0.0.1", Ports: map[string]uint32{"grpc": backendPort}}}}}
 	_, err = c.istio.NetworkingV1().ServiceEntries(ns).Create(ctx, se, metav1.CreateOptions{})
 	require.NoError(t, err)
