@@ -25,6 +25,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+
+	"github.com/meshchaos/meshchaos/workloads/images"
 )
 
 // CRDs is the YAML of the ServiceEntry and WorkloadEntry CRDs (istio.io/api v1.31.1).
@@ -38,7 +40,7 @@ var controlPlaneTemplate string
 // Params fill the control plane's manifests.
 type Params struct {
 	Namespace   string   // default meshchaos-system
-	Image       string   // default meshchaos.local/controlplane:dev
+	Image       string   // default images.Ref("controlplane")
 	PullPolicy  string   // default Never (images are imported, there is no registry)
 	SyncGate    bool     // --sync-gate
 	Regress     []string // --regress switches
@@ -52,7 +54,7 @@ func ControlPlane(p Params) ([]byte, error) {
 		p.Namespace = "meshchaos-system"
 	}
 	if p.Image == "" {
-		p.Image = "meshchaos.local/controlplane:dev"
+		p.Image = images.Ref("controlplane")
 	}
 	if p.PullPolicy == "" {
 		p.PullPolicy = "Never"
