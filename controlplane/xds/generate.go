@@ -160,12 +160,15 @@ func BuildCLA(e *model.Entry, p model.Port) *endpoint.ClusterLoadAssignment {
 		if !ep.Healthy {
 			continue
 		}
-		lbs = append(lbs, &endpoint.LbEndpoint{
+		lb := &endpoint.LbEndpoint{
 			HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
 				Address: socketAddress(ep.Address, ep.Port)}},
-			HealthStatus:        core.HealthStatus_HEALTHY,
-			LoadBalancingWeight: wrapperspb.UInt32(max(ep.Weight, 1)),
-		})
+			HealthStatus: core.HealthStatus_HEALTHY,
+		}
+		if ep.Weight > 1 { // unset means equal weights: saves an allocation per endpoint
+			lb.LoadBalancingWeight = wrapperspb.UInt32(ep.Weight)
+		}
+		lbs = append(lbs, lb)
 	}
 	cla := &endpoint.ClusterLoadAssignment{ClusterName: cn}
 	if len(lbs) > 0 {

@@ -38,6 +38,9 @@ type Client struct {
 	sendMu   sync.Mutex
 	err      error
 	done     chan struct{}
+
+	// OnResponse, if set before Run, is called with every response as it arrives.
+	OnResponse func(Response)
 }
 
 // Dial opens an ADS stream to addr as node id. The returned error is the stream's first error
@@ -81,6 +84,14 @@ func (c *Client) Run() error {
 			return err
 		}
 		r := Response{TypeURL: resp.GetTypeUrl(), Version: resp.GetVersionInfo(), Resources: resp.GetResources(), At: time.Now()}
+		if c.OnResponse != nil {
+			// Callback mode (benchmarks): no state kept, no decoding here.
+			c.OnResponse(r)
+			if err := c.ack(resp); err != nil {
+				return err
+			}
+			continue
+		}
 		c.mu.Lock()
 		m := map[string]*anypb.Any{}
 		if old := c.latest[r.TypeURL]; old != nil && !fullState(r.TypeURL) {
@@ -98,14 +109,17 @@ func (c *Client) Run() error {
 		case c.notify <- r:
 		default:
 		}
-		c.sendMu.Lock()
-		err = c.stream.Send(&discovery.DiscoveryRequest{Node: c.node, TypeUrl: resp.GetTypeUrl(),
-			VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce(), ResourceNames: c.names(resp.GetTypeUrl())})
-		c.sendMu.Unlock()
-		if err != nil {
+		if err := c.ack(resp); err != nil {
 			return err
 		}
 	}
+}
+
+func (c *Client) ack(resp *discovery.DiscoveryResponse) error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	return c.stream.Send(&discovery.DiscoveryRequest{Node: c.node, TypeUrl: resp.GetTypeUrl(),
+		VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce(), ResourceNames: c.names(resp.GetTypeUrl())})
 }
 
 // names keeps the subscription for ACKs: the requested names are stored per type.
@@ -145,7 +159,7 @@ func (c *Client) Resources(typeURL string) map[string]*anypb.Any {
 	return out
 }
 
-// Received returns every response so far.
+// Received returns every response so far (none when OnResponse is set).
 func (c *Client) Received() []Response {
 	c.mu.Lock()
 	defer c.mu.Unlock()
