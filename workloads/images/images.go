@@ -56,6 +56,8 @@ var Catalog = []Spec{
 	{Name: "pause", Binary: "pause"},
 	{Name: "coredns", Binary: "coredns"},
 	{Name: "echo", Binary: Self, Args: []string{"workload", "echo"}},
+	// The reference control plane (controlplane/manifests deploys it).
+	{Name: "controlplane", Binary: Self, Args: []string{"controlplane"}},
 }
 
 // Lookup returns the catalog entry for name.

@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/meshchaos/meshchaos/controlplane"
+	"github.com/meshchaos/meshchaos/controlplane/regress"
+)
+
+func init() { register(newControlPlaneCmd) }
+
+func newControlPlaneCmd() *cobra.Command {
+	var (
+		kubeconfig, xdsAddr, adminAddr, domain, logLevel string
+		syncGate                                         bool
+		maxWait, quiet, debounceMax                      time.Duration
+		switches                                         []string
+	)
+	cmd := &cobra.Command{
+		Use:   "controlplane",
+		Short: "Run the reference sync-gated xDS control plane",
+		Long: `Run meshchaos's reference xDS control plane: it watches Services, EndpointSlices, Pods,
+ServiceEntries and WorkloadEntries and serves Envoy sidecars/gateways and proxyless gRPC over ADS
+(State of the World and Delta). Until its informers have synced and every initial event is in the
+model, /ready answers 503 and xDS streams are refused (the sync gate).
+
+Regression switches (--regress NAME, repeatable) re-create historical bugs:
+  ungated                         serve xDS before sync (incident 1)
+  full-push-on-endpoint-reappear  endpoints 0→N force a full push (incident 2, Istio ≤ 1.15)
+  quadratic-scope                 per-service copies of the registry, O(n²) memory (incident 4)
+  se-endpoint-port                after an endpoint delete, EDS uses the ServiceEntry port
+  we-stale-label                  a relabelled WorkloadEntry stays behind its old ServiceEntry
+
+In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			set, err := regress.Parse(switches)
+			if err != nil {
+				return Usagef("%v", err)
+			}
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return Usagef("bad --log-level %q: use debug, info, warn or error", logLevel)
+			}
+			if quiet < 0 || debounceMax < 0 || maxWait < 0 {
+				return Usagef("durations must not be negative")
+			}
+			cfg, err := kubeConfig(kubeconfig)
+			if err != nil {
+				return Usagef("%v", err)
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			cp, err := controlplane.Start(ctx, controlplane.Options{Kube: cfg, XDSAddr: xdsAddr, AdminAddr: adminAddr,
+				SyncGate: syncGate, MaxWait: maxWait, DebounceQuiet: quiet, DebounceMax: debounceMax,
+				Regress: set, DomainSuffix: domain, Logger: log})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "controlplane: xDS on %s, admin on %s\n", cp.XDSAddr(), cp.AdminAddr())
+			<-ctx.Done()
+			cp.Stop()
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config, then $KUBECONFIG)")
+	f.StringVar(&xdsAddr, "xds-addr", "127.0.0.1:15010", "xDS (gRPC) listen address; in a pod give the pod IP, e.g. $(POD_IP):15010")
+	f.StringVar(&adminAddr, "admin-addr", "127.0.0.1:15014", "admin HTTP listen address (/ready, /metrics, /debug/pprof, /debug/config_dump)")
+	f.BoolVar(&syncGate, "sync-gate", true, "refuse xDS and report not ready until the informers have synced (false: historical behaviour)")
+	f.DurationVar(&maxWait, "sync-max-wait", 60*time.Second, "open the sync gate anyway after this long")
+	f.DurationVar(&quiet, "debounce", 100*time.Millisecond, "push debounce quiet period")
+	f.DurationVar(&debounceMax, "debounce-max", 10*time.Second, "longest a change waits in debounce")
+	f.StringArrayVar(&switches, "regress", nil, "enable a regression switch (repeatable): "+fmt.Sprint(regress.Names()))
+	f.StringVar(&domain, "domain-suffix", "cluster.local", "cluster DNS domain")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+// kubeConfig loads --kubeconfig, else the in-cluster config, else $KUBECONFIG / ~/.kube/config.
+func kubeConfig(path string) (*rest.Config, error) {
+	if path != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			return nil, fmt.Errorf("load --kubeconfig %s: %w", path, err)
+		}
+		return cfg, nil
+	}
+	if cfg, err := rest.InClusterConfig(); err == nil {
+		return cfg, nil
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(),
+		&clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no Kubernetes config: not in a cluster and no kubeconfig found; give --kubeconfig: %w", err)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,307 @@
+// Package controlplane is meshchaos's reference sync-gated xDS control plane: informers
+// (package kube) feed the model (package model); the pusher (package xds) debounces changes and
+// writes Envoy resources into go-control-plane caches served over ADS (SotW and Delta); the sync
+// gate (package gate) keeps /ready at 503 and refuses xDS streams until the initial state is
+// completely in the model and pushed. Regression switches (package regress) re-create the
+// historical bugs. See README.md for resource naming and the admin endpoints.
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/protobuf/encoding/protojson"
+	"k8s.io/client-go/rest"
+
+	"github.com/meshchaos/meshchaos/controlplane/gate"
+	"github.com/meshchaos/meshchaos/controlplane/kube"
+	"github.com/meshchaos/meshchaos/controlplane/metrics"
+	"github.com/meshchaos/meshchaos/controlplane/model"
+	"github.com/meshchaos/meshchaos/controlplane/regress"
+	"github.com/meshchaos/meshchaos/controlplane/xds"
+)
+
+// Options configure a control plane. The zero value of every duration means its default.
+type Options struct {
+	// Kube is the API server connection.
+	Kube *rest.Config
+	// XDSAddr and AdminAddr are listen addresses (default 127.0.0.1:15010 and 127.0.0.1:15014;
+	// port 0 picks a free port). Never wider than asked.
+	XDSAddr, AdminAddr string
+	// SyncGate enables the sync gate (the fix). False (or regress "ungated") serves xDS at once.
+	SyncGate bool
+	// MaxWait opens the gate anyway after this long (default 60 s), loudly.
+	MaxWait time.Duration
+	// DebounceQuiet and DebounceMax are the push debounce (defaults 100 ms and 10 s).
+	DebounceQuiet, DebounceMax time.Duration
+	Regress                    regress.Set
+	DomainSuffix               string
+	Logger                     *slog.Logger
+}
+
+// ControlPlane is a running reference control plane.
+type ControlPlane struct {
+	opts    Options
+	log     *slog.Logger
+	start   time.Time
+	Metrics *metrics.Metrics
+	Model   *model.Model
+	Gate    *gate.Gate
+	Caches  *xds.Caches
+	Pusher  *xds.Pusher
+	Server  *xds.Server
+	source  *kube.Source
+
+	xdsL, adminL net.Listener
+	admin        *http.Server
+	cancel       context.CancelFunc
+	wg           sync.WaitGroup
+}
+
+// Start starts a control plane: it listens, starts the informers and serves; the gate opens
+// later (or at once without it). Stop it with Stop.
+func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
+	if opts.Kube == nil {
+		return nil, errors.New("start control plane: no Kubernetes config (give --kubeconfig, or run in a cluster)")
+	}
+	if opts.XDSAddr == "" {
+		opts.XDSAddr = "127.0.0.1:15010"
+	}
+	if opts.AdminAddr == "" {
+		opts.AdminAddr = "127.0.0.1:15014"
+	}
+	if opts.MaxWait == 0 {
+		opts.MaxWait = 60 * time.Second
+	}
+	if opts.DebounceQuiet == 0 {
+		opts.DebounceQuiet = 100 * time.Millisecond
+	}
+	if opts.DebounceMax == 0 {
+		opts.DebounceMax = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Regress.On(regress.Ungated) {
+		opts.SyncGate = false
+	}
+	cp := &ControlPlane{opts: opts, log: opts.Logger, start: time.Now(), Metrics: metrics.New(), Gate: gate.New()}
+	cp.Model = model.New(model.Options{Regress: opts.Regress, DomainSuffix: opts.DomainSuffix, Logger: opts.Logger,
+		OnSkip: func(s model.Skip) {
+			kind := s.Object
+			if i := indexByte(kind, '/'); i > 0 {
+				kind = kind[:i]
+			}
+			cp.Metrics.InputSkipped.WithLabelValues(kind, s.Reason).Inc()
+		}})
+	cp.Caches = xds.NewCaches(strconv.FormatInt(cp.start.UnixNano(), 36) + "-")
+	cp.Pusher = xds.NewPusher(cp.Model, cp.Caches, xds.PushOptions{Quiet: opts.DebounceQuiet, Max: opts.DebounceMax,
+		Regress: opts.Regress, Logger: opts.Logger, Metrics: cp.Metrics})
+	src, err := kube.NewSource(opts.Kube, cp.Model, cp.Pusher.Enqueue, opts.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("start control plane: %w", err)
+	}
+	cp.source = src
+
+	cp.xdsL, err = net.Listen("tcp", opts.XDSAddr)
+	if err != nil {
+		return nil, fmt.Errorf("start control plane: listen for xDS on %s: %w", opts.XDSAddr, err)
+	}
+	cp.adminL, err = net.Listen("tcp", opts.AdminAddr)
+	if err != nil {
+		cp.xdsL.Close()
+		return nil, fmt.Errorf("start control plane: listen for admin on %s: %w", opts.AdminAddr, err)
+	}
+	ctx, cp.cancel = context.WithCancel(ctx)
+	var g xds.Gate = cp.Gate
+	cp.Server = xds.NewServer(ctx, cp.Caches, cp.Pusher, g, cp.Metrics, opts.Logger)
+	cp.admin = &http.Server{Handler: cp.adminMux(), ReadHeaderTimeout: 10 * time.Second}
+
+	cp.wg.Add(4)
+	go func() { defer cp.wg.Done(); _ = cp.Server.Serve(cp.xdsL) }()
+	go func() { defer cp.wg.Done(); _ = cp.admin.Serve(cp.adminL) }()
+	go func() { defer cp.wg.Done(); cp.Pusher.Run(ctx) }()
+	if !opts.SyncGate {
+		cp.log.Warn("sync gate disabled: serving xDS before the informers have synced (historical behaviour; proxies may get an incomplete config)")
+		cp.openGate("sync gate disabled", false)
+		cp.Pusher.Enable()
+	}
+	cp.source.Start(ctx)
+	go func() { defer cp.wg.Done(); cp.waitSync(ctx) }()
+	cp.log.Info("control plane started", "xds", cp.XDSAddr(), "admin", cp.AdminAddr(),
+		"syncGate", opts.SyncGate, "regress", opts.Regress.String())
+	return cp, nil
+}
+
+func indexByte(s string, b byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == b {
+			return i
+		}
+	}
+	return -1
+}
+
+// waitSync opens the gate once the initial state is in the model and pushed, or at max wait.
+func (cp *ControlPlane) waitSync(ctx context.Context) {
+	maxWait := time.NewTimer(cp.opts.MaxWait)
+	defer maxWait.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-cp.source.Synced():
+		hosts, eps := cp.Model.Stats()
+		cp.log.Info("initial state in the model", "hosts", hosts, "endpoints", eps, "events", cp.source.Applied(),
+			"after", time.Since(cp.start))
+		// The initial full push, synchronously: the gate opens only once the caches hold the
+		// complete config.
+		cp.Pusher.Push(model.Change{Full: true, Reasons: []string{"initial"}})
+		cp.openGate("informers synced and initial events processed", false)
+	case <-maxWait.C:
+		cp.log.Error("SYNC GATE FORCED OPEN: informers did not sync within the max wait; serving a possibly incomplete config",
+			"maxWait", cp.opts.MaxWait, "eventsApplied", cp.source.Applied())
+		cp.Pusher.Push(model.Change{Full: true, Reasons: []string{"max-wait"}})
+		cp.openGate("max wait elapsed", true)
+	}
+}
+
+func (cp *ControlPlane) openGate(reason string, forced bool) {
+	if !cp.Gate.Open(reason, forced) {
+		return
+	}
+	cp.Metrics.SyncGateOpen.Set(1)
+	if forced {
+		cp.Metrics.SyncGateForced.Set(1)
+	}
+	cp.Metrics.TimeToReady.Set(time.Since(cp.start).Seconds())
+	if cp.opts.SyncGate {
+		cp.log.Info("sync gate open: serving xDS", "reason", reason, "timeToReady", time.Since(cp.start))
+	}
+}
+
+// XDSAddr is the address xDS is served on.
+func (cp *ControlPlane) XDSAddr() string { return cp.xdsL.Addr().String() }
+
+// AdminAddr is the admin HTTP address.
+func (cp *ControlPlane) AdminAddr() string { return cp.adminL.Addr().String() }
+
+// Synced is closed once the initial state is in the model (before the initial push).
+func (cp *ControlPlane) Synced() <-chan struct{} { return cp.source.Synced() }
+
+// StartedAt is when Start was called.
+func (cp *ControlPlane) StartedAt() time.Time { return cp.start }
+
+// Stop stops serving, the informers and every goroutine.
+func (cp *ControlPlane) Stop() {
+	cp.cancel()
+	cp.Server.Stop()
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = cp.admin.Shutdown(sctx)
+	cp.source.Shutdown()
+	cp.wg.Wait()
+}
+
+func (cp *ControlPlane) adminMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ready", func(w http.ResponseWriter, _ *http.Request) {
+		open, forced, reason, at := cp.Gate.State()
+		if !open {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: informers syncing (%s since start)\n", time.Since(cp.start).Round(time.Millisecond))
+			return
+		}
+		fmt.Fprintf(w, "ready: %s (forced=%v) after %s\n", reason, forced, at.Sub(cp.start).Round(time.Millisecond))
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(cp.Metrics.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/connections", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, cp.Server.Proxies())
+	})
+	mux.HandleFunc("/debug/config_dump", cp.configDump)
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// configDump answers /debug/config_dump?proxy=ID: the resources of every type the connected
+// proxy ID subscribed to (all of them for a wildcard subscription), as the caches hold them now,
+// with the versions sent and acknowledged.
+func (cp *ControlPlane) configDump(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("proxy")
+	if id == "" {
+		http.Error(w, "give ?proxy=NODE_ID (see /debug/connections)", http.StatusBadRequest)
+		return
+	}
+	node, ok := cp.Server.NodeOf(id)
+	if !ok {
+		http.Error(w, fmt.Sprintf("proxy %q is not connected (see /debug/connections)", id), http.StatusNotFound)
+		return
+	}
+	var status *xds.ProxyStatus
+	for _, p := range cp.Server.Proxies() {
+		if p.ID == id {
+			status = &p
+			break
+		}
+	}
+	out := map[string]any{"proxy": status}
+	res := map[string][]json.RawMessage{}
+	for short, t := range map[string]string{"cds": typeCluster, "eds": typeEndpoint, "lds": typeListener, "rds": typeRoute} {
+		c := cp.Caches.ForNode(t, node)
+		all := c.GetResources()
+		var names []string
+		if ts, ok := status.Types[short]; ok && len(ts.Subscribed) > 0 && !(len(ts.Subscribed) == 1 && ts.Subscribed[0] == "*") {
+			names = ts.Subscribed
+		} else if ok {
+			names = make([]string, 0, len(all))
+			for n := range all {
+				names = append(names, n)
+			}
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			if r, ok := all[n]; ok {
+				res[short] = append(res[short], marshal(r))
+			}
+		}
+	}
+	out["resources"] = res
+	writeJSON(w, out)
+}
+
+func marshal(r types.Resource) json.RawMessage {
+	b, err := protojson.Marshal(r)
+	if err != nil {
+		return json.RawMessage(strconv.Quote(err.Error()))
+	}
+	return b
+}
+
+const (
+	typeCluster  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+	typeEndpoint = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+	typeListener = "type.googleapis.com/envoy.config.listener.v3.Listener"
+	typeRoute    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+)

@@ -1,0 +1,238 @@
+// Package kube feeds the model from the cluster: client-go informers for Services,
+// EndpointSlices and Pods and istio.io/client-go informers for ServiceEntries and
+// WorkloadEntries. Informer handlers only enqueue; one worker applies events to the model in
+// order and hands each resulting change to the pusher. Synced reports when every informer has
+// synced and every event delivered before that has been applied (the sync gate's condition).
+package kube
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	istioinformers "istio.io/client-go/pkg/informers/externalversions"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/meshchaos/meshchaos/controlplane/model"
+)
+
+// Source runs the informers and the event worker.
+type Source struct {
+	model    *model.Model
+	onChange func(model.Change)
+	log      *slog.Logger
+
+	kubeFactory  informers.SharedInformerFactory
+	istioFactory istioinformers.SharedInformerFactory
+	regs         []cache.ResourceEventHandlerRegistration
+
+	q       *queue
+	synced  chan struct{}
+	applied uint64 // events applied (worker only)
+	mu      sync.Mutex
+}
+
+// NewSource creates informers on cfg. onChange receives every non-empty model change.
+func NewSource(cfg *rest.Config, m *model.Model, onChange func(model.Change), log *slog.Logger) (*Source, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	cfg = rest.CopyConfig(cfg)
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = 100, 200
+	}
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	ic, err := istioclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("istio client: %w", err)
+	}
+	s := &Source{model: m, onChange: onChange, log: log, q: newQueue(), synced: make(chan struct{})}
+	s.kubeFactory = informers.NewSharedInformerFactoryWithOptions(kc, 0, informers.WithTransform(strip))
+	s.istioFactory = istioinformers.NewSharedInformerFactoryWithOptions(ic, 0, istioinformers.WithTransform(strip))
+
+	add := func(inf cache.SharedIndexInformer, set func(obj any) model.Change, del func(ns, name string) model.Change) error {
+		reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { s.q.push(func() model.Change { return set(obj) }) },
+			UpdateFunc: func(_, obj any) { s.q.push(func() model.Change { return set(obj) }) },
+			DeleteFunc: func(obj any) {
+				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = d.Obj
+				}
+				a, err := meta.Accessor(obj)
+				if err != nil {
+					return
+				}
+				ns, name := a.GetNamespace(), a.GetName()
+				s.q.push(func() model.Change { return del(ns, name) })
+			},
+		})
+		if err != nil {
+			return err
+		}
+		s.regs = append(s.regs, reg)
+		return nil
+	}
+	errs := []error{
+		add(s.kubeFactory.Core().V1().Services().Informer(),
+			func(o any) model.Change { return m.SetKubeService(o.(*corev1.Service)) }, m.DeleteKubeService),
+		add(s.kubeFactory.Discovery().V1().EndpointSlices().Informer(),
+			func(o any) model.Change { return m.SetEndpointSlice(o.(*discoveryv1.EndpointSlice)) }, m.DeleteEndpointSlice),
+		add(s.kubeFactory.Core().V1().Pods().Informer(),
+			func(o any) model.Change { return m.SetPod(o.(*corev1.Pod)) }, m.DeletePod),
+		add(s.istioFactory.Networking().V1().ServiceEntries().Informer(), func(o any) model.Change {
+			se := o.(*networkingv1.ServiceEntry)
+			conv, skips, _ := model.ConvertServiceEntry(se.Namespace, se.Name, &se.Spec)
+			for _, sk := range skips {
+				m.Skip(sk)
+			}
+			return m.SetServiceEntry(se.Namespace, se.Name, se.CreationTimestamp.Time, conv)
+		}, m.DeleteServiceEntry),
+		add(s.istioFactory.Networking().V1().WorkloadEntries().Informer(), func(o any) model.Change {
+			we := o.(*networkingv1.WorkloadEntry)
+			ep, sk := model.ConvertWorkloadEntry(we.Namespace, we.Name, &we.Spec)
+			if sk != nil {
+				m.Skip(*sk)
+			}
+			return m.SetWorkloadEntry(we.Namespace, we.Name, ep, sk == nil)
+		}, m.DeleteWorkloadEntry),
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("add event handler: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// strip drops managed fields and the last-applied annotation: the model never reads them and
+// they are a large share of an informer cache's memory.
+func strip(obj any) (any, error) {
+	if a, err := meta.Accessor(obj); err == nil {
+		a.SetManagedFields(nil)
+		if ann := a.GetAnnotations(); ann != nil {
+			delete(ann, "kubectl.kubernetes.io/last-applied-configuration")
+		}
+	}
+	return obj, nil
+}
+
+// Start starts the informers and the worker; it returns at once. Synced closes once every
+// informer has synced and every event delivered up to then has been applied.
+func (s *Source) Start(ctx context.Context) {
+	go s.work(ctx)
+	s.kubeFactory.Start(ctx.Done())
+	s.istioFactory.Start(ctx.Done())
+	go func() {
+		syncs := make([]cache.InformerSynced, len(s.regs))
+		for i, r := range s.regs {
+			syncs[i] = r.HasSynced
+		}
+		// Registration HasSynced: the informer has listed AND delivered every listed object to
+		// our handler (which enqueued it). The marker below then drains the queue up to here.
+		if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
+			return
+		}
+		s.log.Info("informers synced; applying the initial events", "queued", s.q.len())
+		s.q.push(func() model.Change {
+			close(s.synced)
+			return model.Change{}
+		})
+	}()
+}
+
+// Synced is closed once the initial state is completely in the model.
+func (s *Source) Synced() <-chan struct{} { return s.synced }
+
+// Applied counts events applied to the model.
+func (s *Source) Applied() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.applied
+}
+
+// Shutdown stops the informers (after ctx ended) and waits for their goroutines.
+func (s *Source) Shutdown() {
+	s.kubeFactory.Shutdown()
+	s.istioFactory.Shutdown()
+	s.q.close()
+}
+
+func (s *Source) work(ctx context.Context) {
+	for {
+		fn, ok := s.q.pop()
+		if !ok {
+			return
+		}
+		ch := fn()
+		s.mu.Lock()
+		s.applied++
+		s.mu.Unlock()
+		if !ch.Empty() {
+			s.onChange(ch)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// queue is an unbounded FIFO: informer handlers must never block.
+type queue struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	items  []func() model.Change
+	closed bool
+}
+
+func newQueue() *queue {
+	q := &queue{}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+func (q *queue) push(fn func() model.Change) {
+	q.mu.Lock()
+	q.items = append(q.items, fn)
+	q.mu.Unlock()
+	q.cond.Signal()
+}
+
+func (q *queue) pop() (func() model.Change, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.items) == 0 && !q.closed {
+		q.cond.Wait()
+	}
+	if len(q.items) == 0 {
+		return nil, false
+	}
+	fn := q.items[0]
+	q.items[0] = nil
+	q.items = q.items[1:]
+	return fn, true
+}
+
+func (q *queue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items)
+}
+
+func (q *queue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.cond.Broadcast()
+}

@@ -1,0 +1,48 @@
+package manifests
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+func TestCRDsAreServiceEntryAndWorkloadEntry(t *testing.T) {
+	objs, err := Decode(CRDs)
+	require.NoError(t, err)
+	var names []string
+	for _, o := range objs {
+		require.Equal(t, "CustomResourceDefinition", o.GetKind())
+		names = append(names, o.GetName())
+		versions, _, _ := unstructured.NestedSlice(o.Object, "spec", "versions")
+		served := map[string]bool{}
+		for _, v := range versions {
+			m := v.(map[string]any)
+			served[m["name"].(string)] = m["served"].(bool)
+		}
+		require.True(t, served["v1"], "%s must serve networking.istio.io/v1", o.GetName())
+	}
+	require.ElementsMatch(t, []string{"serviceentries.networking.istio.io", "workloadentries.networking.istio.io"}, names)
+}
+
+func TestControlPlaneManifests(t *testing.T) {
+	data, err := ControlPlane(Params{SyncGate: false, Regress: []string{"ungated", "quadratic-scope"}})
+	require.NoError(t, err)
+	objs, err := Decode(data)
+	require.NoError(t, err)
+	kinds := map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		kinds[o.GetKind()] = o
+	}
+	for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service"} {
+		require.Contains(t, kinds, k)
+	}
+	containers, _, _ := unstructured.NestedSlice(kinds["Deployment"].Object, "spec", "template", "spec", "containers")
+	require.Len(t, containers, 1)
+	c := containers[0].(map[string]any)
+	require.Equal(t, "meshchaos.local/controlplane:dev", c["image"])
+	require.Equal(t, []any{"--xds-addr=$(POD_IP):15010", "--admin-addr=$(POD_IP):15014", "--sync-gate=false",
+		"--regress=ungated", "--regress=quadratic-scope"}, c["args"])
+	probe, _, _ := unstructured.NestedString(c, "readinessProbe", "httpGet", "path")
+	require.Equal(t, "/ready", probe)
+}

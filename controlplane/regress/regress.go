@@ -1,0 +1,81 @@
+// Package regress names the reference control plane's regression switches. Each switch re-creates,
+// on purpose, a historical control-plane bug (DESIGN.md, "The incidents") so that every experiment
+// can be shown to fail against it and pass against the plain build.
+package regress
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Switch is one regression switch, passed as `--regress NAME`.
+type Switch string
+
+const (
+	// Ungated turns the sync gate off: xDS streams are served before the informers have synced,
+	// so a proxy that reconnects to a restarted control plane gets an incomplete CDS/LDS and
+	// answers 503 NR/NC (incident 1; the historical behaviour before istio PR 25733).
+	Ungated Switch = "ungated"
+	// FullPushOnEndpointReappear makes an endpoint set that goes 0→N (the "service accounts
+	// changed" check of Istio ≤ 1.15) trigger a full push instead of an incremental EDS push
+	// (incident 2: a flapping single-replica service drives push P99 to seconds).
+	FullPushOnEndpointReappear Switch = "full-push-on-endpoint-reappear"
+	// QuadraticScope keeps, for every service, its own copy of the whole service registry (the
+	// per-service scope structure of Istio 1.6): O(n²) memory in the number of services
+	// (incident 4: 5000 ServiceEntries × 10 endpoints → ~12 GB).
+	QuadraticScope Switch = "quadratic-scope"
+	// SEEndpointPort rebuilds a ServiceEntry's remaining endpoints with the ServiceEntry's port
+	// instead of each endpoint's own port after an endpoint is deleted (incident 4, same era).
+	SEEndpointPort Switch = "se-endpoint-port"
+	// WEStaleLabel keeps a WorkloadEntry associated with a ServiceEntry after the entry is
+	// relabelled away from the ServiceEntry's workloadSelector (incident 4, same era).
+	WEStaleLabel Switch = "we-stale-label"
+)
+
+// All lists every switch, in documentation order.
+var All = []Switch{Ungated, FullPushOnEndpointReappear, QuadraticScope, SEEndpointPort, WEStaleLabel}
+
+// Set is a set of enabled switches; the zero value is the plain (correct) build.
+type Set map[Switch]bool
+
+// Parse turns switch names into a Set; an unknown name is an error that lists the known ones.
+func Parse(names []string) (Set, error) {
+	s := Set{}
+	for _, n := range names {
+		for _, part := range strings.Split(n, ",") {
+			part = strings.TrimSpace(part)
+			if part == "" {
+				continue
+			}
+			if !slices.Contains(All, Switch(part)) {
+				return nil, fmt.Errorf("unknown regression switch %q (known: %s)", part, strings.Join(Names(), ", "))
+			}
+			s[Switch(part)] = true
+		}
+	}
+	return s, nil
+}
+
+// On reports whether sw is enabled; safe on a nil Set.
+func (s Set) On(sw Switch) bool { return s[sw] }
+
+// String lists the enabled switches, sorted, comma-separated ("" for the plain build).
+func (s Set) String() string {
+	var out []string
+	for _, sw := range All {
+		if s[sw] {
+			out = append(out, string(sw))
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// Names lists every switch name.
+func Names() []string {
+	out := make([]string, len(All))
+	for i, sw := range All {
+		out[i] = string(sw)
+	}
+	return out
+}

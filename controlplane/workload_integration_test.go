@@ -1,0 +1,126 @@
+package controlplane_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/xds" // the xds:/// resolver and balancers
+	apinet "istio.io/api/networking/v1alpha3"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/meshchaos/meshchaos/controlplane"
+	"github.com/meshchaos/meshchaos/controlplane/model"
+	"github.com/meshchaos/meshchaos/controlplane/regress"
+)
+
+// servedPorts returns the endpoint ports of cluster cn as the control plane's EDS cache holds it.
+func servedPorts(t testing.TB, cp *controlplane.ControlPlane, cn string) []uint32 {
+	r, ok := cp.Caches.Endpoints.GetResources()[cn]
+	if !ok {
+		return nil
+	}
+	var out []uint32
+	for _, l := range r.(*endpoint.ClusterLoadAssignment).GetEndpoints() {
+		for _, e := range l.GetLbEndpoints() {
+			out = append(out, e.GetEndpoint().GetAddress().GetSocketAddress().GetPortValue())
+		}
+	}
+	return out
+}
+
+// testSEEndpointPort covers se-endpoint-port and we-stale-label with WorkloadEntries selected by
+// a ServiceEntry: three control planes (plain and one per switch) watch the same changes.
+func testSEEndpointPort(t *testing.T, c *testCluster) {
+	ctx := context.Background()
+	const ns, host = "wle", "wl.wle.test"
+	cn := model.ClusterName(host, 80)
+	se := &networkingv1.ServiceEntry{ObjectMeta: metav1.ObjectMeta{Name: "wl", Namespace: ns}, Spec: apinet.ServiceEntry{
+		Hosts: []string{host}, Resolution: apinet.ServiceEntry_STATIC,
+		Ports:            []*apinet.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP"}},
+		WorkloadSelector: &apinet.WorkloadSelector{Labels: map[string]string{"app": "wl"}}}}
+	_, err := c.istio.NetworkingV1().ServiceEntries(ns).Create(ctx, se, metav1.CreateOptions{})
+	require.NoError(t, err)
+	mkWE := func(name, addr string, port uint32) {
+		we := &networkingv1.WorkloadEntry{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: apinet.WorkloadEntry{
+			Address: addr, Ports: map[string]uint32{"http": port}, Labels: map[string]string{"app": "wl"}}}
+		_, err := c.istio.NetworkingV1().WorkloadEntries(ns).Create(ctx, we, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	mkWE("a", "10.9.0.1", 9001)
+	mkWE("b", "10.9.0.2", 9002)
+	mkWE("c", "10.9.0.3", 9003)
+
+	plain := startCP(t, c.cfg, true)
+	portBug := startCP(t, c.cfg, true, regress.SEEndpointPort)
+	labelBug := startCP(t, c.cfg, true, regress.WEStaleLabel)
+	for _, cp := range []*controlplane.ControlPlane{plain, portBug, labelBug} {
+		<-cp.Gate.Done()
+		require.ElementsMatch(t, []uint32{9001, 9002, 9003}, servedPorts(t, cp, cn))
+	}
+
+	// Delete an endpoint: the others keep their own ports, except with se-endpoint-port.
+	require.NoError(t, c.istio.NetworkingV1().WorkloadEntries(ns).Delete(ctx, "c", metav1.DeleteOptions{}))
+	waitFor(t, 10*time.Second, "delete seen", func() bool {
+		return len(servedPorts(t, plain, cn)) == 2 && len(servedPorts(t, portBug, cn)) == 2
+	})
+	require.ElementsMatch(t, []uint32{9001, 9002}, servedPorts(t, plain, cn))
+	require.ElementsMatch(t, []uint32{80, 80}, servedPorts(t, portBug, cn), "se-endpoint-port: the SE port replaces the endpoint ports")
+
+	// Relabel "b" away from the selector: it must leave the service, except with we-stale-label.
+	we, err := c.istio.NetworkingV1().WorkloadEntries(ns).Get(ctx, "b", metav1.GetOptions{})
+	require.NoError(t, err)
+	we.Spec.Labels = map[string]string{"app": "other"}
+	_, err = c.istio.NetworkingV1().WorkloadEntries(ns).Update(ctx, we, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "relabel seen", func() bool { return len(servedPorts(t, plain, cn)) == 1 })
+	require.ElementsMatch(t, []uint32{9001}, servedPorts(t, plain, cn))
+	time.Sleep(300 * time.Millisecond)
+	require.ElementsMatch(t, []uint32{9001, 9002}, servedPorts(t, labelBug, cn), "we-stale-label: the relabelled entry stays")
+}
+
+// testGRPC: a grpc-go client with the xds:/// resolver reaches a backend through the control plane.
+func testGRPC(t *testing.T, c *testCluster) {
+	ctx := context.Background()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	backend := grpc.NewServer()
+	healthpb.RegisterHealthServer(backend, health.NewServer())
+	go backend.Serve(l)
+	t.Cleanup(backend.Stop)
+	backendPort := uint32(l.Addr().(*net.TCPAddr).Port)
+
+	const ns, host = "grpc", "echo.grpc.test"
+	se := &networkingv1.ServiceEntry{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns}, Spec: apinet.ServiceEntry{
+		Hosts: []string{host}, Resolution: apinet.ServiceEntry_STATIC,
+		Ports:     []*apinet.ServicePort{{Number: 7070, Name: "grpc", Protocol: "GRPC"}},
+		Endpoints: []*apinet.WorkloadEntry{{Address: "127.0.0.1", Ports: map[string]uint32{"grpc": backendPort}}}}}
+	_, err = c.istio.NetworkingV1().ServiceEntries(ns).Create(ctx, se, metav1.CreateOptions{})
+	require.NoError(t, err)
+	cp := startCP(t, c.cfg, true)
+	<-cp.Gate.Done()
+
+	resolver, err := xds.NewXDSResolverWithConfigForTesting([]byte(fmt.Sprintf(`{
+	  "xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
+	  "node": {"id": "grpc~127.0.0.1~client.grpc~grpc.svc.cluster.local", "metadata": {"GENERATOR": "grpc"}}
+	}`, cp.XDSAddr())))
+	require.NoError(t, err)
+	conn, err := grpc.NewClient("xds:///"+host+":7070", grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithResolvers(resolver))
+	require.NoError(t, err)
+	defer conn.Close()
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+	require.NoError(t, err, "grpc-go through xds:///%s:7070", host)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, resp.GetStatus())
+}

@@ -1,0 +1,337 @@
+// Package xds turns the model into Envoy v3 resources and serves them over ADS (State of the
+// World and Delta) with go-control-plane.
+//
+// Resource naming (the contract with xdsproxy, real Envoy and grpc-go):
+//
+//   - Clusters: "outbound|PORT||HOST" (Istio's form), one per service port. STATIC services are
+//     EDS clusters (eds_config: ADS, service_name = cluster name), DNS services STRICT_DNS
+//     clusters with an inline load assignment, NONE services ORIGINAL_DST clusters.
+//   - ClusterLoadAssignments: named like their cluster; only ready endpoints, all HEALTHY.
+//   - Envoy listeners (sidecars and gateways): one outbound HTTP listener per service port
+//     number, named "0.0.0.0_PORT", bound to 0.0.0.0:PORT, whose HTTP connection manager takes its
+//     routes over RDS (ADS) from the route configuration named "PORT". Its local_reply_config
+//     adds the header respflags.Header = "%RESPONSE_FLAGS%" to every proxy-generated reply.
+//   - Route configurations: "PORT", one virtual host per service on that port, named "HOST:PORT",
+//     with the domains HOST and HOST:PORT and, for Kubernetes Services, the short forms
+//     name, name.ns, name.ns.svc (each with and without :PORT) and the ClusterIP (with and
+//     without :PORT). A domain is given to the first service (by host name) that claims it, so
+//     route configurations never carry duplicates. One route, prefix "/", to the cluster.
+//   - Proxyless gRPC (grpc-go's xds resolver, target xds:///HOST:PORT): API listeners named
+//     "HOST:PORT" for HOST the FQDN (and, for Kubernetes Services, name.ns and name.ns.svc),
+//     each an HTTP connection manager with an inline route configuration to the cluster
+//     "outbound|PORT||FQDN".
+//
+// Ports with protocol TCP, TLS, MONGO, REDIS or MYSQL get clusters but no HTTP listener or
+// route (the reference control plane generates no tcp_proxy chains).
+package xds
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	accesslog "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	httpopts "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/meshchaos/meshchaos/controlplane/model"
+	"github.com/meshchaos/meshchaos/controlplane/respflags"
+)
+
+// Resources is one generation of the whole config, by type, keyed by resource name.
+type Resources struct {
+	Clusters     map[string]types.Resource
+	Endpoints    map[string]types.Resource
+	Listeners    map[string]types.Resource // Envoy listeners
+	Routes       map[string]types.Resource
+	APIListeners map[string]types.Resource // proxyless gRPC listeners
+}
+
+// ListenerName is the Envoy outbound listener for a port.
+func ListenerName(port uint32) string { return "0.0.0.0_" + strconv.FormatUint(uint64(port), 10) }
+
+// RouteName is the route configuration an outbound listener takes over RDS.
+func RouteName(port uint32) string { return strconv.FormatUint(uint64(port), 10) }
+
+// APIListenerName is a proxyless gRPC listener (the grpc-go dial target without "xds:///").
+func APIListenerName(host string, port uint32) string {
+	return host + ":" + strconv.FormatUint(uint64(port), 10)
+}
+
+// Invalid is a resource that failed Validate() and was left out.
+type Invalid struct {
+	Type, Name string
+	Err        error
+}
+
+func (i Invalid) Error() string { return fmt.Sprintf("%s %s invalid: %v", i.Type, i.Name, i.Err) }
+
+type validator interface{ Validate() error }
+
+// Generate builds every resource from the model's entries (sorted by host). Resources that fail
+// Validate() are left out and reported; generation never fails as a whole.
+func Generate(entries []*model.Entry) (*Resources, []Invalid) {
+	r := &Resources{
+		Clusters: map[string]types.Resource{}, Endpoints: map[string]types.Resource{},
+		Listeners: map[string]types.Resource{}, Routes: map[string]types.Resource{},
+		APIListeners: map[string]types.Resource{},
+	}
+	var bad []Invalid
+	add := func(m map[string]types.Resource, typ, name string, res types.Resource) {
+		if err := res.(validator).Validate(); err != nil {
+			bad = append(bad, Invalid{Type: typ, Name: name, Err: err})
+			return
+		}
+		m[name] = res
+	}
+	vhosts := map[uint32][]*route.VirtualHost{}
+	taken := map[uint32]map[string]bool{}
+	// FQDN-level domains first so a short name never takes a host's own name.
+	for _, e := range entries {
+		for _, p := range e.Service.Ports {
+			if taken[p.Number] == nil {
+				taken[p.Number] = map[string]bool{}
+			}
+			taken[p.Number][e.Service.Hostname] = true
+			taken[p.Number][e.Service.Hostname+":"+RouteName(p.Number)] = true
+		}
+	}
+	for _, e := range entries {
+		s := e.Service
+		for _, p := range s.Ports {
+			cn := model.ClusterName(s.Hostname, p.Number)
+			add(r.Clusters, "Cluster", cn, BuildCluster(e, p))
+			if s.Resolution == model.ResolutionStatic {
+				add(r.Endpoints, "ClusterLoadAssignment", cn, BuildCLA(e, p))
+			}
+			if !httpLike(p.Protocol) {
+				continue
+			}
+			vhosts[p.Number] = append(vhosts[p.Number], buildVirtualHost(s, p, taken[p.Number]))
+			for _, h := range grpcHosts(s) {
+				name := APIListenerName(h, p.Number)
+				add(r.APIListeners, "Listener", name, buildAPIListener(name, cn))
+			}
+		}
+	}
+	for port, vh := range vhosts {
+		rn := RouteName(port)
+		add(r.Routes, "RouteConfiguration", rn, &route.RouteConfiguration{Name: rn, VirtualHosts: vh,
+			ValidateClusters: wrapperspb.Bool(false)})
+		ln := ListenerName(port)
+		add(r.Listeners, "Listener", ln, buildListener(ln, port))
+	}
+	return r, bad
+}
+
+func httpLike(proto string) bool {
+	switch proto {
+	case "TCP", "TLS", "MONGO", "REDIS", "MYSQL", "UDP":
+		return false
+	}
+	return true
+}
+
+func grpcHosts(s *model.Service) []string {
+	if s.KubeName == "" {
+		return []string{s.Hostname}
+	}
+	return []string{s.Hostname, s.KubeName + "." + s.Namespace, s.KubeName + "." + s.Namespace + ".svc"}
+}
+
+// BuildCLA is the ClusterLoadAssignment of one service port: ready endpoints only.
+func BuildCLA(e *model.Entry, p model.Port) *endpoint.ClusterLoadAssignment {
+	cn := model.ClusterName(e.Service.Hostname, p.Number)
+	eps := e.Endpoints[p.Number]
+	lbs := make([]*endpoint.LbEndpoint, 0, len(eps))
+	for _, ep := range eps {
+		if !ep.Healthy {
+			continue
+		}
+		lb := &endpoint.LbEndpoint{
+			HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
+				Address: socketAddress(ep.Address, ep.Port)}},
+			HealthStatus: core.HealthStatus_HEALTHY,
+		}
+		if ep.Weight > 1 { // unset means equal weights: saves an allocation per endpoint
+			lb.LoadBalancingWeight = wrapperspb.UInt32(ep.Weight)
+		}
+		lbs = append(lbs, lb)
+	}
+	cla := &endpoint.ClusterLoadAssignment{ClusterName: cn}
+	if len(lbs) > 0 {
+		// One locality; grpc-go refuses a locality without an ID and ignores one without a weight.
+		cla.Endpoints = []*endpoint.LocalityLbEndpoints{{Locality: &core.Locality{}, LbEndpoints: lbs, LoadBalancingWeight: wrapperspb.UInt32(1)}}
+	}
+	return cla
+}
+
+func socketAddress(addr string, port uint32) *core.Address {
+	return &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+		Address: addr, PortSpecifier: &core.SocketAddress_PortValue{PortValue: port}}}}
+}
+
+var adsSource = &core.ConfigSource{
+	ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
+	ResourceApiVersion:    core.ApiVersion_V3,
+}
+
+// BuildCluster is the cluster of one service port.
+func BuildCluster(e *model.Entry, p model.Port) *cluster.Cluster {
+	cn := model.ClusterName(e.Service.Hostname, p.Number)
+	c := &cluster.Cluster{
+		Name:           cn,
+		ConnectTimeout: durationpb.New(2 * time.Second),
+		LbPolicy:       cluster.Cluster_ROUND_ROBIN,
+	}
+	switch e.Service.Resolution {
+	case model.ResolutionStatic:
+		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_EDS}
+		c.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: adsSource, ServiceName: cn}
+	case model.ResolutionDNS:
+		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STRICT_DNS}
+		c.DnsLookupFamily = cluster.Cluster_V4_ONLY
+		cla := BuildCLA(e, p)
+		if len(cla.Endpoints) == 0 {
+			// A DNS service without endpoints resolves its own host name (Istio's behaviour).
+			port := p.Number
+			if p.TargetPort != 0 {
+				port = p.TargetPort
+			}
+			cla.Endpoints = []*endpoint.LocalityLbEndpoints{{LbEndpoints: []*endpoint.LbEndpoint{{
+				HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
+					Address: socketAddress(e.Service.Hostname, port)}}}}}}
+		}
+		c.LoadAssignment = cla
+	case model.ResolutionNone:
+		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST}
+		c.LbPolicy = cluster.Cluster_CLUSTER_PROVIDED
+	}
+	if p.Protocol == "HTTP2" || p.Protocol == "GRPC" || p.Protocol == "GRPC-WEB" {
+		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{
+			"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": mustAny(&httpopts.HttpProtocolOptions{
+				UpstreamProtocolOptions: &httpopts.HttpProtocolOptions_ExplicitHttpConfig_{
+					ExplicitHttpConfig: &httpopts.HttpProtocolOptions_ExplicitHttpConfig{
+						ProtocolConfig: &httpopts.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{
+							Http2ProtocolOptions: &core.Http2ProtocolOptions{}}}}}),
+		}
+	}
+	return c
+}
+
+func buildVirtualHost(s *model.Service, p model.Port, taken map[string]bool) *route.VirtualHost {
+	ps := RouteName(p.Number)
+	domains := []string{s.Hostname, s.Hostname + ":" + ps}
+	var extra []string
+	if s.KubeName != "" {
+		for _, short := range []string{s.KubeName, s.KubeName + "." + s.Namespace, s.KubeName + "." + s.Namespace + ".svc"} {
+			extra = append(extra, short, short+":"+ps)
+		}
+		if s.ClusterIP != "" {
+			extra = append(extra, s.ClusterIP, s.ClusterIP+":"+ps)
+		}
+	}
+	for _, d := range extra {
+		if !taken[d] {
+			taken[d] = true
+			domains = append(domains, d)
+		}
+	}
+	return &route.VirtualHost{
+		Name:    APIListenerName(s.Hostname, p.Number),
+		Domains: domains,
+		Routes:  []*route.Route{clusterRoute(model.ClusterName(s.Hostname, p.Number))},
+	}
+}
+
+func clusterRoute(cn string) *route.Route {
+	return &route.Route{
+		Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+		Action: &route.Route_Route{Route: &route.RouteAction{
+			ClusterSpecifier: &route.RouteAction_Cluster{Cluster: cn},
+		}},
+	}
+}
+
+var routerFilter = &hcm.HttpFilter{
+	Name:       "envoy.filters.http.router",
+	ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&router.Router{})},
+}
+
+// LocalReplyConfig adds respflags.Header = %RESPONSE_FLAGS% to every reply Envoy makes itself
+// (a response flag is set exactly when Envoy, not the upstream, produced the reply or failed it).
+func LocalReplyConfig() *hcm.LocalReplyConfig {
+	return &hcm.LocalReplyConfig{Mappers: []*hcm.ResponseMapper{{
+		Filter: &accesslog.AccessLogFilter{FilterSpecifier: &accesslog.AccessLogFilter_ResponseFlagFilter{
+			ResponseFlagFilter: &accesslog.ResponseFlagFilter{}}},
+		HeadersToAdd: []*core.HeaderValueOption{{
+			Header:       &core.HeaderValue{Key: respflags.Header, Value: "%RESPONSE_FLAGS%"},
+			AppendAction: core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		}},
+	}}}
+}
+
+func buildListener(name string, port uint32) *listener.Listener {
+	manager := &hcm.HttpConnectionManager{
+		StatPrefix: "outbound_0.0.0.0_" + RouteName(port),
+		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
+			ConfigSource: adsSource, RouteConfigName: RouteName(port)}},
+		HttpFilters:      []*hcm.HttpFilter{routerFilter},
+		LocalReplyConfig: LocalReplyConfig(),
+	}
+	return &listener.Listener{
+		Name:             name,
+		Address:          socketAddress("0.0.0.0", port),
+		TrafficDirection: core.TrafficDirection_OUTBOUND,
+		FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{{
+			Name:       "envoy.filters.network.http_connection_manager",
+			ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(manager)},
+		}}}},
+	}
+}
+
+func buildAPIListener(name, cn string) *listener.Listener {
+	manager := &hcm.HttpConnectionManager{
+		StatPrefix: name,
+		RouteSpecifier: &hcm.HttpConnectionManager_RouteConfig{RouteConfig: &route.RouteConfiguration{
+			Name: name,
+			VirtualHosts: []*route.VirtualHost{{Name: name, Domains: []string{"*"},
+				Routes: []*route.Route{clusterRoute(cn)}}},
+		}},
+		HttpFilters: []*hcm.HttpFilter{routerFilter},
+	}
+	return &listener.Listener{
+		Name:        name,
+		ApiListener: &listener.ApiListener{ApiListener: mustAny(manager)},
+	}
+}
+
+func mustAny(m proto.Message) *anypb.Any {
+	a, err := anypb.New(m)
+	if err != nil {
+		panic(fmt.Sprintf("marshal %T: %v", m, err)) // static config types: cannot fail
+	}
+	return a
+}
+
+// sortedKeys is used for deterministic output in dumps and tests.
+func sortedKeys(m map[string]types.Resource) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

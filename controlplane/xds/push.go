@@ -1,0 +1,268 @@
+package xds
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/meshchaos/meshchaos/controlplane/metrics"
+	"github.com/meshchaos/meshchaos/controlplane/model"
+	"github.com/meshchaos/meshchaos/controlplane/regress"
+)
+
+// PushOptions configure a Pusher.
+type PushOptions struct {
+	// Quiet is the debounce quiet period: a push starts once no event arrived for this long
+	// (istiod's PILOT_DEBOUNCE_AFTER, 100 ms).
+	Quiet time.Duration
+	// Max bounds the debounce: a push starts at the latest this long after the first merged
+	// event (istiod's PILOT_DEBOUNCE_MAX, 10 s).
+	Max     time.Duration
+	Regress regress.Set
+	Logger  *slog.Logger
+	Metrics *metrics.Metrics
+}
+
+// Pusher merges model changes (debounce), keeps one push in flight, and writes the generated
+// resources into the caches: endpoint-only changes update only the affected
+// ClusterLoadAssignments (EDS push), anything else regenerates and resends everything (full push).
+type Pusher struct {
+	opts   PushOptions
+	model  *model.Model
+	caches *Caches
+	log    *slog.Logger
+	m      *metrics.Metrics
+
+	mu       sync.Mutex
+	pending  model.Change
+	firstAt  time.Time
+	lastAt   time.Time
+	kick     chan struct{}
+	enabled  bool                 // pushes are held until the initial full push
+	lastPush map[string]time.Time // type URL → start of the latest push that changed it
+	pushMu   sync.Mutex           // one push in flight
+
+	// scopes is the quadratic-scope regression's per-service copy of the registry.
+	scopes map[string][]*model.Service
+}
+
+// NewPusher creates a pusher; pushes start after the first Push (the initial full push) or Enable.
+func NewPusher(m *model.Model, c *Caches, opts PushOptions) *Pusher {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.New()
+	}
+	return &Pusher{opts: opts, model: m, caches: c, log: opts.Logger, m: opts.Metrics,
+		kick: make(chan struct{}, 1), lastPush: map[string]time.Time{}}
+}
+
+// Enqueue merges a change into the pending push.
+func (p *Pusher) Enqueue(ch model.Change) {
+	if ch.Empty() {
+		return
+	}
+	now := time.Now()
+	p.mu.Lock()
+	p.pending.Merge(ch)
+	if p.firstAt.IsZero() {
+		p.firstAt = now
+	}
+	p.lastAt = now
+	p.mu.Unlock()
+	for _, r := range ch.Reasons {
+		p.m.PushTriggers.WithLabelValues(r).Inc()
+	}
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Enable lets debounced pushes start (the ungated mode enables them at once).
+func (p *Pusher) Enable() {
+	p.mu.Lock()
+	p.enabled = true
+	p.mu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run is the debounce loop; it returns when ctx ends.
+func (p *Pusher) Run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.kick:
+		case <-timer.C:
+		}
+		p.mu.Lock()
+		if !p.enabled || p.pending.Empty() {
+			p.mu.Unlock()
+			continue
+		}
+		now := time.Now()
+		deadline := p.lastAt.Add(p.opts.Quiet)
+		if maxAt := p.firstAt.Add(p.opts.Max); p.opts.Max > 0 && maxAt.Before(deadline) {
+			deadline = maxAt
+		}
+		if now.Before(deadline) {
+			p.mu.Unlock()
+			timer.Reset(deadline.Sub(now))
+			continue
+		}
+		ch, first := p.pending, p.firstAt
+		p.pending, p.firstAt, p.lastAt = model.Change{}, time.Time{}, time.Time{}
+		p.mu.Unlock()
+		p.m.DebounceTime.Observe(now.Sub(first).Seconds())
+		p.Push(ch)
+	}
+}
+
+// Push pushes ch now (no debounce) and enables debounced pushes. The sync gate uses it for the
+// initial full push.
+func (p *Pusher) Push(ch model.Change) {
+	p.pushMu.Lock()
+	defer p.pushMu.Unlock()
+	start := time.Now()
+	if ch.Full {
+		// Everything merged so far is covered: the full push reads the model after this.
+		p.mu.Lock()
+		p.pending, p.firstAt, p.lastAt = model.Change{}, time.Time{}, time.Time{}
+		p.mu.Unlock()
+		p.fullPush(start)
+		p.m.Pushes.WithLabelValues("full").Inc()
+		p.m.PushTime.WithLabelValues("full").Observe(time.Since(start).Seconds())
+	} else {
+		p.edsPush(start, ch.Hosts)
+		p.m.Pushes.WithLabelValues("eds").Inc()
+		p.m.PushTime.WithLabelValues("eds").Observe(time.Since(start).Seconds())
+	}
+	hosts, eps := p.model.Stats()
+	p.m.Services.Set(float64(hosts))
+	p.m.Endpoints.Set(float64(eps))
+	p.log.Debug("push", "full", ch.Full, "hosts", len(ch.Hosts), "reasons", ch.Reasons, "took", time.Since(start))
+	p.mu.Lock()
+	p.enabled = true
+	p.mu.Unlock()
+}
+
+// LastPush is the start of the latest push that changed typeURL (for convergence).
+func (p *Pusher) LastPush(typeURL string) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastPush[typeURL]
+}
+
+func (p *Pusher) markPushed(start time.Time, typeURLs ...string) {
+	p.mu.Lock()
+	for _, t := range typeURLs {
+		p.lastPush[t] = start
+	}
+	p.mu.Unlock()
+}
+
+func (p *Pusher) fullPush(start time.Time) {
+	entries := p.model.Entries()
+	if p.opts.Regress.On(regress.QuadraticScope) {
+		p.buildScopes(entries)
+	}
+	res, bad := Generate(entries)
+	for _, b := range bad {
+		p.log.Error("generated resource failed validation; left out", "type", b.Type, "name", b.Name, "err", b.Err)
+		p.m.InvalidResources.WithLabelValues(b.Type).Inc()
+	}
+	p.markPushed(start, resourcev3.ClusterType, resourcev3.ListenerType, resourcev3.RouteType, resourcev3.EndpointType)
+	// EDS first so clusters warm with their endpoints already there; then CDS, LDS, RDS. A full
+	// push resends CDS/LDS/RDS to every proxy (SetResources marks every resource changed).
+	p.updateEndpoints(res.Endpoints, true)
+	p.caches.Clusters.SetResources(res.Clusters)
+	p.caches.Listeners.SetResources(res.Listeners)
+	p.caches.APIListeners.SetResources(res.APIListeners)
+	p.caches.Routes.SetResources(res.Routes)
+}
+
+func (p *Pusher) edsPush(start time.Time, hosts map[string]struct{}) {
+	next := map[string]types.Resource{}
+	for h := range hosts {
+		e := p.model.Entry(h)
+		if e == nil || e.Service.Resolution != model.ResolutionStatic {
+			continue
+		}
+		for _, port := range e.Service.Ports {
+			cla := BuildCLA(e, port)
+			if err := cla.Validate(); err != nil {
+				p.log.Error("generated resource failed validation; left out", "type", "ClusterLoadAssignment", "name", cla.ClusterName, "err", err)
+				p.m.InvalidResources.WithLabelValues("ClusterLoadAssignment").Inc()
+				continue
+			}
+			next[cla.ClusterName] = cla
+		}
+	}
+	p.markPushed(start, resourcev3.EndpointType)
+	p.updateEndpoints(next, false)
+}
+
+// updateEndpoints writes CLAs that differ from the cache's; all means next is the complete set
+// (absent ones are deleted).
+func (p *Pusher) updateEndpoints(next map[string]types.Resource, all bool) {
+	cur := p.caches.Endpoints.GetResources()
+	changed := map[string]types.Resource{}
+	for name, r := range next {
+		if old, ok := cur[name]; !ok || !proto.Equal(old, r) {
+			changed[name] = r
+		}
+	}
+	var deleted []string
+	if all {
+		for name := range cur {
+			if _, ok := next[name]; !ok {
+				deleted = append(deleted, name)
+			}
+		}
+	}
+	if len(changed) == 0 && len(deleted) == 0 {
+		return
+	}
+	if err := p.caches.Endpoints.UpdateResources(changed, deleted); err != nil {
+		p.log.Error("update endpoint cache", "err", err)
+	}
+}
+
+// buildScopes is the quadratic-scope regression: every service gets its own copy of the whole
+// registry (Istio 1.6 kept such per-service scopes), O(n²) memory, rebuilt on every full push.
+func (p *Pusher) buildScopes(entries []*model.Entry) {
+	all := make([]*model.Service, len(entries))
+	for i, e := range entries {
+		all[i] = e.Service
+	}
+	scopes := make(map[string][]*model.Service, len(entries))
+	for _, e := range entries {
+		scope := make([]*model.Service, len(all))
+		copy(scope, all)
+		scopes[e.Service.Hostname] = scope
+	}
+	p.scopes = scopes
+}
+
+// ScopeSize is the number of service references held by quadratic-scope scopes (0 without it).
+func (p *Pusher) ScopeSize() int {
+	p.pushMu.Lock()
+	defer p.pushMu.Unlock()
+	n := 0
+	for _, s := range p.scopes {
+		n += len(s)
+	}
+	return n
+}

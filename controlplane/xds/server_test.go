@@ -1,0 +1,326 @@
+package xds
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	grpcstatus "google.golang.org/grpc/status"
+	"istio.io/api/networking/v1alpha3"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
+	"github.com/meshchaos/meshchaos/controlplane/gate"
+	"github.com/meshchaos/meshchaos/controlplane/internal/adsclient"
+	"github.com/meshchaos/meshchaos/controlplane/metrics"
+	"github.com/meshchaos/meshchaos/controlplane/model"
+	"github.com/meshchaos/meshchaos/controlplane/regress"
+)
+
+// rig is an in-process control plane without informers: tests drive the model directly.
+type rig struct {
+	m      *model.Model
+	caches *Caches
+	pusher *Pusher
+	server *Server
+	gate   *gate.Gate
+	met    *metrics.Metrics
+	addr   string
+}
+
+func newRig(t testing.TB, quiet, max time.Duration, sw ...regress.Switch) *rig {
+	t.Helper()
+	set := regress.Set{}
+	for _, s := range sw {
+		set[s] = true
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	r := &rig{m: model.New(model.Options{Regress: set, Logger: log}), caches: NewCaches("t-"), gate: gate.New(), met: metrics.New()}
+	r.pusher = NewPusher(r.m, r.caches, PushOptions{Quiet: quiet, Max: max, Regress: set, Logger: log, Metrics: r.met})
+	ctx, cancel := context.WithCancel(context.Background())
+	r.server = NewServer(ctx, r.caches, r.pusher, r.gate, r.met, log)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	r.addr = l.Addr().String()
+	done := make(chan struct{}, 2)
+	go func() { _ = r.server.Serve(l); done <- struct{}{} }()
+	go func() { r.pusher.Run(ctx); done <- struct{}{} }()
+	t.Cleanup(func() {
+		cancel()
+		r.server.Stop()
+		<-done
+		<-done
+	})
+	return r
+}
+
+// apply converts and applies a ServiceEntry "name" with host name.test and the given endpoint
+// addresses, and hands the change to the pusher.
+func (r *rig) apply(t testing.TB, name string, addrs ...string) {
+	t.Helper()
+	spec := &v1alpha3.ServiceEntry{Hosts: []string{name + ".test"}, Resolution: v1alpha3.ServiceEntry_STATIC,
+		Ports: []*v1alpha3.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP"}}}
+	for _, a := range addrs {
+		spec.Endpoints = append(spec.Endpoints, &v1alpha3.WorkloadEntry{Address: a})
+	}
+	conv, _, err := model.ConvertServiceEntry("ns", name, spec)
+	require.NoError(t, err)
+	r.pusher.Enqueue(r.m.SetServiceEntry("ns", name, time.Unix(0, 0), conv))
+}
+
+func (r *rig) start(t testing.TB) {
+	r.pusher.Push(model.Change{Full: true, Reasons: []string{"initial"}})
+	r.gate.Open("test", false)
+}
+
+func (r *rig) client(t testing.TB, id string, edsNames ...string) *adsclient.Client {
+	t.Helper()
+	c, err := adsclient.Dial(context.Background(), r.addr, id)
+	require.NoError(t, err)
+	require.NoError(t, c.SetNames(resourcev3.ClusterType, nil))
+	if len(edsNames) > 0 {
+		require.NoError(t, c.SetNames(resourcev3.EndpointType, edsNames))
+	}
+	go c.Run()
+	t.Cleanup(c.Close)
+	return c
+}
+
+func count(c *adsclient.Client, typeURL string) int {
+	n := 0
+	for _, r := range c.Received() {
+		if r.TypeURL == typeURL {
+			n++
+		}
+	}
+	return n
+}
+
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func endpointsOf(t testing.TB, c *adsclient.Client, name string) int {
+	a, ok := c.Resources(resourcev3.EndpointType)[name]
+	if !ok {
+		return -1
+	}
+	var cla endpoint.ClusterLoadAssignment
+	require.NoError(t, a.UnmarshalTo(&cla))
+	n := 0
+	for _, l := range cla.GetEndpoints() {
+		n += len(l.GetLbEndpoints())
+	}
+	return n
+}
+
+func TestGateRefusesStreamsUntilOpen(t *testing.T) {
+	r := newRig(t, 10*time.Millisecond, time.Second)
+	c, err := adsclient.Dial(context.Background(), r.addr, "sidecar~a")
+	require.NoError(t, err)
+	_ = c.Subscribe(resourcev3.ClusterType) // may fail with EOF: the server refused the stream
+	err = c.Run()
+	require.Equal(t, codes.Unavailable, grpcstatus.Code(err), "%v", err)
+	c.CloseNoRun()
+	require.Equal(t, 1.0, testutil.ToFloat64(r.met.StreamsRefused))
+
+	r.apply(t, "a", "10.0.0.1")
+	r.start(t)
+	c2 := r.client(t, "sidecar~b")
+	eventually(t, "CDS", func() bool { return len(c2.Resources(resourcev3.ClusterType)) == 1 })
+}
+
+func TestDebouncedEndpointChangesAreOneEDSPush(t *testing.T) {
+	r := newRig(t, 50*time.Millisecond, 10*time.Second)
+	r.apply(t, "a", "10.0.0.1")
+	r.apply(t, "b", "10.0.0.2")
+	r.start(t)
+	ca, cb := model.ClusterName("a.test", 80), model.ClusterName("b.test", 80)
+	c := r.client(t, "sidecar~a", ca, cb)
+	eventually(t, "initial EDS", func() bool { return endpointsOf(t, c, ca) == 1 && endpointsOf(t, c, cb) == 1 })
+	cds, eds := count(c, resourcev3.ClusterType), count(c, resourcev3.EndpointType)
+
+	// Five endpoint changes of "a" inside the quiet period: one EDS push, for "a" only.
+	for i := 2; i <= 6; i++ {
+		addrs := []string{}
+		for j := 1; j <= i; j++ {
+			addrs = append(addrs, fmt.Sprintf("10.0.0.%d", j))
+		}
+		r.apply(t, "a", addrs...)
+	}
+	eventually(t, "EDS update", func() bool { return endpointsOf(t, c, ca) == 6 })
+	time.Sleep(150 * time.Millisecond)
+	require.Equal(t, 1.0, testutil.ToFloat64(r.met.Pushes.WithLabelValues("eds")), "merged into one push")
+	require.Equal(t, 1.0, testutil.ToFloat64(r.met.Pushes.WithLabelValues("full")), "only the initial full push")
+	require.Equal(t, cds, count(c, resourcev3.ClusterType), "no CDS on an endpoint change")
+	require.Equal(t, eds+1, count(c, resourcev3.EndpointType), "one EDS response")
+	last := c.Received()[len(c.Received())-1]
+	require.Len(t, last.Resources, 1, "the EDS response carries only the changed cluster")
+	require.Equal(t, 1, testutil.CollectAndCount(r.met.DebounceTime))
+
+	// A new service is a full push: CDS is resent.
+	r.apply(t, "c", "10.0.0.9")
+	eventually(t, "CDS with c", func() bool { return len(c.Resources(resourcev3.ClusterType)) == 3 })
+	require.Equal(t, 2.0, testutil.ToFloat64(r.met.Pushes.WithLabelValues("full")))
+	// Convergence (push → ACK) was observed for the pushes.
+	eventually(t, "convergence samples", func() bool { return histCount(t, r.met) >= 2 })
+}
+
+func histCount(t testing.TB, m *metrics.Metrics) uint64 {
+	mfs, err := m.Registry.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "pilot_proxy_convergence_time" {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
+}
+
+func TestDebounceMaxBoundsTheWait(t *testing.T) {
+	r := newRig(t, 100*time.Millisecond, 300*time.Millisecond)
+	r.apply(t, "a", "10.0.0.1")
+	r.start(t)
+	// Keep changing endpoints every 20 ms for 1 s: the quiet period never elapses, the max does.
+	stop := time.Now().Add(time.Second)
+	for i := 2; time.Now().Before(stop); i++ {
+		r.apply(t, "a", fmt.Sprintf("10.0.%d.%d", i/250, i%250+1))
+		time.Sleep(20 * time.Millisecond)
+	}
+	pushes := testutil.ToFloat64(r.met.Pushes.WithLabelValues("eds"))
+	require.GreaterOrEqual(t, pushes, 2.0, "max debounce must force pushes during a storm")
+	require.LessOrEqual(t, pushes, 6.0, "but merge events")
+}
+
+func TestNACKIsCountedAndPushesGoOn(t *testing.T) {
+	r := newRig(t, 10*time.Millisecond, time.Second)
+	r.apply(t, "a", "10.0.0.1")
+	r.start(t)
+	conn, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(context.Background())
+	require.NoError(t, err)
+	node := &core.Node{Id: "sidecar~nack"}
+	require.NoError(t, stream.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType}))
+	resp, err := stream.Recv()
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType,
+		ResponseNonce: resp.GetNonce(), ErrorDetail: &status.Status{Code: 3, Message: "rejected for the test"}}))
+	eventually(t, "NACK counted", func() bool { return testutil.ToFloat64(r.met.Rejects.WithLabelValues("cds")) == 1 })
+	// The next change is still pushed (a NACK without a version may first get the same config
+	// again: the proxy said it has nothing).
+	r.apply(t, "b", "10.0.0.2")
+	for {
+		resp, err = stream.Recv()
+		require.NoError(t, err)
+		if len(resp.GetResources()) == 2 {
+			break
+		}
+		require.NoError(t, stream.Send(&discovery.DiscoveryRequest{TypeUrl: resourcev3.ClusterType,
+			VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}))
+	}
+	st := r.server.Proxies()
+	require.Len(t, st, 1)
+	require.Equal(t, 1, st[0].Types["cds"].NACKs)
+}
+
+func TestDeltaADS(t *testing.T) {
+	r := newRig(t, 10*time.Millisecond, time.Second)
+	r.apply(t, "a", "10.0.0.1")
+	r.apply(t, "b", "10.0.0.2")
+	r.start(t)
+	conn, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(context.Background())
+	require.NoError(t, err)
+	node := &core.Node{Id: "sidecar~delta"}
+	ca, cb := model.ClusterName("a.test", 80), model.ClusterName("b.test", 80)
+	require.NoError(t, stream.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType}))
+	resp, err := stream.Recv()
+	require.NoError(t, err)
+	require.Equal(t, resourcev3.ClusterType, resp.GetTypeUrl())
+	require.Len(t, resp.GetResources(), 2)
+	require.NoError(t, stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType, ResponseNonce: resp.GetNonce()}))
+	require.NoError(t, stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType,
+		ResourceNamesSubscribe: []string{ca, cb}}))
+	resp, err = stream.Recv()
+	require.NoError(t, err)
+	require.Equal(t, resourcev3.EndpointType, resp.GetTypeUrl())
+	require.Len(t, resp.GetResources(), 2)
+	require.NoError(t, stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResponseNonce: resp.GetNonce()}))
+
+	// An endpoint change of "a": one delta response with only "a"'s CLA.
+	r.apply(t, "a", "10.0.0.1", "10.0.0.3")
+	resp, err = stream.Recv()
+	require.NoError(t, err)
+	require.Equal(t, resourcev3.EndpointType, resp.GetTypeUrl())
+	require.Len(t, resp.GetResources(), 1)
+	require.Equal(t, ca, resp.GetResources()[0].GetName())
+	require.NoError(t, stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResponseNonce: resp.GetNonce()}))
+
+	// Removing a service: the delta CDS response removes it.
+	r.pusher.Enqueue(r.m.DeleteServiceEntry("ns", "b"))
+	resp, err = stream.Recv()
+	require.NoError(t, err)
+	for resp.GetTypeUrl() != resourcev3.ClusterType {
+		resp, err = stream.Recv()
+		require.NoError(t, err)
+	}
+	require.Contains(t, resp.GetRemovedResources(), cb)
+}
+
+func TestProxylessAndEnvoyListeners(t *testing.T) {
+	r := newRig(t, 10*time.Millisecond, time.Second)
+	r.apply(t, "a", "10.0.0.1")
+	r.start(t)
+	envoy := r.client(t, "sidecar~envoy")
+	require.NoError(t, envoy.SetNames(resourcev3.ListenerType, nil))
+	eventually(t, "envoy LDS", func() bool { return len(envoy.Resources(resourcev3.ListenerType)) == 1 })
+	require.Contains(t, envoy.Resources(resourcev3.ListenerType), ListenerName(80), "Envoy gets only outbound listeners")
+
+	g, err := adsclient.Dial(context.Background(), r.addr, "grpc~client")
+	require.NoError(t, err)
+	require.NoError(t, g.SetNames(resourcev3.ListenerType, []string{"a.test:80"}))
+	go g.Run()
+	t.Cleanup(g.Close)
+	eventually(t, "gRPC LDS", func() bool { return len(g.Resources(resourcev3.ListenerType)) == 1 })
+	require.Contains(t, g.Resources(resourcev3.ListenerType), "a.test:80", "a subset request is answered")
+}
+
+func TestQuadraticScopeIsQuadratic(t *testing.T) {
+	for _, tc := range []struct {
+		sw   []regress.Switch
+		want func(n int) int
+	}{{nil, func(int) int { return 0 }}, {[]regress.Switch{regress.QuadraticScope}, func(n int) int { return n * n }}} {
+		r := newRig(t, time.Millisecond, time.Second, tc.sw...)
+		for _, n := range []int{10, 40} {
+			for i := 0; i < n; i++ {
+				r.apply(t, fmt.Sprintf("s%d", i), "10.0.0.1")
+			}
+			r.pusher.Push(model.Change{Full: true})
+			require.Equal(t, tc.want(n), r.pusher.ScopeSize())
+		}
+	}
+}
