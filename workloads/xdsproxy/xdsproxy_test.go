@@ -248,7 +248,9 @@ func TestReadyOnlyAfterClustersWarmAndListeners(t *testing.T) {
 	res := world(addr, []string{a1}, []string{a1})
 	withoutB := []types.Resource{res[0], res[1], res[2], res[4], res[5]}
 	xds.Set(t, "v1", withoutB...)
-	eventually(t, "cluster a warm, b warming", func() bool { return p.Stats()["cluster_manager.warming_clusters"] == 1 && p.Stats()["cluster_manager.active_clusters"] == 1 })
+	eventually(t, "cluster a warm, b warming", func() bool {
+		return p.Stats()["cluster_manager.warming_clusters"] == 1 && p.Stats()["cluster_manager.active_clusters"] == 1
+	})
 	time.Sleep(100 * time.Millisecond)
 	assert.False(t, p.Ready())
 	for _, req := range xds.Requests() {
