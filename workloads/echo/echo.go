@@ -86,6 +86,9 @@ func Handler(o Options) http.Handler {
 // Serve runs the server until ctx ends, then shuts down gracefully.
 func Serve(ctx context.Context, o Options) error {
 	o.defaults()
+	if err := o.Validate(); err != nil {
+		return err
+	}
 	l, err := net.Listen("tcp", o.Addr)
 	if err != nil {
 		return err
