@@ -56,6 +56,9 @@ var Catalog = []Spec{
 	{Name: "pause", Binary: "pause"},
 	{Name: "coredns", Binary: "coredns"},
 	{Name: "echo", Binary: Self, Args: []string{"workload", "echo"}},
+	{Name: "xdsproxy", Binary: Self, Args: []string{"workload", "xdsproxy"}},
+	{Name: "startup-app", Binary: Self, Args: []string{"workload", "startup-app"}},
+	{Name: "adsload", Binary: Self, Args: []string{"workload", "adsload"}},
 }
 
 // Lookup returns the catalog entry for name.

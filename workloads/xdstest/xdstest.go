@@ -141,7 +141,10 @@ func (s *Server) Set(t testing.TB, version string, res ...types.Resource) {
 
 // SetErr is Set for callers without a testing.TB.
 func (s *Server) SetErr(version string, res ...types.Resource) error {
-	byType := map[resourcev3.Type][]types.Resource{}
+	// Every type gets the version, so an empty type is answered (with no resources) too.
+	byType := map[resourcev3.Type][]types.Resource{
+		resourcev3.ClusterType: nil, resourcev3.EndpointType: nil, resourcev3.ListenerType: nil, resourcev3.RouteType: nil,
+	}
 	for _, r := range res {
 		var t string
 		switch r.(type) {
