@@ -12,7 +12,6 @@ import (
 	"net/http/httputil"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/meshchaos/meshchaos/controlplane/respflags"
 )
@@ -162,16 +161,15 @@ type dialError struct{ err error }
 func (e *dialError) Error() string { return "connect: " + e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
 
-// forwarder holds the reverse proxy and one keep-alive transport per connect timeout.
+// forwarder holds the reverse proxy and the upstream connection pool.
 type forwarder struct {
-	rp         *httputil.ReverseProxy
-	stats      *stats
-	mu         sync.Mutex
-	transports map[time.Duration]*http.Transport
+	rp    *httputil.ReverseProxy
+	stats *stats
+	pool  *upstreamPool
 }
 
 func newForwarder(st *stats) *forwarder {
-	f := &forwarder{stats: st, transports: map[time.Duration]*http.Transport{}}
+	f := &forwarder{stats: st, pool: newUpstreamPool()}
 	f.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			fw := pr.In.Context().Value(forwardKey{}).(*forward)
@@ -192,45 +190,14 @@ func newForwarder(st *stats) *forwarder {
 			pr.Out.Header.Del("X-Forwarded-Host")
 		},
 		Transport:    f,
+		BufferPool:   bufferPool{},
 		ErrorHandler: f.errorHandler,
 		ErrorLog:     log.New(io.Discard, "", 0),
 	}
 	return f
 }
 
-func (f *forwarder) transport(connectTimeout time.Duration) *http.Transport {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	t := f.transports[connectTimeout]
-	if t == nil {
-		d := &net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second}
-		t = &http.Transport{
-			Proxy: nil, // never an environment proxy: upstreams are endpoints
-			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				c, err := d.DialContext(ctx, network, addr)
-				if err != nil {
-					return nil, &dialError{err: err}
-				}
-				return c, nil
-			},
-			MaxIdleConns:        4096,
-			MaxIdleConnsPerHost: 1024,
-			IdleConnTimeout:     time.Hour,
-			DisableCompression:  true, // a proxy passes bodies through untouched
-			ForceAttemptHTTP2:   false,
-		}
-		f.transports[connectTimeout] = t
-	}
-	return t
-}
-
-func (f *forwarder) close() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, t := range f.transports {
-		t.CloseIdleConnections()
-	}
-}
+func (f *forwarder) close() { f.pool.close() }
 
 // RoundTrip picks an endpoint round robin and forwards, retrying as the route's retry policy
 // allows (a retry goes to the next endpoint, as Envoy's default retry host selection does).
@@ -242,12 +209,16 @@ func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 		retries = rp.numRetries
 	}
 	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
-	tr := f.transport(fw.up.connectTimeout)
 	for attempt := 0; ; attempt++ {
 		hosts := fw.up.hosts
 		host := hosts[int(fw.up.rr.Add(1)-1)%len(hosts)]
-		out := req.Clone(req.Context())
-		out.URL.Host = host
+		// req is already the reverse proxy's private copy: a shallow copy with its own URL is
+		// enough per attempt.
+		o := *req
+		u := *req.URL
+		u.Host = host
+		o.URL = &u
+		out := &o
 		if attempt > 0 && req.GetBody != nil {
 			b, err := req.GetBody()
 			if err != nil {
@@ -255,15 +226,17 @@ func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			out.Body = b
 		}
-		ctx, cancel := context.WithCancel(out.Context())
+		ctx, cancel := out.Context(), context.CancelFunc(nil)
 		if rp != nil && rp.perTryTimeout > 0 {
-			ctx, cancel = context.WithTimeout(out.Context(), rp.perTryTimeout)
+			ctx, cancel = context.WithTimeout(ctx, rp.perTryTimeout)
+			out = out.WithContext(ctx)
 		}
-		out = out.WithContext(ctx)
-		resp, err := tr.RoundTrip(out)
+		resp, err := f.pool.roundTrip(out, fw.up.connectTimeout)
 		canRetry := attempt < retries && replayable && req.Context().Err() == nil
 		if err != nil {
-			cancel()
+			if cancel != nil {
+				cancel()
+			}
 			ue := classify(req.Context(), ctx, err)
 			if ue.flag == respflags.UpstreamConnectionFailure {
 				f.stats.upstreamCxFail.Add(1)
@@ -276,14 +249,26 @@ func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 		if canRetry && rp.retriableStatus(resp.StatusCode) {
 			io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 			resp.Body.Close()
-			cancel()
+			if cancel != nil {
+				cancel()
+			}
 			continue
 		}
-		// The attempt's context must live as long as its body is read.
-		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+		if cancel != nil {
+			// The attempt's context must live as long as its body is read.
+			resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+		}
 		return resp, nil
 	}
 }
+
+// bufferPool reuses the reverse proxy's copy buffers (32 KiB each otherwise per request).
+type bufferPool struct{}
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *copyBuffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }
 
 type cancelOnClose struct {
 	io.ReadCloser

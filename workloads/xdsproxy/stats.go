@@ -3,6 +3,7 @@ package xdsproxy
 import (
 	"fmt"
 	"io"
+	"runtime/metrics"
 	"sort"
 	"strings"
 	"sync"
@@ -92,6 +93,11 @@ func (s *stats) values() map[string]int64 {
 		"listener_manager.total_listeners_active":  s.activeListeners.Load(),
 		"listener_manager.total_listeners_warming": s.warmingListeners.Load(),
 	}
+	// Envoy's server.memory_* gauges, from the Go runtime.
+	mem := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/total:bytes"}}
+	metrics.Read(mem)
+	v["server.memory_allocated"] = int64(mem[0].Value.Uint64())
+	v["server.memory_heap_size"] = int64(mem[1].Value.Uint64())
 	for c := 1; c <= 5; c++ {
 		v[fmt.Sprintf("http.downstream_rq_%dxx", c)] = s.byClass[c].Load()
 	}
