@@ -45,5 +45,6 @@ func newEchoCmd() *cobra.Command {
 	f.DurationVar(&o.Latency, "latency", 0, "delay every answer of GET / (env ECHO_LATENCY)")
 	f.Float64Var(&o.ErrorRate, "error-rate", 0, "fraction 0..1 of GET / answered with --error-code (env ECHO_ERROR_RATE)")
 	f.IntVar(&o.ErrorCode, "error-code", 0, "status of injected errors (default 500; env ECHO_ERROR_CODE)")
+	f.IntVar(&o.BallastMB, "ballast-mb", 0, "allocate and touch this many MiB at start (memory-limit tests)")
 	return cmd
 }
