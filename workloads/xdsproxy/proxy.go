@@ -45,6 +45,9 @@ type Options struct {
 	InitialFetchTimeout time.Duration
 	// BackoffBase and BackoffMax bound the reconnect backoff (Envoy: 500ms and 30s).
 	BackoffBase, BackoffMax time.Duration
+	// ListenerIP, when set, replaces the IP of every listener address (the port stays): bind
+	// 0.0.0.0 listeners of a control plane to loopback in tests, or to one pod IP.
+	ListenerIP string
 	// Logger receives xDS and lifecycle events; nil discards them.
 	Logger *slog.Logger
 }
@@ -87,6 +90,12 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p := &Proxy{opts: opts, log: log, stats: newStats(), done: make(chan struct{})}
 	p.state = newState(p.stats)
+	if opts.ListenerIP != "" {
+		if net.ParseIP(opts.ListenerIP) == nil {
+			return nil, fmt.Errorf("xdsproxy: listener IP %q is not an IP address", opts.ListenerIP)
+		}
+		p.state.listenerIP = opts.ListenerIP
+	}
 	p.state.publish = func(s *snapshot) { p.snap.Store(s) }
 	p.state.bindFunc = p.bind
 	p.state.serve = p.serveListener

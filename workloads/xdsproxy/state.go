@@ -67,6 +67,8 @@ type state struct {
 
 	rr map[string]*atomic.Uint64 // round-robin position per cluster, kept across updates
 
+	listenerIP string // overrides listener IPs (Options.ListenerIP)
+
 	changed  chan struct{} // tells the xDS loop that subscriptions may have changed
 	publish  func(*snapshot)
 	bindFunc func(l *listenerCfg) (*boundListener, error)
@@ -224,6 +226,9 @@ func (s *state) applyListeners(u update) []string {
 		if err != nil {
 			errs = append(errs, err.Error())
 			continue
+		}
+		if s.listenerIP != "" {
+			cfg.address = net.JoinHostPort(s.listenerIP, cfg.port)
 		}
 		slot := s.listeners[cfg.name]
 		if slot != nil && slot.warming == nil && slot.active != nil && proto.Equal(slot.active.raw, cfg.raw) {

@@ -479,3 +479,21 @@ func TestMalformedHTTPIs400AndProxyLives(t *testing.T) {
 	}
 	assert.Equal(t, 200, get(t, addr, "a.test", "/").code, "proxy still serves")
 }
+
+func TestListenerIPOverride(t *testing.T) {
+	xds := xdstest.Start(t)
+	b1 := backend(t, "b1")
+	_, port, _ := net.SplitHostPort(xdstest.FreeAddr(t))
+	// The control plane's listener is on an address this host does not have.
+	xds.Set(t, "1", xdstest.EDSCluster("b", "b"), xdstest.CLA("b", b1),
+		xdstest.InlineHTTPListener("0.0.0.0_"+port, "10.255.255.1:"+port, xdstest.RouteConfig("r", xdstest.VirtualHost("all", []string{"*"}, xdstest.PrefixRoute("/", "b")))))
+	p, err := xdsproxy.New(xdsproxy.Options{XDSAddress: xds.Addr, NodeID: "n", ListenerIP: "127.0.0.1", BackoffBase: 20 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, p.Start(context.Background()))
+	defer p.Close()
+	eventually(t, "ready", p.Ready)
+	assert.Equal(t, "b1", get(t, "127.0.0.1:"+port, "x", "/").backend)
+
+	_, err = xdsproxy.New(xdsproxy.Options{XDSAddress: xds.Addr, NodeID: "n", ListenerIP: "not-an-ip"})
+	assert.Error(t, err)
+}

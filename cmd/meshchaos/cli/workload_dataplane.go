@@ -87,6 +87,7 @@ admin /ready, /config_dump and /stats on --admin.`,
 	f.StringVar(&metadata, "metadata", "", "node metadata as a JSON object")
 	f.BoolVar(&o.Delta, "delta", false, "use the delta (incremental) ADS protocol instead of state of the world")
 	f.StringVar(&o.AdminAddress, "admin", ":15000", "admin listen address (/ready, /config_dump, /stats)")
+	f.StringVar(&o.ListenerIP, "listener-ip", "", "bind every listener on this IP instead of the one in its address (the port stays)")
 	f.DurationVar(&o.InitialFetchTimeout, "initial-fetch-timeout", 0, "give up waiting for the first CDS/LDS after this long (0: wait forever, as Istio)")
 	f.DurationVar(&o.BackoffBase, "backoff-base", 500*time.Millisecond, "reconnect backoff base")
 	f.DurationVar(&o.BackoffMax, "backoff-max", 30*time.Second, "reconnect backoff ceiling")
