@@ -10,8 +10,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/meshchaos/meshchaos/controlplane/respflags"
 )
@@ -293,13 +295,20 @@ func classify(reqCtx, tryCtx context.Context, err error) *upstreamError {
 			return &upstreamError{flag: respflags.UpstreamRequestTimeout, err: err}
 		}
 		return &upstreamError{flag: respflags.UpstreamConnectionFailure, err: err}
-	case reqCtx.Err() == context.DeadlineExceeded || tryCtx.Err() == context.DeadlineExceeded:
+	case reqCtx.Err() == context.DeadlineExceeded || tryCtx.Err() == context.DeadlineExceeded,
+		// The connection's deadline (set from the context's) can fire just before the context's own timer.
+		errors.Is(err, os.ErrDeadlineExceeded) && (deadlinePassed(reqCtx) || deadlinePassed(tryCtx)):
 		return &upstreamError{flag: respflags.UpstreamRequestTimeout, err: err}
 	case reqCtx.Err() != nil:
 		return &upstreamError{flag: "DC", err: err} // downstream went away
 	default:
 		return &upstreamError{flag: flagUC, err: err}
 	}
+}
+
+func deadlinePassed(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 func (p *retryPolicy) retriable(flag string) bool {
