@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Options configure a load.
@@ -122,10 +123,16 @@ func New(opts Options) (*Load, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	l := &Load{opts: opts, log: log, pushes: map[string]*push{}}
+	// Istio-style metadata, shared by all clients (the control plane reads it per node).
+	md, err := structpb.NewStruct(map[string]any{"NAMESPACE": opts.Namespace, "CLUSTER_ID": "Kubernetes", "LABELS": map[string]any{"app": "adsload"}})
+	if err != nil {
+		return nil, fmt.Errorf("adsload: node metadata: %w", err)
+	}
 	for i := range opts.Clients {
 		l.clients = append(l.clients, &client{id: i, node: &corev3.Node{
 			Id:            opts.NodeID(i),
 			Cluster:       fmt.Sprintf("adsload-%d.%s", i, opts.Namespace),
+			Metadata:      md,
 			UserAgentName: "adsload",
 		}})
 	}
