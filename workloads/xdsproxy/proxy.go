@@ -4,6 +4,19 @@
 // listeners a SotW response omits, cluster and listener warming, Envoy's local replies with their
 // response flags (in respflags.Header), and Envoy's admin /ready, /config_dump and /stats.
 // The local substrate runs it where real Envoy cannot be installed.
+//
+// Where it knowingly differs from Envoy (none of it changes what the experiments count):
+//   - HTTP/1.1 only (downstream and upstream); listeners need an HTTP connection manager
+//     (tcp_proxy and other network filters are rejected), one per listener (first filter chain
+//     that has one; filter_chain_match is ignored). HTTP filters other than the router are ignored.
+//   - Malformed requests get Go's 400 without the response-flag header (Envoy: 400 with DPE).
+//   - Load balancing is round robin over the healthy hosts of the best priority (weights,
+//     localities, overprovisioning and lb_policy are ignored); no circuit breakers, outlier
+//     detection or active health checks; ORIGINAL_DST clusters have no hosts (503 UH).
+//   - Retries: retry_on connect-failure, reset, 5xx, gateway-error, retriable-status-codes with
+//     num_retries and per_try_timeout; no retry back-off. Route timeouts are honoured (504 UT).
+//   - An updated cluster whose assignment is already known warms at once (Envoy's EDS cache).
+//   - /config_dump shows the last rejection per type on a pseudo-entry's error_state.
 package xdsproxy
 
 import (
