@@ -84,7 +84,8 @@ type Values struct {
 	XDSAddress string
 	// Delta makes proxies use delta ADS.
 	Delta bool
-	// Port is the container port: the gateway's listener, echo's and the app's server, adsload's
+	// Port is the container port: the gateway's listener (default 80: the reference control
+	// plane's listeners are 0.0.0.0:<service port>), echo's and the app's server and adsload's
 	// metrics (default 8080). ServicePort is the Service port (default 80).
 	Port, ServicePort int
 	// AdminPort is the proxy's admin port (default 15000, as Envoy in Istio).
@@ -95,7 +96,8 @@ type Values struct {
 	EchoEnv map[string]string
 
 	// App: HoldApp selects the hold variant. The app calls Dependency (a Host) through the sidecar
-	// listener on 127.0.0.1:OutboundPort (default 15001), Attempts times (default 1).
+	// listener on 127.0.0.1:OutboundPort — the dependency's service port, where the control
+	// plane puts the outbound listener (default 80) — Attempts times (default 1).
 	HoldApp      bool
 	Dependency   string
 	OutboundPort int
@@ -146,10 +148,13 @@ func Render(name string, v Values) ([]byte, error) {
 		v.Name = name
 	}
 	def(&v.Replicas, 1)
+	if name == "gateway" {
+		def(&v.Port, 80)
+	}
 	def(&v.Port, 8080)
 	def(&v.ServicePort, 80)
 	def(&v.AdminPort, 15000)
-	def(&v.OutboundPort, 15001)
+	def(&v.OutboundPort, 80)
 	def(&v.Attempts, 1)
 	def(&v.Clients, 100)
 	if v.WaitTimeout == 0 {

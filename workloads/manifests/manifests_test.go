@@ -86,6 +86,7 @@ func TestLocalUsesImportedImagesAndXDSProxy(t *testing.T) {
 	assert.Contains(t, gw.Args, "--delta")
 	assert.Equal(t, "/ready", gw.ReadinessProbe.HTTPGet.Path)
 	assert.Nil(t, gw.Lifecycle, "the gateway holds nothing")
+	assert.Contains(t, gw.Ports, corev1.ContainerPort{Name: "http-80", ContainerPort: 80}, "the listener port")
 }
 
 func TestAppStartOrderVariants(t *testing.T) {
@@ -96,7 +97,7 @@ func TestAppStartOrderVariants(t *testing.T) {
 	}
 	app := plain.Containers[0]
 	assert.Equal(t, "meshchaos.local/startup-app:dev", app.Image)
-	assert.Equal(t, []string{"--target", "http://127.0.0.1:15001/", "--host", "echo.default.svc.cluster.local", "--attempts", "1", "--addr", ":8080", "--termination-log", "/dev/termination-log"}, app.Args)
+	assert.Equal(t, []string{"--target", "http://127.0.0.1:80/", "--host", "echo.default.svc.cluster.local", "--attempts", "1", "--addr", ":8080", "--termination-log", "/dev/termination-log"}, app.Args)
 
 	hold := deployment(t, render(t, "app", Values{Substrate: Local(), HoldApp: true})).Spec.Template.Spec
 	assert.Equal(t, []string{"proxy", "app"}, names(hold.Containers), "hold: the proxy starts first")
