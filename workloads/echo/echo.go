@@ -18,6 +18,17 @@ type Options struct {
 	Addr string
 	// PodName and PodIP are reported in every answer (default: $POD_NAME / hostname, $POD_IP).
 	PodName, PodIP string
+	// ReadyFor and UnreadyFor make /ready flap: ready for ReadyFor, then 503 for UnreadyFor,
+	// repeating from start (both 0: always ready). Env: ECHO_READY_FOR, ECHO_UNREADY_FOR.
+	ReadyFor, UnreadyFor time.Duration
+	// Latency delays every answer of GET / (env ECHO_LATENCY).
+	Latency time.Duration
+	// ErrorRate is the fraction (0..1) of GET / answered with ErrorCode instead (env
+	// ECHO_ERROR_RATE, ECHO_ERROR_CODE; code default 500).
+	ErrorRate float64
+	ErrorCode int
+	// now is the clock (tests).
+	now func() time.Time
 	// BallastMB is memory allocated and touched at start, for memory-limit (OOM) tests.
 	BallastMB int
 }
@@ -54,12 +65,22 @@ func (o *Options) defaults() {
 	if o.PodIP == "" {
 		o.PodIP = os.Getenv("POD_IP")
 	}
+	o.envDefaults()
 }
 
-// Handler serves GET / (the reply) and /healthz.
+// Handler serves GET / (the reply, with injected latency and errors), /healthz (liveness,
+// always 200) and /ready (readiness, flapping as configured).
 func Handler(o Options) http.Handler {
 	o.defaults()
 	mux := http.NewServeMux()
+	start := o.now()
+	mux.HandleFunc("/ready", func(w http.ResponseWriter, r *http.Request) {
+		if !o.readyAt(o.now().Sub(start)) {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write([]byte("ok\n"))
@@ -83,6 +104,9 @@ func Handler(o Options) http.Handler {
 		_ = json.NewEncoder(w).Encode(rep)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if !o.inject(w, r) {
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Echo-Pod", o.PodName)
 		_ = json.NewEncoder(w).Encode(Reply{Pod: o.PodName, IP: o.PodIP, Host: r.Host, Path: r.URL.Path})
@@ -93,6 +117,9 @@ func Handler(o Options) http.Handler {
 // Serve runs the server until ctx ends, then shuts down gracefully.
 func Serve(ctx context.Context, o Options) error {
 	o.defaults()
+	if err := o.Validate(); err != nil {
+		return err
+	}
 	for i := 0; i < o.BallastMB; i++ {
 		b := make([]byte, 1<<20)
 		for j := range b { // touch every page so it is resident, not just reserved

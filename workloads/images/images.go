@@ -58,6 +58,9 @@ var Catalog = []Spec{
 	{Name: "echo", Binary: Self, Args: []string{"workload", "echo"}},
 	// The reference control plane (controlplane/manifests deploys it).
 	{Name: "controlplane", Binary: Self, Args: []string{"controlplane"}},
+	{Name: "xdsproxy", Binary: Self, Args: []string{"workload", "xdsproxy"}},
+	{Name: "startup-app", Binary: Self, Args: []string{"workload", "startup-app"}},
+	{Name: "adsload", Binary: Self, Args: []string{"workload", "adsload"}},
 }
 
 // Lookup returns the catalog entry for name.

@@ -29,13 +29,22 @@ func newEchoCmd() *cobra.Command {
 	var o echo.Options
 	cmd := &cobra.Command{
 		Use:   "echo",
-		Short: "HTTP backend answering with its pod name and IP (GET /, /healthz)",
+		Short: "HTTP backend answering with its pod name and IP (GET /, /healthz, flapping /ready)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return Usagef("echo: %v", err)
+			}
 			return echo.Serve(cmd.Context(), o)
 		},
 	}
-	cmd.Flags().StringVar(&o.Addr, "addr", ":8080", "listen address")
-	cmd.Flags().IntVar(&o.BallastMB, "ballast-mb", 0, "allocate and touch this many MiB at start (memory-limit tests)")
+	f := cmd.Flags()
+	f.StringVar(&o.Addr, "addr", ":8080", "listen address")
+	f.DurationVar(&o.ReadyFor, "ready-for", 0, "flap readiness: /ready is 200 for this long, then --unready-for 503, repeating (env ECHO_READY_FOR)")
+	f.DurationVar(&o.UnreadyFor, "unready-for", 0, "flap readiness: /ready is 503 for this long after each --ready-for (env ECHO_UNREADY_FOR)")
+	f.DurationVar(&o.Latency, "latency", 0, "delay every answer of GET / (env ECHO_LATENCY)")
+	f.Float64Var(&o.ErrorRate, "error-rate", 0, "fraction 0..1 of GET / answered with --error-code (env ECHO_ERROR_RATE)")
+	f.IntVar(&o.ErrorCode, "error-code", 0, "status of injected errors (default 500; env ECHO_ERROR_CODE)")
+	f.IntVar(&o.BallastMB, "ballast-mb", 0, "allocate and touch this many MiB at start (memory-limit tests)")
 	return cmd
 }

@@ -1,0 +1,201 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/meshchaos/meshchaos/workloads/adsload"
+	"github.com/meshchaos/meshchaos/workloads/startupapp"
+	"github.com/meshchaos/meshchaos/workloads/xdsproxy"
+)
+
+func init() {
+	registerWorkload(newXDSProxyCmd)
+	registerWorkload(newStartupAppCmd)
+	registerWorkload(newADSLoadCmd)
+}
+
+// signalContext ends on SIGTERM/SIGINT: how kubelet stops a container.
+func signalContext(parent context.Context) (context.Context, context.CancelFunc) {
+	if parent == nil {
+		parent = context.Background()
+	}
+	return signal.NotifyContext(parent, syscall.SIGTERM, syscall.SIGINT)
+}
+
+func workloadLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, Usagef("--log-level %q: use debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+func newXDSProxyCmd() *cobra.Command {
+	var o xdsproxy.Options
+	var metadata, logLevel string
+	cmd := &cobra.Command{
+		Use:   "xdsproxy",
+		Short: "Sidecar/gateway HTTP proxy configured over xDS with Envoy's semantics (the local substrate's Envoy)",
+		Long: `xdsproxy connects to an ADS server (state of the world, or delta with --delta), serves the
+listeners it is given (HTTP/1.1 → route → cluster → endpoint), answers its own errors as Envoy does
+(404 NR, 503 NC/UH/UF, with the flag in the x-meshchaos-response-flags header) and serves Envoy's
+admin /ready, /config_dump and /stats on --admin.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.XDSAddress == "" || o.NodeID == "" {
+				return Usagef("xdsproxy needs --xds HOST:PORT and --node-id ID")
+			}
+			if _, _, err := net.SplitHostPort(o.XDSAddress); err != nil {
+				return Usagef("--xds %q: want HOST:PORT", o.XDSAddress)
+			}
+			if metadata != "" {
+				if err := json.Unmarshal([]byte(metadata), &o.Metadata); err != nil {
+					return Usagef("--metadata: want a JSON object: %v", err)
+				}
+			}
+			log, err := workloadLogger(logLevel)
+			if err != nil {
+				return err
+			}
+			o.Logger = log
+			p, err := xdsproxy.New(o)
+			if err != nil {
+				return Usagef("%v", err)
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			log.Info("xdsproxy starting", "xds", o.XDSAddress, "node", o.NodeID, "delta", o.Delta, "admin", o.AdminAddress)
+			return p.Run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.XDSAddress, "xds", os.Getenv("XDS_ADDRESS"), "ADS server HOST:PORT (env XDS_ADDRESS)")
+	f.StringVar(&o.NodeID, "node-id", os.Getenv("NODE_ID"), "node id, e.g. sidecar~$(POD_IP)~$(POD_NAME).$(POD_NAMESPACE)~$(POD_NAMESPACE).svc.cluster.local (env NODE_ID)")
+	f.StringVar(&o.Cluster, "cluster", "", "node cluster (Envoy --service-cluster)")
+	f.StringVar(&metadata, "metadata", "", "node metadata as a JSON object")
+	f.BoolVar(&o.Delta, "delta", false, "use the delta (incremental) ADS protocol instead of state of the world")
+	f.StringVar(&o.AdminAddress, "admin", ":15000", "admin listen address (/ready, /config_dump, /stats)")
+	f.StringVar(&o.ListenerIP, "listener-ip", "", "bind every listener on this IP instead of the one in its address (the port stays)")
+	f.DurationVar(&o.InitialFetchTimeout, "initial-fetch-timeout", 0, "give up waiting for the first CDS/LDS after this long (0: wait forever, as Istio)")
+	f.DurationVar(&o.BackoffBase, "backoff-base", 500*time.Millisecond, "reconnect backoff base")
+	f.DurationVar(&o.BackoffMax, "backoff-max", 30*time.Second, "reconnect backoff ceiling")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.AddCommand(newXDSProxyWaitCmd())
+	return cmd
+}
+
+func newXDSProxyWaitCmd() *cobra.Command {
+	var admin string
+	var timeout, interval time.Duration
+	cmd := &cobra.Command{
+		Use:   "wait",
+		Short: "Exit 0 once the local proxy is ready (/ready is 200), 1 at --timeout: a postStart hook that holds the app",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if timeout <= 0 || interval <= 0 {
+				return Usagef("--timeout and --interval must be positive")
+			}
+			if err := xdsproxy.Wait(cmd.Context(), admin, timeout, interval); err != nil {
+				return WithExitCode(1, err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&admin, "admin", "127.0.0.1:15000", "the proxy's admin address")
+	cmd.Flags().DurationVar(&timeout, "timeout", 60*time.Second, "give up after this long (exit 1)")
+	cmd.Flags().DurationVar(&interval, "interval", 100*time.Millisecond, "poll interval")
+	return cmd
+}
+
+func newStartupAppCmd() *cobra.Command {
+	var o startupapp.Options
+	cmd := &cobra.Command{
+		Use:   "startup-app",
+		Short: "App that calls a dependency through its sidecar at start and exits non-zero if that fails",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Target == "" {
+				return Usagef("startup-app needs --target URL (the dependency through the sidecar, e.g. http://127.0.0.1:15001/)")
+			}
+			if o.Attempts < 1 {
+				return Usagef("--attempts must be at least 1")
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			if err := startupapp.Run(ctx, o); err != nil {
+				return WithExitCode(1, err)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Target, "target", os.Getenv("STARTUP_TARGET"), "URL called at start (env STARTUP_TARGET)")
+	f.StringVar(&o.Host, "host", os.Getenv("STARTUP_HOST"), "Host header of that call: the dependency's name (env STARTUP_HOST)")
+	f.IntVar(&o.Attempts, "attempts", 1, "calls before giving up")
+	f.DurationVar(&o.Interval, "interval", time.Second, "pause between attempts")
+	f.DurationVar(&o.Timeout, "timeout", 2*time.Second, "timeout of each call")
+	f.StringVar(&o.Addr, "addr", ":8080", "listen address once started")
+	f.StringVar(&o.TerminationLog, "termination-log", "", "write the attempts report here on failure (in a pod: /dev/termination-log)")
+	return cmd
+}
+
+func newADSLoadCmd() *cobra.Command {
+	var o adsload.Options
+	var listen, logLevel string
+	cmd := &cobra.Command{
+		Use:   "adsload",
+		Short: "Run N Envoy-like ADS clients (distinct node ids) that ACK and record convergence; totals on /stats and /metrics",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.XDSAddress == "" {
+				return Usagef("adsload needs --xds HOST:PORT")
+			}
+			if o.Clients < 1 {
+				return Usagef("--clients must be at least 1")
+			}
+			log, err := workloadLogger(logLevel)
+			if err != nil {
+				return err
+			}
+			o.Logger = log
+			l, err := adsload.New(o)
+			if err != nil {
+				return Usagef("%v", err)
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("adsload: listen %s: %w", listen, err)
+			}
+			srv := &http.Server{Handler: l.Handler(), ReadHeaderTimeout: 10 * time.Second}
+			go srv.Serve(ln)
+			defer srv.Close()
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			log.Info("adsload starting", "xds", o.XDSAddress, "clients", o.Clients, "stats", ln.Addr().String())
+			if err := l.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.XDSAddress, "xds", os.Getenv("XDS_ADDRESS"), "ADS server HOST:PORT (env XDS_ADDRESS)")
+	f.IntVar(&o.Clients, "clients", 100, "number of ADS clients")
+	f.StringVar(&o.Namespace, "namespace", "adsload", "namespace used in the clients' Istio-style node ids")
+	f.DurationVar(&o.Ramp, "ramp", 0, "pause between starting two clients")
+	f.StringVar(&listen, "listen", ":8080", "HTTP address for /stats (JSON) and /metrics (Prometheus)")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}

@@ -1,0 +1,425 @@
+// Package adsload runs many lightweight ADS clients in one process, like pilot-load's ADS
+// clients, for control-plane capacity tests: each client has its own node id and connection,
+// requests what Envoy requests (CDS, then EDS for its clusters, LDS, then RDS for its listeners),
+// ACKs every response, and the package records resource counts, bytes, and per-push fan-out
+// (when each client received each version) so the harness can compute bytes per connected proxy
+// and push convergence times.
+package adsload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Options configure a load.
+type Options struct {
+	// XDSAddress is the ADS server (host:port, plaintext gRPC).
+	XDSAddress string
+	// Clients is how many ADS clients to run.
+	Clients int
+	// NodeID builds client i's node id; default Istio-style "sidecar~10.x.y.z~adsload-i.<ns>~<ns>.svc.cluster.local".
+	NodeID func(i int) string
+	// Namespace goes into the default node ids and the node metadata (NAMESPACE).
+	Namespace string
+	// Ramp is the pause between starting two clients (0: all at once).
+	Ramp time.Duration
+	// BackoffMax bounds reconnect backoff (base 500ms, as Envoy).
+	BackoffMax time.Duration
+	// MaxPushes is how many recent pushes (versions) are kept for the report (default 200).
+	MaxPushes int
+	Logger    *slog.Logger
+}
+
+var types = []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType}
+
+// Load is a running set of clients.
+type Load struct {
+	opts    Options
+	log     *slog.Logger
+	clients []*client
+	started time.Time
+
+	connected atomic.Int64
+	streams   atomic.Int64
+	responses [4]atomic.Int64
+	bytes     [4]atomic.Int64
+	acks      atomic.Int64
+	nacks     atomic.Int64
+
+	mu     sync.Mutex
+	pushes map[string]*push
+	order  []string
+	fanout func(typeIdx int, d time.Duration) // metrics hook
+}
+
+// push is one version of one type as the clients received it.
+type push struct {
+	typeIdx     int
+	version     string
+	first, last time.Time
+	clients     int
+}
+
+type client struct {
+	id   int
+	node *corev3.Node
+	// Current counts per type, and endpoint count (from CLAs), updated by the client goroutine.
+	resources [4]atomic.Int64
+	endpoints atomic.Int64
+	versions  [4]atomic.Pointer[string]
+	connected atomic.Bool
+}
+
+func typeIndex(t string) int { return slices.Index(types, t) }
+
+// New validates opts.
+func New(opts Options) (*Load, error) {
+	if opts.XDSAddress == "" {
+		return nil, errors.New("adsload: an xDS server address is required (--xds host:port)")
+	}
+	if opts.Clients <= 0 {
+		return nil, errors.New("adsload: --clients must be at least 1")
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = "adsload"
+	}
+	if opts.NodeID == nil {
+		ns := opts.Namespace
+		opts.NodeID = func(i int) string {
+			return fmt.Sprintf("sidecar~10.%d.%d.%d~adsload-%d.%s~%s.svc.cluster.local", 100+(i>>16)&0xff, (i>>8)&0xff, i&0xff, i, ns, ns)
+		}
+	}
+	if opts.BackoffMax <= 0 {
+		opts.BackoffMax = 30 * time.Second
+	}
+	if opts.MaxPushes <= 0 {
+		opts.MaxPushes = 200
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	l := &Load{opts: opts, log: log, pushes: map[string]*push{}}
+	// Istio-style metadata, shared by all clients (the control plane reads it per node).
+	md, err := structpb.NewStruct(map[string]any{"NAMESPACE": opts.Namespace, "CLUSTER_ID": "Kubernetes", "LABELS": map[string]any{"app": "adsload"}})
+	if err != nil {
+		return nil, fmt.Errorf("adsload: node metadata: %w", err)
+	}
+	for i := range opts.Clients {
+		l.clients = append(l.clients, &client{id: i, node: &corev3.Node{
+			Id:            opts.NodeID(i),
+			Cluster:       fmt.Sprintf("adsload-%d.%s", i, opts.Namespace),
+			Metadata:      md,
+			UserAgentName: "adsload",
+		}})
+	}
+	return l, nil
+}
+
+// Run starts every client and blocks until ctx ends.
+func (l *Load) Run(ctx context.Context) error {
+	l.started = time.Now()
+	var wg sync.WaitGroup
+	for _, c := range l.clients {
+		conn, err := grpc.NewClient(l.opts.XDSAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return fmt.Errorf("adsload: dial %s: %w", l.opts.XDSAddress, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer conn.Close()
+			l.runClient(ctx, c, conn)
+		}()
+		if l.opts.Ramp > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(l.opts.Ramp):
+			}
+		}
+	}
+	wg.Wait()
+	return nil
+}
+
+func (l *Load) runClient(ctx context.Context, c *client, conn *grpc.ClientConn) {
+	attempt := 0
+	for ctx.Err() == nil {
+		got, err := l.session(ctx, c, conn)
+		if c.connected.Swap(false) {
+			l.connected.Add(-1)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if got {
+			attempt = 0
+		}
+		ceil := min(500*time.Millisecond<<min(attempt, 20), l.opts.BackoffMax)
+		attempt++
+		d := time.Duration(rand.Int64N(int64(ceil))) + time.Millisecond
+		l.log.Debug("adsload client reconnecting", "client", c.id, "err", err, "backoff", d)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+	}
+}
+
+// session runs one ADS stream for c, as Envoy requests resources.
+func (l *Load) session(ctx context.Context, c *client, conn *grpc.ClientConn) (bool, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
+	if err != nil {
+		return false, err
+	}
+	l.streams.Add(1)
+	var versions, nonces [4]string
+	var names [4][]string
+	var sent [4]bool
+	for i := range types {
+		if v := c.versions[i].Load(); v != nil {
+			versions[i] = *v
+		}
+	}
+	first := true
+	send := func(i int, nack error) error {
+		req := &discoveryv3.DiscoveryRequest{TypeUrl: types[i], VersionInfo: versions[i], ResponseNonce: nonces[i], ResourceNames: names[i]}
+		if first {
+			req.Node, first = c.node, false
+		}
+		if nack != nil {
+			req.ErrorDetail = &statuspb.Status{Code: int32(codes.InvalidArgument), Message: nack.Error()}
+		}
+		sent[i] = true
+		return stream.Send(req)
+	}
+	if err := send(0, nil); err != nil {
+		return false, err
+	}
+	if !c.connected.Swap(true) {
+		l.connected.Add(1)
+	}
+	got := false
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return got, err
+		}
+		got = true
+		now := time.Now()
+		i := typeIndex(resp.GetTypeUrl())
+		if i < 0 {
+			continue
+		}
+		l.responses[i].Add(1)
+		l.bytes[i].Add(int64(proto.Size(resp)))
+		nonces[i] = resp.GetNonce()
+		want, count, eps, derr := decode(i, resp)
+		if derr != nil {
+			l.nacks.Add(1)
+			if err := send(i, derr); err != nil {
+				return got, err
+			}
+			continue
+		}
+		versions[i] = resp.GetVersionInfo()
+		v := resp.GetVersionInfo()
+		c.versions[i].Store(&v)
+		// SotW responses carry the whole set of the type (EDS/RDS: all subscribed names).
+		c.resources[i].Store(int64(count))
+		if i == 1 {
+			c.endpoints.Store(int64(eps))
+		}
+		l.record(i, v, now)
+		l.acks.Add(1)
+		if err := send(i, nil); err != nil {
+			return got, err
+		}
+		// Follow-up subscriptions, after the ACK as Envoy does.
+		if want != nil {
+			j := i + 1 // CDS → EDS, LDS → RDS
+			if !sent[j] || !slices.Equal(want, names[j]) {
+				names[j] = want
+				if err := send(j, nil); err != nil {
+					return got, err
+				}
+			}
+		}
+		if i == 0 && !sent[2] {
+			if err := send(2, nil); err != nil {
+				return got, err
+			}
+		}
+	}
+}
+
+// decode counts resources and returns the names the next type should subscribe to.
+func decode(i int, resp *discoveryv3.DiscoveryResponse) (follow []string, count, endpoints int, err error) {
+	count = len(resp.GetResources())
+	switch types[i] {
+	case resourcev3.ClusterType:
+		follow = []string{}
+		for _, a := range resp.GetResources() {
+			var c clusterv3.Cluster
+			if err := a.UnmarshalTo(&c); err != nil {
+				return nil, 0, 0, fmt.Errorf("decode cluster: %w", err)
+			}
+			if c.GetType() == clusterv3.Cluster_EDS {
+				n := c.GetEdsClusterConfig().GetServiceName()
+				if n == "" {
+					n = c.GetName()
+				}
+				follow = append(follow, n)
+			}
+		}
+		sort.Strings(follow)
+	case resourcev3.ListenerType:
+		set := map[string]bool{}
+		for _, a := range resp.GetResources() {
+			var l listenerv3.Listener
+			if err := a.UnmarshalTo(&l); err != nil {
+				return nil, 0, 0, fmt.Errorf("decode listener: %w", err)
+			}
+			for _, fc := range append(l.GetFilterChains(), l.GetDefaultFilterChain()) {
+				for _, f := range fc.GetFilters() {
+					var h hcmv3.HttpConnectionManager
+					if f.GetTypedConfig().MessageIs(&h) && f.GetTypedConfig().UnmarshalTo(&h) == nil && h.GetRds() != nil {
+						set[h.GetRds().GetRouteConfigName()] = true
+					}
+				}
+			}
+		}
+		follow = []string{}
+		for n := range set {
+			follow = append(follow, n)
+		}
+		sort.Strings(follow)
+	case resourcev3.EndpointType:
+		for _, a := range resp.GetResources() {
+			var cla endpointv3.ClusterLoadAssignment
+			if err := a.UnmarshalTo(&cla); err != nil {
+				return nil, 0, 0, fmt.Errorf("decode assignment: %w", err)
+			}
+			for _, le := range cla.GetEndpoints() {
+				endpoints += len(le.GetLbEndpoints())
+			}
+		}
+	}
+	return follow, count, endpoints, nil
+}
+
+func (l *Load) record(i int, version string, at time.Time) {
+	key := types[i] + "|" + version
+	l.mu.Lock()
+	p := l.pushes[key]
+	if p == nil {
+		p = &push{typeIdx: i, version: version, first: at}
+		l.pushes[key] = p
+		l.order = append(l.order, key)
+		if len(l.order) > l.opts.MaxPushes {
+			delete(l.pushes, l.order[0])
+			l.order = l.order[1:]
+		}
+	}
+	p.last = at
+	p.clients++
+	d := at.Sub(p.first)
+	fan := l.fanout
+	l.mu.Unlock()
+	if fan != nil {
+		fan(i, d)
+	}
+}
+
+// Push is one pushed version of one type as the clients saw it. ConvergenceMs is the spread
+// between the first and the last client receiving it (push fan-out time).
+type Push struct {
+	Type          string    `json:"type"`
+	Version       string    `json:"version"`
+	Clients       int       `json:"clients"`
+	FirstAt       time.Time `json:"firstAt"`
+	LastAt        time.Time `json:"lastAt"`
+	ConvergenceMs float64   `json:"convergenceMs"`
+}
+
+// Stats are the totals the harness reads.
+type Stats struct {
+	Clients   int              `json:"clients"`
+	Connected int64            `json:"connected"`
+	Streams   int64            `json:"streams"`
+	ACKs      int64            `json:"acks"`
+	NACKs     int64            `json:"nacks"`
+	Responses map[string]int64 `json:"responses"`
+	Bytes     map[string]int64 `json:"bytes"`
+	// Resources sums each client's current resource count per type; Endpoints sums endpoints.
+	Resources map[string]int64 `json:"resources"`
+	Endpoints int64            `json:"endpoints"`
+	// ClientsAtVersion counts clients per current version, per type (convergence check).
+	ClientsAtVersion map[string]map[string]int `json:"clientsAtVersion"`
+	Pushes           []Push                    `json:"pushes"`
+}
+
+var shortType = map[string]string{
+	resourcev3.ClusterType: "cds", resourcev3.EndpointType: "eds", resourcev3.ListenerType: "lds", resourcev3.RouteType: "rds",
+}
+
+// Stats returns the current totals.
+func (l *Load) Stats() Stats {
+	s := Stats{
+		Clients: len(l.clients), Connected: l.connected.Load(), Streams: l.streams.Load(),
+		ACKs: l.acks.Load(), NACKs: l.nacks.Load(),
+		Responses: map[string]int64{}, Bytes: map[string]int64{}, Resources: map[string]int64{},
+		ClientsAtVersion: map[string]map[string]int{},
+	}
+	for i, t := range types {
+		st := shortType[t]
+		s.Responses[st] = l.responses[i].Load()
+		s.Bytes[st] = l.bytes[i].Load()
+		s.ClientsAtVersion[st] = map[string]int{}
+	}
+	for _, c := range l.clients {
+		for i, t := range types {
+			s.Resources[shortType[t]] += c.resources[i].Load()
+			if v := c.versions[i].Load(); v != nil {
+				s.ClientsAtVersion[shortType[t]][*v]++
+			}
+		}
+		s.Endpoints += c.endpoints.Load()
+	}
+	l.mu.Lock()
+	for _, k := range l.order {
+		p := l.pushes[k]
+		s.Pushes = append(s.Pushes, Push{
+			Type: shortType[types[p.typeIdx]], Version: p.version, Clients: p.clients,
+			FirstAt: p.first, LastAt: p.last, ConvergenceMs: float64(p.last.Sub(p.first).Microseconds()) / 1000,
+		})
+	}
+	l.mu.Unlock()
+	return s
+}

@@ -1,0 +1,114 @@
+package adsload_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshchaos/meshchaos/workloads/adsload"
+	"github.com/meshchaos/meshchaos/workloads/xdstest"
+)
+
+// mesh is n services, each a cluster with two endpoints, behind one listener and route config.
+func mesh(n int) []types.Resource {
+	var res []types.Resource
+	var vhosts = xdstest.RouteConfig("80")
+	for i := range n {
+		name := fmt.Sprintf("outbound|80||svc-%d.default.svc.cluster.local", i)
+		res = append(res, xdstest.EDSCluster(name, ""), xdstest.CLA(name, fmt.Sprintf("10.0.%d.1:8080", i), fmt.Sprintf("10.0.%d.2:8080", i)))
+		vhosts.VirtualHosts = append(vhosts.VirtualHosts, xdstest.VirtualHost(name, []string{fmt.Sprintf("svc-%d", i)}, xdstest.PrefixRoute("/", name)))
+	}
+	return append(res, xdstest.HTTPListener("0.0.0.0_80", "0.0.0.0:80", "80"), vhosts)
+}
+
+func TestClientsACKAndRecordConvergence(t *testing.T) {
+	xds := xdstest.Start(t)
+	xds.Set(t, "1", mesh(5)...)
+	const n = 20
+	l, err := adsload.New(adsload.Options{XDSAddress: xds.Addr, Clients: n})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { l.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	atVersion := func(v string) bool {
+		s := l.Stats()
+		for _, typ := range []string{"cds", "eds", "lds", "rds"} {
+			if s.ClientsAtVersion[typ][v] != n {
+				return false
+			}
+		}
+		return true
+	}
+	require.Eventually(t, func() bool { return atVersion("1") }, 10*time.Second, 10*time.Millisecond)
+	s := l.Stats()
+	assert.EqualValues(t, n, s.Connected)
+	assert.EqualValues(t, n*5, s.Resources["cds"])
+	assert.EqualValues(t, n*5, s.Resources["eds"])
+	assert.EqualValues(t, n*1, s.Resources["lds"])
+	assert.EqualValues(t, n*1, s.Resources["rds"])
+	assert.EqualValues(t, n*10, s.Endpoints)
+	assert.Positive(t, s.Bytes["eds"])
+	assert.Zero(t, s.NACKs)
+
+	// Each client is its own node and ACKs with version and nonce.
+	nodes := map[string]bool{}
+	acks := 0
+	for _, r := range xds.Requests() {
+		if r.GetNode() != nil {
+			nodes[r.GetNode().GetId()] = true
+		}
+		if r.GetVersionInfo() == "1" && r.GetResponseNonce() != "" && r.GetTypeUrl() == resourcev3.ClusterType {
+			acks++
+		}
+	}
+	assert.Len(t, nodes, n)
+	assert.Equal(t, n, acks)
+
+	// A push reaches every client; its fan-out is recorded.
+	xds.Set(t, "2", mesh(6)...)
+	require.Eventually(t, func() bool { return atVersion("2") }, 10*time.Second, 10*time.Millisecond)
+	s = l.Stats()
+	assert.EqualValues(t, n*6, s.Resources["cds"])
+	var cds2 *adsload.Push
+	for i := range s.Pushes {
+		if s.Pushes[i].Type == "cds" && s.Pushes[i].Version == "2" {
+			cds2 = &s.Pushes[i]
+		}
+	}
+	require.NotNil(t, cds2)
+	assert.Equal(t, n, cds2.Clients)
+	assert.GreaterOrEqual(t, cds2.ConvergenceMs, 0.0)
+	assert.False(t, cds2.LastAt.Before(cds2.FirstAt))
+
+	srv := httptest.NewServer(l.Handler())
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL + "/metrics")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Contains(t, string(body), fmt.Sprintf("adsload_clients_connected %d", n))
+	assert.Contains(t, string(body), `adsload_resources{type="cds"} 120`)
+	resp, err = srv.Client().Get(srv.URL + "/stats")
+	require.NoError(t, err)
+	var js adsload.Stats
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&js))
+	resp.Body.Close()
+	assert.Equal(t, n, js.Clients)
+
+	// Clients reconnect after the server restarts and resume from their versions.
+	xds.Stop()
+	require.Eventually(t, func() bool { return l.Stats().Connected == 0 }, 5*time.Second, 10*time.Millisecond)
+	xds.Restart(t)
+	require.Eventually(t, func() bool { return l.Stats().Connected == n }, 15*time.Second, 20*time.Millisecond)
+}

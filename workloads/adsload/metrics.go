@@ -1,0 +1,71 @@
+package adsload
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handler serves the totals as JSON on /stats and as Prometheus metrics on /metrics.
+func (l *Load) Handler() http.Handler {
+	reg := prometheus.NewRegistry()
+	fanout := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "adsload_push_fanout_seconds",
+		Help:    "Time from the first client receiving a pushed version to each client receiving it.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+	}, []string{"type"})
+	reg.MustRegister(fanout, &collector{l: l})
+	l.mu.Lock()
+	l.fanout = func(i int, d time.Duration) { fanout.WithLabelValues(shortType[types[i]]).Observe(d.Seconds()) }
+	l.mu.Unlock()
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(l.Stats())
+	})
+	return mux
+}
+
+// collector exposes Stats at scrape time.
+type collector struct{ l *Load }
+
+var (
+	descClients   = prometheus.NewDesc("adsload_clients", "Configured ADS clients.", nil, nil)
+	descConnected = prometheus.NewDesc("adsload_clients_connected", "Clients with an open ADS stream.", nil, nil)
+	descStreams   = prometheus.NewDesc("adsload_streams_total", "ADS streams opened (reconnects included).", nil, nil)
+	descAcks      = prometheus.NewDesc("adsload_acks_total", "Responses ACKed.", nil, nil)
+	descNacks     = prometheus.NewDesc("adsload_nacks_total", "Responses NACKed (undecodable).", nil, nil)
+	descResponses = prometheus.NewDesc("adsload_responses_total", "Responses received.", []string{"type"}, nil)
+	descBytes     = prometheus.NewDesc("adsload_received_bytes_total", "Response bytes received.", []string{"type"}, nil)
+	descResources = prometheus.NewDesc("adsload_resources", "Resources currently held, summed over clients.", []string{"type"}, nil)
+	descEndpoints = prometheus.NewDesc("adsload_endpoints", "Endpoints currently held, summed over clients.", nil, nil)
+)
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descClients, descConnected, descStreams, descAcks, descNacks, descResponses, descBytes, descResources, descEndpoints} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.l.Stats()
+	ch <- prometheus.MustNewConstMetric(descClients, prometheus.GaugeValue, float64(s.Clients))
+	ch <- prometheus.MustNewConstMetric(descConnected, prometheus.GaugeValue, float64(s.Connected))
+	ch <- prometheus.MustNewConstMetric(descStreams, prometheus.CounterValue, float64(s.Streams))
+	ch <- prometheus.MustNewConstMetric(descAcks, prometheus.CounterValue, float64(s.ACKs))
+	ch <- prometheus.MustNewConstMetric(descNacks, prometheus.CounterValue, float64(s.NACKs))
+	for t, v := range s.Responses {
+		ch <- prometheus.MustNewConstMetric(descResponses, prometheus.CounterValue, float64(v), t)
+	}
+	for t, v := range s.Bytes {
+		ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(v), t)
+	}
+	for t, v := range s.Resources {
+		ch <- prometheus.MustNewConstMetric(descResources, prometheus.GaugeValue, float64(v), t)
+	}
+	ch <- prometheus.MustNewConstMetric(descEndpoints, prometheus.GaugeValue, float64(s.Endpoints))
+}

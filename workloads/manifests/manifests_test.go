@@ -1,0 +1,207 @@
+package manifests
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protojson"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+
+	"github.com/meshchaos/meshchaos/harness/cluster/apiserver"
+)
+
+func decode(t *testing.T, b []byte) []runtime.Object {
+	t.Helper()
+	var out []runtime.Object
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		body := false
+		for _, line := range strings.Split(doc, "\n") {
+			if l := strings.TrimSpace(line); l != "" && l != "---" && !strings.HasPrefix(l, "#") {
+				body = true
+			}
+		}
+		if !body {
+			continue
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		require.NoError(t, err, "document:\n%s", doc)
+		out = append(out, obj)
+	}
+	return out
+}
+
+func render(t *testing.T, name string, v Values) []runtime.Object {
+	t.Helper()
+	if v.XDSAddress == "" {
+		v.XDSAddress = "meshchaos-cp.meshchaos-system.svc:15010"
+	}
+	if v.Dependency == "" {
+		v.Dependency = "echo.default.svc.cluster.local"
+	}
+	b, err := Render(name, v)
+	require.NoError(t, err)
+	return decode(t, b)
+}
+
+func deployment(t *testing.T, objs []runtime.Object) *appsv1.Deployment {
+	t.Helper()
+	for _, o := range objs {
+		if d, ok := o.(*appsv1.Deployment); ok {
+			return d
+		}
+	}
+	t.Fatal("no Deployment")
+	return nil
+}
+
+func names(cs []corev1.Container) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+func TestLocalUsesImportedImagesAndXDSProxy(t *testing.T) {
+	for _, n := range Names {
+		for _, c := range deployment(t, render(t, n, Values{Substrate: Local()})).Spec.Template.Spec.Containers {
+			assert.True(t, strings.HasPrefix(c.Image, "meshchaos.local/") && strings.HasSuffix(c.Image, ":dev"), "%s: %s", n, c.Image)
+			assert.Equal(t, corev1.PullNever, c.ImagePullPolicy, n)
+		}
+	}
+	gw := deployment(t, render(t, "gateway", Values{Substrate: Local(), Delta: true})).Spec.Template.Spec.Containers[0]
+	assert.Equal(t, "meshchaos.local/xdsproxy:dev", gw.Image)
+	assert.Contains(t, strings.Join(gw.Args, " "), "--xds meshchaos-cp.meshchaos-system.svc:15010 --node-id router~$(POD_IP)~")
+	assert.Contains(t, gw.Args, "--delta")
+	assert.Equal(t, "/ready", gw.ReadinessProbe.HTTPGet.Path)
+	assert.Nil(t, gw.Lifecycle, "the gateway holds nothing")
+	assert.Contains(t, gw.Ports, corev1.ContainerPort{Name: "http-80", ContainerPort: 80}, "the listener port")
+}
+
+func TestAppStartOrderVariants(t *testing.T) {
+	plain := deployment(t, render(t, "app", Values{Substrate: Local()})).Spec.Template.Spec
+	assert.Equal(t, []string{"app", "proxy"}, names(plain.Containers), "plain: the app starts first (the incident)")
+	for _, c := range plain.Containers {
+		assert.Nil(t, c.Lifecycle)
+	}
+	app := plain.Containers[0]
+	assert.Equal(t, "meshchaos.local/startup-app:dev", app.Image)
+	assert.Equal(t, []string{"--target", "http://127.0.0.1:80/", "--host", "echo.default.svc.cluster.local", "--attempts", "1", "--addr", ":8080", "--termination-log", "/dev/termination-log"}, app.Args)
+
+	hold := deployment(t, render(t, "app", Values{Substrate: Local(), HoldApp: true})).Spec.Template.Spec
+	assert.Equal(t, []string{"proxy", "app"}, names(hold.Containers), "hold: the proxy starts first")
+	require.NotNil(t, hold.Containers[0].Lifecycle)
+	assert.Equal(t, []string{"/meshchaos", "workload", "xdsproxy", "wait", "--admin", "127.0.0.1:15000", "--timeout", "1m0s"}, hold.Containers[0].Lifecycle.PostStart.Exec.Command)
+}
+
+func TestEchoAndAdsload(t *testing.T) {
+	objs := render(t, "echo", Values{Substrate: Local(), Name: "echo-a", Replicas: 3, EchoEnv: map[string]string{"ECHO_READY_FOR": "5s", "ECHO_UNREADY_FOR": "5s"}})
+	d := deployment(t, objs)
+	assert.EqualValues(t, 3, *d.Spec.Replicas)
+	c := d.Spec.Template.Spec.Containers[0]
+	assert.Equal(t, "/ready", c.ReadinessProbe.HTTPGet.Path)
+	assert.Contains(t, c.Env, corev1.EnvVar{Name: "ECHO_UNREADY_FOR", Value: "5s"})
+	var svc *corev1.Service
+	for _, o := range objs {
+		if s, ok := o.(*corev1.Service); ok {
+			svc = s
+		}
+	}
+	require.NotNil(t, svc)
+	assert.Equal(t, "echo-a", svc.Name)
+
+	ads := deployment(t, render(t, "adsload", Values{Substrate: Local(), Clients: 500})).Spec.Template.Spec.Containers[0]
+	assert.Equal(t, "meshchaos.local/adsload:dev", ads.Image)
+	assert.Contains(t, strings.Join(ads.Args, " "), "--clients 500")
+}
+
+func TestKindRunsEnvoyWithAValidBootstrap(t *testing.T) {
+	for _, hold := range []bool{false, true} {
+		objs := render(t, "app", Values{Substrate: Kind(""), HoldApp: hold, Delta: true})
+		spec := deployment(t, objs).Spec.Template.Spec
+		var proxy corev1.Container
+		for _, c := range spec.Containers {
+			if c.Name == "proxy" {
+				proxy = c
+			} else {
+				assert.Equal(t, corev1.PullIfNotPresent, c.ImagePullPolicy)
+			}
+		}
+		assert.Equal(t, DefaultEnvoyImage, proxy.Image)
+		assert.Equal(t, "/etc/envoy", proxy.VolumeMounts[0].MountPath)
+		assert.Equal(t, "/ready", proxy.ReadinessProbe.HTTPGet.Path, "Envoy's admin /ready, like xdsproxy's")
+		if hold {
+			assert.Equal(t, "/bin/bash", proxy.Lifecycle.PostStart.Exec.Command[0])
+		}
+		var cm *corev1.ConfigMap
+		for _, o := range objs {
+			if c, ok := o.(*corev1.ConfigMap); ok {
+				cm = c
+			}
+		}
+		require.NotNil(t, cm)
+		assert.Equal(t, spec.Volumes[0].ConfigMap.Name, cm.Name)
+		js, err := yaml.YAMLToJSON([]byte(cm.Data["bootstrap.yaml"]))
+		require.NoError(t, err)
+		var bs bootstrapv3.Bootstrap
+		require.NoError(t, protojson.Unmarshal(js, &bs), "the bootstrap is a valid Envoy v3 Bootstrap")
+		require.NoError(t, bs.ValidateAll())
+		assert.Equal(t, "DELTA_GRPC", bs.GetDynamicResources().GetAdsConfig().GetApiType().String())
+		assert.Equal(t, "meshchaos-cp.meshchaos-system.svc", bs.GetStaticResources().GetClusters()[0].GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetAddress())
+	}
+}
+
+func TestRenderRejectsBadValues(t *testing.T) {
+	_, err := Render("nope", Values{Substrate: Local()})
+	assert.ErrorContains(t, err, "unknown manifest")
+	_, err = Render("gateway", Values{Substrate: Local(), XDSAddress: "no-port"})
+	assert.ErrorContains(t, err, "HOST:PORT")
+	_, err = Render("app", Values{Substrate: Local(), XDSAddress: "cp:15010"})
+	assert.ErrorContains(t, err, "Dependency")
+	_, err = Render("echo", Values{})
+	assert.ErrorContains(t, err, "no substrate")
+}
+
+// The rendered objects are accepted by a real kube-apiserver, for both substrates.
+func TestManifestsAreAcceptedByKubeAPIServer(t *testing.T) {
+	s := apiserver.StartForTest(t)
+	cs, err := kubernetes.NewForConfig(s.RESTConfig())
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, sub := range []Substrate{Local(), Kind("")} {
+		ns := sub.Name
+		_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		for _, v := range []Values{
+			{Name: "gw"}, {Name: "echo", EchoEnv: map[string]string{"ECHO_LATENCY": "10ms"}},
+			{Name: "app-plain"}, {Name: "app-hold", HoldApp: true}, {Name: "load"},
+		} {
+			manifest := map[string]string{"gw": "gateway", "echo": "echo", "app-plain": "app", "app-hold": "app", "load": "adsload"}[v.Name]
+			v.Substrate, v.Namespace = sub, ns
+			for _, o := range render(t, manifest, v) {
+				switch o := o.(type) {
+				case *appsv1.Deployment:
+					_, err = cs.AppsV1().Deployments(ns).Create(ctx, o, metav1.CreateOptions{})
+				case *corev1.Service:
+					_, err = cs.CoreV1().Services(ns).Create(ctx, o, metav1.CreateOptions{})
+				case *corev1.ConfigMap:
+					_, err = cs.CoreV1().ConfigMaps(ns).Create(ctx, o, metav1.CreateOptions{})
+				default:
+					t.Fatalf("unexpected object %T", o)
+				}
+				require.NoError(t, err, "%s/%s %T", ns, v.Name, o)
+			}
+		}
+	}
+}

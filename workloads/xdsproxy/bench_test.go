@@ -1,0 +1,232 @@
+package xdsproxy_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/meshchaos/meshchaos/workloads/xdsproxy"
+	"github.com/meshchaos/meshchaos/workloads/xdstest"
+)
+
+// The benchmarks run the proxy as its own process (this test binary re-executed), as it runs in a
+// pod, so its memory is its own and it does not share a Go runtime with the load generator.
+const childEnv = "XDSPROXY_BENCH_CHILD_XDS"
+
+func TestMain(m *testing.M) {
+	if xds := os.Getenv(childEnv); xds != "" {
+		runChild(xds, os.Getenv("XDSPROXY_BENCH_CHILD_ADMIN"))
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func runChild(xds, admin string) {
+	p, err := xdsproxy.New(xdsproxy.Options{XDSAddress: xds, NodeID: "router~127.0.0.1~gw.bench~bench.svc.cluster.local", AdminAddress: admin})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := p.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+type child struct {
+	cmd   *exec.Cmd
+	admin string
+}
+
+func startChild(b *testing.B, xds string) *child {
+	b.Helper()
+	admin := xdstest.FreeAddr(b)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+xds, "XDSPROXY_BENCH_CHILD_ADMIN="+admin)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("start proxy process: %v", err)
+	}
+	c := &child{cmd: cmd, admin: admin}
+	b.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	if err := xdsproxy.Wait(context.Background(), admin, 20*time.Second, 20*time.Millisecond); err != nil {
+		b.Fatalf("proxy process: %v", err)
+	}
+	return c
+}
+
+// rssBytes is the process's resident set size.
+func (c *child) rssBytes(b *testing.B) int64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	if err != nil {
+		b.Fatalf("read proxy status: %v", err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			kb, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmRSS")
+	return 0
+}
+
+// heapBytes is the proxy's live Go heap as its /stats reports it.
+func (c *child) heapBytes(b *testing.B) int64 {
+	resp, err := http.Get("http://" + c.admin + "/stats")
+	if err != nil {
+		b.Fatalf("stats: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.Fatalf("stats: %v", err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "server.memory_allocated: "); ok {
+			x, _ := strconv.ParseInt(v, 10, 64)
+			return x
+		}
+	}
+	b.Fatal("no server.memory_allocated in /stats")
+	return 0
+}
+
+func benchDuration() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("MESHCHAOS_BENCH_DURATION")); err == nil && d > 0 {
+		return d
+	}
+	return 10 * time.Second
+}
+
+// benchWorld: services × endpoints behind one listener; svc-0 reaches the real backend.
+func benchWorld(listener, backendAddr string, services, endpoints int) []types.Resource {
+	rc := xdstest.RouteConfig("gw")
+	var res []types.Resource
+	for i := range services {
+		name := fmt.Sprintf("outbound|80||svc-%d.bench.svc.cluster.local", i)
+		var addrs []string
+		for j := range endpoints {
+			if i == 0 {
+				addrs = append(addrs, backendAddr)
+			} else {
+				addrs = append(addrs, fmt.Sprintf("10.%d.%d.%d:8080", 1+i/250, i%250, j))
+			}
+		}
+		res = append(res, xdstest.EDSCluster(name, ""), xdstest.CLA(name, addrs...))
+		host := fmt.Sprintf("svc-%d.bench.svc.cluster.local", i)
+		rc.VirtualHosts = append(rc.VirtualHosts, xdstest.VirtualHost(host, []string{host, host + ":80"}, xdstest.PrefixRoute("/", name)))
+	}
+	return append(res, xdstest.InlineHTTPListener("gw", listener, rc))
+}
+
+func attack(b *testing.B, url, host string, d time.Duration, m *vegeta.Metrics, during func()) {
+	b.Helper()
+	hdr := http.Header{}
+	hdr.Set("Host", host)
+	tr := vegeta.NewStaticTargeter(vegeta.Target{Method: http.MethodGet, URL: url, Header: hdr})
+	a := vegeta.NewAttacker(vegeta.KeepAlive(true), vegeta.Connections(64), vegeta.Workers(16), vegeta.Timeout(5*time.Second))
+	stop := make(chan struct{})
+	if during != nil {
+		go func() {
+			t := time.NewTicker(250 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					during()
+				}
+			}
+		}()
+	}
+	for res := range a.Attack(tr, vegeta.Rate{Freq: 500, Per: time.Second}, d, url) {
+		if m != nil {
+			m.Add(res)
+		}
+	}
+	close(stop)
+}
+
+// BenchmarkProxy500rps measures what xdsproxy adds at 500 requests/s over keep-alive
+// connections (Vegeta, loopback), against calling the backend directly, interleaving the two in
+// rounds so machine noise hits both; and the proxy process's memory at rest (100 services × 10
+// endpoints configured) and under that load.
+func BenchmarkProxy500rps(b *testing.B) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok"))
+	}))
+	defer backend.Close()
+	backendAddr := strings.TrimPrefix(backend.URL, "http://")
+	xds := xdstest.Start(b)
+	listener := xdstest.FreeAddr(b)
+	xds.Set(b, "1", benchWorld(listener, backendAddr, 100, 10)...)
+	c := startChild(b, xds.Addr)
+	host := "svc-0.bench.svc.cluster.local"
+
+	for b.Loop() {
+		time.Sleep(time.Second)
+		restRSS, restHeap := c.rssBytes(b), c.heapBytes(b)
+		// Warm both paths (connections, pools), unrecorded.
+		attack(b, backend.URL+"/", host, time.Second, nil, nil)
+		attack(b, "http://"+listener+"/", host, time.Second, nil, nil)
+
+		d := benchDuration()
+		const rounds = 5
+		direct, proxied := &vegeta.Metrics{}, &vegeta.Metrics{}
+		var loadRSS, loadHeap int64
+		sample := func() {
+			loadRSS = max(loadRSS, c.rssBytes(b))
+			loadHeap = max(loadHeap, c.heapBytes(b))
+		}
+		for range rounds {
+			attack(b, backend.URL+"/", host, d/rounds, direct, nil)
+			attack(b, "http://"+listener+"/", host, d/rounds, proxied, sample)
+		}
+		direct.Close()
+		proxied.Close()
+		if direct.Success < 1 || proxied.Success < 1 {
+			b.Fatalf("not every request succeeded: direct %.4f proxied %.4f (errors %v %v)", direct.Success, proxied.Success, direct.Errors, proxied.Errors)
+		}
+		us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+		mib := func(n int64) float64 { return float64(n) / (1 << 20) }
+		b.ReportMetric(us(direct.Latencies.P50), "direct-p50-µs")
+		b.ReportMetric(us(direct.Latencies.P99), "direct-p99-µs")
+		b.ReportMetric(us(proxied.Latencies.P50), "proxied-p50-µs")
+		b.ReportMetric(us(proxied.Latencies.P99), "proxied-p99-µs")
+		b.ReportMetric(us(proxied.Latencies.P50-direct.Latencies.P50), "added-p50-µs")
+		b.ReportMetric(us(proxied.Latencies.P99-direct.Latencies.P99), "added-p99-µs")
+		b.ReportMetric(mib(restRSS), "rest-rss-MiB")
+		b.ReportMetric(mib(restHeap), "rest-heap-MiB")
+		b.ReportMetric(mib(loadRSS), "load-rss-MiB")
+		b.ReportMetric(mib(loadHeap), "load-heap-MiB")
+		b.Logf("requests direct=%d proxied=%d at 500/s over %s each; direct p50=%s p99=%s; proxied p50=%s p99=%s",
+			direct.Requests, proxied.Requests, d, direct.Latencies.P50, direct.Latencies.P99, proxied.Latencies.P50, proxied.Latencies.P99)
+	}
+}

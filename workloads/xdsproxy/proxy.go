@@ -1,0 +1,281 @@
+// Package xdsproxy is a Go HTTP/1.1 sidecar and gateway configured over xDS with Envoy's
+// semantics in everything meshchaos experiments observe: ADS (state of the world or delta) with
+// ACK/NACK, reconnect with backoff while keeping the last configuration, deletion of clusters and
+// listeners a SotW response omits, cluster and listener warming, Envoy's local replies with their
+// response flags (in respflags.Header), and Envoy's admin /ready, /config_dump and /stats.
+// The local substrate runs it where real Envoy cannot be installed.
+//
+// Where it knowingly differs from Envoy (none of it changes what the experiments count):
+//   - HTTP/1.1 only (downstream and upstream); listeners need an HTTP connection manager
+//     (tcp_proxy and other network filters are rejected), one per listener (first filter chain
+//     that has one; filter_chain_match is ignored). HTTP filters other than the router are ignored.
+//   - Malformed requests get Go's 400 without the response-flag header (Envoy: 400 with DPE).
+//   - Load balancing is round robin over the healthy hosts of the best priority (weights,
+//     localities, overprovisioning and lb_policy are ignored); no circuit breakers, outlier
+//     detection or active health checks; ORIGINAL_DST clusters have no hosts (503 UH).
+//   - Retries: retry_on connect-failure, reset, 5xx, gateway-error, retriable-status-codes with
+//     num_retries and per_try_timeout; no retry back-off. Route timeouts are honoured (504 UT).
+//   - An updated cluster whose assignment is already known warms at once (Envoy's EDS cache).
+//   - /config_dump shows the last rejection per type on a pseudo-entry's error_state.
+package xdsproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Options configure a proxy.
+type Options struct {
+	// XDSAddress is the ADS server, host:port (plaintext gRPC).
+	XDSAddress string
+	// NodeID is the node id sent to the server; Istio-style ids
+	// ("sidecar~10.0.0.1~pod.ns~ns.svc.cluster.local") are passed through unchanged.
+	NodeID string
+	// Cluster is the node's cluster (Envoy --service-cluster).
+	Cluster string
+	// Metadata is the node metadata (JSON-like values).
+	Metadata map[string]any
+	// Delta selects the incremental (delta) ADS protocol; the default is state of the world.
+	Delta bool
+	// AdminAddress is where /ready, /config_dump and /stats listen; "" disables admin.
+	AdminAddress string
+	// InitialFetchTimeout bounds the wait for the first CDS and LDS response before
+	// initialization continues without them. 0 waits forever (Istio's bootstrap sets 0s).
+	InitialFetchTimeout time.Duration
+	// BackoffBase and BackoffMax bound the reconnect backoff (Envoy: 500ms and 30s).
+	BackoffBase, BackoffMax time.Duration
+	// ListenerIP, when set, replaces the IP of every listener address (the port stays): bind
+	// 0.0.0.0 listeners of a control plane to loopback in tests, or to one pod IP.
+	ListenerIP string
+	// Logger receives xDS and lifecycle events; nil discards them.
+	Logger *slog.Logger
+}
+
+// Proxy is a running xdsproxy.
+type Proxy struct {
+	opts  Options
+	log   *slog.Logger
+	stats *stats
+	state *state
+	snap  atomic.Pointer[snapshot]
+
+	fwd *forwarder
+
+	mu      sync.Mutex
+	admin   net.Listener
+	servers []*http.Server
+	cancel  context.CancelFunc
+	done    chan struct{}
+	conn    *grpc.ClientConn
+}
+
+// New validates opts and builds a proxy; Start runs it.
+func New(opts Options) (*Proxy, error) {
+	if opts.XDSAddress == "" {
+		return nil, errors.New("xdsproxy: an xDS server address is required (--xds host:port)")
+	}
+	if opts.NodeID == "" {
+		return nil, errors.New("xdsproxy: a node id is required (--node-id)")
+	}
+	if opts.BackoffBase <= 0 {
+		opts.BackoffBase = 500 * time.Millisecond
+	}
+	if opts.BackoffMax <= 0 {
+		opts.BackoffMax = 30 * time.Second
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	p := &Proxy{opts: opts, log: log, stats: newStats(), done: make(chan struct{})}
+	p.state = newState(p.stats)
+	if opts.ListenerIP != "" {
+		if net.ParseIP(opts.ListenerIP) == nil {
+			return nil, fmt.Errorf("xdsproxy: listener IP %q is not an IP address", opts.ListenerIP)
+		}
+		p.state.listenerIP = opts.ListenerIP
+	}
+	p.state.publish = func(s *snapshot) { p.snap.Store(s) }
+	p.state.bindFunc = p.bind
+	p.state.serve = p.serveListener
+	p.snap.Store(&snapshot{listeners: map[string]*liveListener{}, clusters: map[string]*upstream{}})
+	p.fwd = newForwarder(p.stats)
+	return p, nil
+}
+
+// Start binds the admin listener and starts the ADS client. It returns once both run.
+func (p *Proxy) Start(ctx context.Context) error {
+	md, err := structpb.NewStruct(p.opts.Metadata)
+	if err != nil {
+		return fmt.Errorf("xdsproxy: node metadata: %w", err)
+	}
+	conn, err := grpc.NewClient(p.opts.XDSAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("xdsproxy: dial xDS server %s: %w", p.opts.XDSAddress, err)
+	}
+	p.conn = conn
+	if p.opts.AdminAddress != "" {
+		ln, err := net.Listen("tcp", p.opts.AdminAddress)
+		if err != nil {
+			conn.Close()
+			return fmt.Errorf("xdsproxy: admin listener %s: %w", p.opts.AdminAddress, err)
+		}
+		p.admin = ln
+		srv := &http.Server{Handler: p.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		p.track(srv)
+		go srv.Serve(ln)
+	}
+	if p.opts.InitialFetchTimeout > 0 {
+		time.AfterFunc(p.opts.InitialFetchTimeout, func() { p.state.markTimedOut(resourcev3.ClusterType) })
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	p.cancel = cancel
+	c := &xdsClient{
+		p: p, conn: conn, versions: map[string]string{},
+		node: &corev3.Node{Id: p.opts.NodeID, Cluster: p.opts.Cluster, Metadata: md, UserAgentName: "xdsproxy"},
+	}
+	go func() {
+		defer close(p.done)
+		c.run(cctx)
+	}()
+	return nil
+}
+
+// Run starts the proxy and serves until ctx ends.
+func (p *Proxy) Run(ctx context.Context) error {
+	if err := p.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	p.Close()
+	return nil
+}
+
+// AdminAddr is the admin listener's address ("" when admin is off).
+func (p *Proxy) AdminAddr() string {
+	if p.admin == nil {
+		return ""
+	}
+	return p.admin.Addr().String()
+}
+
+// Ready reports whether initialization finished (what /ready answers).
+func (p *Proxy) Ready() bool { return p.state.isReady() }
+
+// Close stops the ADS client and closes every listener.
+func (p *Proxy) Close() {
+	if p.cancel != nil {
+		p.cancel()
+		<-p.done
+	}
+	p.state.close()
+	p.mu.Lock()
+	servers := p.servers
+	p.servers = nil
+	p.mu.Unlock()
+	for _, s := range servers {
+		s.Close()
+	}
+	if p.conn != nil {
+		p.conn.Close()
+	}
+	p.fwd.close()
+}
+
+func (p *Proxy) track(s *http.Server) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.servers = append(p.servers, s)
+}
+
+func (p *Proxy) untrack(s *http.Server) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, x := range p.servers {
+		if x == s {
+			p.servers = append(p.servers[:i], p.servers[i+1:]...)
+			return
+		}
+	}
+}
+
+// bind opens a listener's socket when the listener is added (a bind error rejects it, as in
+// Envoy); serveListener starts accepting once it is warm.
+func (p *Proxy) bind(l *listenerCfg) (*boundListener, error) {
+	ln, err := net.Listen("tcp", l.address)
+	if err != nil {
+		return nil, err
+	}
+	b := &boundListener{name: l.name, ln: ln}
+	srv := &http.Server{
+		Handler:           p.listenerHandler(l.name),
+		ReadHeaderTimeout: 60 * time.Second,
+		IdleTimeout:       time.Hour, // Envoy's default downstream idle timeout
+		ErrorLog:          slogErrorLog(p.log),
+	}
+	b.closeFn = func() {
+		ln.Close()
+		// Let requests in flight finish, like Envoy's drain, without holding the caller.
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			srv.Shutdown(ctx)
+			p.untrack(srv)
+		}()
+	}
+	b.srv = srv
+	p.track(srv)
+	return b, nil
+}
+
+func (p *Proxy) serveListener(b *boundListener) {
+	b.once.Do(func() { go b.srv.Serve(b.ln) })
+}
+
+// knownVersions is what delta sends as initial_resource_versions on a new stream.
+func (p *Proxy) knownVersions(typeURL string) map[string]string {
+	s := p.state
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]string{}
+	switch typeURL {
+	case resourcev3.ClusterType:
+		for n, slot := range s.clusters {
+			if slot.active != nil {
+				out[n] = slot.active.version
+			}
+		}
+	case resourcev3.EndpointType:
+		for n, c := range s.clas {
+			out[n] = c.version
+		}
+	case resourcev3.ListenerType:
+		for n, slot := range s.listeners {
+			if slot.active != nil {
+				out[n] = slot.active.version
+			}
+		}
+	case resourcev3.RouteType:
+		for n, r := range s.routes {
+			out[n] = r.version
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}

@@ -1,0 +1,148 @@
+//go:build referencecp
+
+// This test needs the reference control plane (issue 3, package controlplane). It was written
+// and passed against branch issue3-controlplane; remove the build constraint once that is on main.
+
+package xdsproxy_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apinet "istio.io/api/networking/v1alpha3"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/meshchaos/meshchaos/controlplane"
+	cpmanifests "github.com/meshchaos/meshchaos/controlplane/manifests"
+	"github.com/meshchaos/meshchaos/controlplane/respflags"
+	"github.com/meshchaos/meshchaos/harness/cluster/apiserver"
+	"github.com/meshchaos/meshchaos/workloads/echo"
+	"github.com/meshchaos/meshchaos/workloads/xdsproxy"
+	"github.com/meshchaos/meshchaos/workloads/xdstest"
+)
+
+// echoPod is an echo backend on loopback; it returns its port.
+func echoPod(t *testing.T, name string) uint32 {
+	s := httptest.NewServer(echo.Handler(echo.Options{PodName: name, PodIP: "127.0.0.1"}))
+	t.Cleanup(s.Close)
+	return uint32(s.Listener.Addr().(*net.TCPAddr).Port)
+}
+
+func serviceEntry(name, host string, port uint32, backends ...uint32) *networkingv1.ServiceEntry {
+	se := &networkingv1.ServiceEntry{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "mesh"}, Spec: apinet.ServiceEntry{
+		Hosts: []string{host}, Resolution: apinet.ServiceEntry_STATIC,
+		Ports: []*apinet.ServicePort{{Number: port, Name: "http", Protocol: "HTTP"}}}}
+	for _, b := range backends {
+		// Loopback endpoints are fine inline in a ServiceEntry (EndpointSlices reject them).
+		se.Spec.Endpoints = append(se.Spec.Endpoints, &apinet.WorkloadEntry{Address: "127.0.0.1", Ports: map[string]uint32{"http": b}})
+	}
+	return se
+}
+
+// TestGatewayReachesEchoByHostThroughReferenceCP: real kube-apiserver, the reference control
+// plane, xdsproxy as the gateway; traffic by host name reaches the echo backends, and endpoint
+// and service changes propagate.
+func TestGatewayReachesEchoByHostThroughReferenceCP(t *testing.T) {
+	ctx := context.Background()
+	s := apiserver.StartForTest(t)
+	cfg := s.RESTConfig()
+	require.NoError(t, cpmanifests.InstallCRDs(ctx, cfg))
+	kc, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	_, err = kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mesh"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	ic, err := istioclient.NewForConfig(cfg)
+	require.NoError(t, err)
+
+	_, p, _ := net.SplitHostPort(xdstest.FreeAddr(t))
+	port64, _ := strconv.ParseUint(p, 10, 32)
+	port := uint32(port64) // the service port: the control plane's listener is 0.0.0.0:port
+	a0, a1, b0 := echoPod(t, "echo-a-0"), echoPod(t, "echo-a-1"), echoPod(t, "echo-b-0")
+	ses := ic.NetworkingV1().ServiceEntries("mesh")
+	_, err = ses.Create(ctx, serviceEntry("echo-a", "echo-a.mesh.test", port, a0, a1), metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = ses.Create(ctx, serviceEntry("echo-b", "echo-b.mesh.test", port, b0), metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	cp, err := controlplane.Start(ctx, controlplane.Options{Kube: cfg, XDSAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0",
+		SyncGate: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	t.Cleanup(cp.Stop)
+	<-cp.Gate.Done()
+
+	gw, err := xdsproxy.New(xdsproxy.Options{XDSAddress: cp.XDSAddr(), NodeID: "router~127.0.0.1~gateway-0.mesh~mesh.svc.cluster.local",
+		ListenerIP: "127.0.0.1", AdminAddress: "127.0.0.1:0", BackoffBase: 50 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, gw.Start(ctx))
+	t.Cleanup(gw.Close)
+	require.NoError(t, xdsproxy.Wait(ctx, gw.AdminAddr(), 20*time.Second, 20*time.Millisecond))
+
+	addr := "127.0.0.1:" + p
+	pod := func(host string) (int, string, string) {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/hello", nil)
+		req.Host = host
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var r echo.Reply
+		if resp.StatusCode == 200 {
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&r))
+			assert.Equal(t, host, r.Host)
+			assert.Equal(t, "/hello", r.Path)
+		}
+		return resp.StatusCode, r.Pod, resp.Header.Get(respflags.Header)
+	}
+	seen := map[string]int{}
+	for range 4 {
+		code, name, _ := pod("echo-a.mesh.test")
+		require.Equal(t, 200, code)
+		seen[name]++
+	}
+	assert.Equal(t, map[string]int{"echo-a-0": 2, "echo-a-1": 2}, seen, "round robin over the service's endpoints")
+	_, name, _ := pod(fmt.Sprintf("echo-b.mesh.test:%d", port))
+	assert.Equal(t, "echo-b-0", name, "host:port form")
+	code, _, flag := pod("nobody.mesh.test")
+	assert.Equal(t, 404, code)
+	assert.Equal(t, respflags.NoRouteFound, flag)
+
+	// An endpoint-only change (EDS push) reaches the gateway.
+	se, err := ses.Get(ctx, "echo-a", metav1.GetOptions{})
+	require.NoError(t, err)
+	se.Spec.Endpoints = se.Spec.Endpoints[1:]
+	_, err = ses.Update(ctx, se, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		for range 3 {
+			if _, name, _ := pod("echo-a.mesh.test"); name != "echo-a-1" {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 20*time.Millisecond)
+
+	// Deleting a service removes its cluster and virtual host: no route.
+	require.NoError(t, ses.Delete(ctx, "echo-b", metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		code, _, flag := pod("echo-b.mesh.test")
+		return code == 404 && flag == respflags.NoRouteFound
+	}, 10*time.Second, 20*time.Millisecond)
+	_, dump := adminGet(t, gw, "/config_dump")
+	assert.NotContains(t, dump, "echo-b.mesh.test")
+	assert.True(t, strings.Contains(dump, "outbound|"+p+"||echo-a.mesh.test"), "the reference control plane's cluster names")
+}

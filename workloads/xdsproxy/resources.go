@@ -1,0 +1,254 @@
+package xdsproxy
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/proto"
+)
+
+// Envoy's defaults where a resource leaves a field unset.
+const (
+	defaultConnectTimeout = 5 * time.Second
+	// defaultInitialFetchTimeout applies to a config source that sets no initial_fetch_timeout.
+	defaultInitialFetchTimeout = 15 * time.Second
+)
+
+// clusterCfg is a validated Cluster.
+type clusterCfg struct {
+	name           string
+	version        string
+	raw            *clusterv3.Cluster
+	eds            bool
+	edsName        string        // ClusterLoadAssignment name (service_name, or the cluster name)
+	fetchTimeout   time.Duration // how long the cluster warms waiting for EDS; 0 waits forever
+	connectTimeout time.Duration
+	static         *endpointSet // STATIC/STRICT_DNS/LOGICAL_DNS: the inline load_assignment
+	updated        time.Time
+}
+
+// endpointSet is the routable view of a ClusterLoadAssignment: the healthy hosts of the
+// highest-priority level that has any (Envoy fails over by priority), degraded hosts only when
+// no level has a healthy one.
+type endpointSet struct {
+	hosts []string // host:port
+	total int
+}
+
+// claCfg is a validated ClusterLoadAssignment.
+type claCfg struct {
+	name    string
+	version string
+	raw     *endpointv3.ClusterLoadAssignment
+	set     *endpointSet
+	updated time.Time
+}
+
+// listenerCfg is a validated Listener with one HTTP connection manager.
+type listenerCfg struct {
+	name         string
+	version      string
+	raw          *listenerv3.Listener
+	address      string // ip:port
+	bind         bool
+	statPrefix   string
+	rdsName      string        // set when routes come from RDS
+	rdsTimeout   time.Duration // RDS initial fetch timeout; 0 waits forever
+	inline       *routeTable   // set when the route config is inline
+	stripAnyPort bool
+	stripMatch   bool
+	port         string
+	updated      time.Time
+}
+
+// routeCfg is a validated RouteConfiguration.
+type routeCfg struct {
+	name    string
+	version string
+	raw     proto.Message
+	table   *routeTable
+	updated time.Time
+}
+
+func fetchTimeout(cs *corev3.ConfigSource) time.Duration {
+	if cs == nil || cs.GetInitialFetchTimeout() == nil {
+		return defaultInitialFetchTimeout
+	}
+	return cs.GetInitialFetchTimeout().AsDuration()
+}
+
+func translateCluster(c *clusterv3.Cluster, version string) (*clusterCfg, error) {
+	if err := c.ValidateAll(); err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", c.GetName(), err)
+	}
+	cc := &clusterCfg{name: c.GetName(), version: version, raw: c, connectTimeout: defaultConnectTimeout, updated: time.Now()}
+	if ct := c.GetConnectTimeout(); ct != nil {
+		cc.connectTimeout = ct.AsDuration()
+	}
+	switch c.GetType() {
+	case clusterv3.Cluster_EDS:
+		ec := c.GetEdsClusterConfig()
+		if ec.GetEdsConfig() == nil {
+			// Envoy: "cannot create an EDS cluster without an EDS config".
+			return nil, fmt.Errorf("cluster %q: cannot create an EDS cluster without an EDS config", c.GetName())
+		}
+		cc.eds = true
+		cc.edsName = ec.GetServiceName()
+		if cc.edsName == "" {
+			cc.edsName = c.GetName()
+		}
+		cc.fetchTimeout = fetchTimeout(ec.GetEdsConfig())
+	case clusterv3.Cluster_STATIC, clusterv3.Cluster_STRICT_DNS, clusterv3.Cluster_LOGICAL_DNS:
+		// DNS names are resolved by the dialer at connect time, which is what LOGICAL_DNS does.
+		set, err := endpointsOf(c.GetLoadAssignment(), c.GetType() == clusterv3.Cluster_STATIC)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %q: %w", c.GetName(), err)
+		}
+		cc.static = set
+	case clusterv3.Cluster_ORIGINAL_DST:
+		// Accepted like Envoy; without traffic interception xdsproxy has no original
+		// destination, so the cluster has no hosts (503 UH).
+		cc.static = &endpointSet{}
+	default:
+		return nil, fmt.Errorf("cluster %q: xdsproxy does not support cluster type %v", c.GetName(), c.GetClusterDiscoveryType())
+	}
+	return cc, nil
+}
+
+func translateCLA(cla *endpointv3.ClusterLoadAssignment, version string) (*claCfg, error) {
+	if err := cla.ValidateAll(); err != nil {
+		return nil, fmt.Errorf("cluster load assignment %q: %w", cla.GetClusterName(), err)
+	}
+	set, err := endpointsOf(cla, true)
+	if err != nil {
+		return nil, fmt.Errorf("cluster load assignment %q: %w", cla.GetClusterName(), err)
+	}
+	return &claCfg{name: cla.GetClusterName(), version: version, raw: cla, set: set, updated: time.Now()}, nil
+}
+
+// endpointsOf builds the routable host set. mustBeIP mirrors Envoy, which rejects a
+// non-IP address in EDS and STATIC clusters ("malformed IP address").
+func endpointsOf(cla *endpointv3.ClusterLoadAssignment, mustBeIP bool) (*endpointSet, error) {
+	set := &endpointSet{}
+	if cla == nil {
+		return set, nil
+	}
+	healthy := map[uint32][]string{}
+	degraded := map[uint32][]string{}
+	for _, loc := range cla.GetEndpoints() {
+		p := loc.GetPriority()
+		for _, lb := range loc.GetLbEndpoints() {
+			sa := lb.GetEndpoint().GetAddress().GetSocketAddress()
+			if sa == nil {
+				return nil, fmt.Errorf("endpoint without a socket address")
+			}
+			host := sa.GetAddress()
+			if mustBeIP {
+				if _, err := netip.ParseAddr(host); err != nil {
+					return nil, fmt.Errorf("malformed IP address: %s", host)
+				}
+			}
+			hp := net.JoinHostPort(host, strconv.Itoa(int(sa.GetPortValue())))
+			set.total++
+			switch lb.GetHealthStatus() {
+			case corev3.HealthStatus_UNKNOWN, corev3.HealthStatus_HEALTHY:
+				healthy[p] = append(healthy[p], hp)
+			case corev3.HealthStatus_DEGRADED:
+				degraded[p] = append(degraded[p], hp)
+			}
+		}
+	}
+	if hs := lowestPriority(healthy); hs != nil {
+		set.hosts = hs
+		return set, nil
+	}
+	set.hosts = lowestPriority(degraded)
+	return set, nil
+}
+
+// lowestPriority returns the hosts of the numerically lowest (most preferred) priority.
+func lowestPriority(byPrio map[uint32][]string) []string {
+	var best []string
+	bestP := uint32(0)
+	for p, hs := range byPrio {
+		if best == nil || p < bestP {
+			best, bestP = hs, p
+		}
+	}
+	return best
+}
+
+func translateListener(l *listenerv3.Listener, version string) (*listenerCfg, error) {
+	if err := l.ValidateAll(); err != nil {
+		return nil, fmt.Errorf("listener %q: %w", l.GetName(), err)
+	}
+	sa := l.GetAddress().GetSocketAddress()
+	if sa == nil {
+		return nil, fmt.Errorf("listener %q: xdsproxy needs a socket address", l.GetName())
+	}
+	if _, err := netip.ParseAddr(sa.GetAddress()); err != nil {
+		return nil, fmt.Errorf("listener %q: malformed IP address: %s", l.GetName(), sa.GetAddress())
+	}
+	lc := &listenerCfg{
+		name: l.GetName(), version: version, raw: l,
+		address: net.JoinHostPort(sa.GetAddress(), strconv.Itoa(int(sa.GetPortValue()))),
+		port:    strconv.Itoa(int(sa.GetPortValue())),
+		bind:    l.GetBindToPort() == nil || l.GetBindToPort().GetValue(),
+		updated: time.Now(),
+	}
+	chains := l.GetFilterChains()
+	if l.GetDefaultFilterChain() != nil {
+		chains = append(chains, l.GetDefaultFilterChain())
+	}
+	var hcm *hcmv3.HttpConnectionManager
+	for _, fc := range chains {
+		for _, f := range fc.GetFilters() {
+			tc := f.GetTypedConfig()
+			if tc == nil {
+				continue
+			}
+			m := &hcmv3.HttpConnectionManager{}
+			if tc.MessageIs(m) {
+				if err := tc.UnmarshalTo(m); err != nil {
+					return nil, fmt.Errorf("listener %q: http connection manager: %w", l.GetName(), err)
+				}
+				hcm = m
+				break
+			}
+		}
+		if hcm != nil {
+			break
+		}
+	}
+	if hcm == nil {
+		return nil, fmt.Errorf("listener %q: xdsproxy serves only listeners with an HTTP connection manager filter", l.GetName())
+	}
+	if err := hcm.ValidateAll(); err != nil {
+		return nil, fmt.Errorf("listener %q: http connection manager: %w", l.GetName(), err)
+	}
+	lc.statPrefix = hcm.GetStatPrefix()
+	lc.stripAnyPort = hcm.GetStripAnyHostPort()
+	lc.stripMatch = hcm.GetStripMatchingHostPort()
+	switch {
+	case hcm.GetRds() != nil:
+		lc.rdsName = hcm.GetRds().GetRouteConfigName()
+		lc.rdsTimeout = fetchTimeout(hcm.GetRds().GetConfigSource())
+	case hcm.GetRouteConfig() != nil:
+		t, err := compileRouteConfig(hcm.GetRouteConfig())
+		if err != nil {
+			return nil, fmt.Errorf("listener %q: %w", l.GetName(), err)
+		}
+		lc.inline = t
+	default:
+		return nil, fmt.Errorf("listener %q: http connection manager needs rds or route_config", l.GetName())
+	}
+	return lc, nil
+}
