@@ -13,19 +13,20 @@ all: build
 
 ## build: the meshchaos CLI (static) into bin/meshchaos
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(MESHCHAOS) ./cmd/meshchaos
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(MESHCHAOS) ./cmd/meshchaos
 
 ## deps: containerd, runc, CNI plugins, iptables from Debian when missing (root)
 deps:
 	@bash hack/deps.sh
 
-## bins: etcd and the Kubernetes binaries into bin/ (cold ~15 min, then cached)
+## bins: etcd, the Kubernetes binaries and CoreDNS into bin/ (cold 5-15 min, then cached)
 bins:
 	@bash hack/kubebins/build.sh $(BIN)
 
 ## images: OCI image tarballs into bin/images (no Docker)
-images: build
-	$(MESHCHAOS) images build --out $(BIN)/images
+images: build bins
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/pause ./workloads/pause
+	$(MESHCHAOS) images build --out $(BIN)/images --bin-dir $(BIN)
 
 ## test: unit tests, then integration tests against a real local cluster
 test: deps bins images vet

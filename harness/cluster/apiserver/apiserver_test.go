@@ -1,0 +1,41 @@
+package apiserver
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+func TestServerServesTheKubernetesAPI(t *testing.T) {
+	s := StartForTest(t)
+	cs, err := kubernetes.NewForConfig(s.RESTConfig())
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "probe"}, Data: map[string]string{"k": "v"},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	// The written kubeconfig reaches the same server.
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.KubeconfigPath())
+	require.NoError(t, err)
+	cs2, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	cm, err := cs2.CoreV1().ConfigMaps("default").Get(ctx, "probe", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "v", cm.Data["k"])
+}
+
+func TestFirstServiceIP(t *testing.T) {
+	ip, err := firstServiceIP("10.96.0.0/16")
+	require.NoError(t, err)
+	assert.Equal(t, "10.96.0.1", ip.String())
+	_, err = firstServiceIP("fd00::/64")
+	assert.ErrorContains(t, err, "IPv4")
+}

@@ -1,0 +1,80 @@
+// Package echo is the backend workload: an HTTP server that answers with the pod's name and IP,
+// so traffic through a proxy shows which endpoint served each request.
+package echo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"time"
+)
+
+// Options configure the server.
+type Options struct {
+	// Addr to listen on (default ":8080").
+	Addr string
+	// PodName and PodIP are reported in every answer (default: $POD_NAME / hostname, $POD_IP).
+	PodName, PodIP string
+}
+
+// Reply is the JSON body of GET /.
+type Reply struct {
+	Pod  string `json:"pod"`
+	IP   string `json:"ip,omitempty"`
+	Host string `json:"host"`
+	Path string `json:"path"`
+}
+
+func (o *Options) defaults() {
+	if o.Addr == "" {
+		o.Addr = ":8080"
+	}
+	if o.PodName == "" {
+		o.PodName = os.Getenv("POD_NAME")
+	}
+	if o.PodName == "" {
+		o.PodName, _ = os.Hostname()
+	}
+	if o.PodIP == "" {
+		o.PodIP = os.Getenv("POD_IP")
+	}
+}
+
+// Handler serves GET / (the reply) and /healthz.
+func Handler(o Options) http.Handler {
+	o.defaults()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Echo-Pod", o.PodName)
+		_ = json.NewEncoder(w).Encode(Reply{Pod: o.PodName, IP: o.PodIP, Host: r.Host, Path: r.URL.Path})
+	})
+	return mux
+}
+
+// Serve runs the server until ctx ends, then shuts down gracefully.
+func Serve(ctx context.Context, o Options) error {
+	o.defaults()
+	l, err := net.Listen("tcp", o.Addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: Handler(o), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

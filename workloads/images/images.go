@@ -1,0 +1,212 @@
+// Package images builds the OCI images meshchaos runs on a cluster, without Docker: each image is
+// an empty base plus one layer holding a static Go binary, written as a tarball that
+// `ctr images import` (local substrate) and `kind load image-archive` (kind) both read.
+package images
+
+import (
+	"archive/tar"
+	"bytes"
+	"debug/elf"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// Registry and Tag name every image: meshchaos.local/<name>:dev. Nothing is ever pulled
+// (imagePullPolicy: Never); the name only has to match what manifests use.
+const (
+	Registry = "meshchaos.local"
+	Tag      = "dev"
+)
+
+// Self is the Spec.Binary value meaning "the running meshchaos executable".
+const Self = "meshchaos"
+
+// Spec describes one image.
+type Spec struct {
+	// Name is the image name without registry and tag.
+	Name string
+	// Binary is the file name of the static executable in the binaries directory; Self means
+	// the meshchaos binary itself (most workloads are meshchaos subcommands).
+	Binary string
+	// Args follow the binary in the entrypoint.
+	Args []string
+}
+
+// Ref is the image's full reference, e.g. meshchaos.local/echo:dev.
+func (s Spec) Ref() string { return Ref(s.Name) }
+
+// Ref returns the full reference of the named image.
+func Ref(name string) string { return fmt.Sprintf("%s/%s:%s", Registry, name, Tag) }
+
+// Entrypoint is the container's command.
+func (s Spec) Entrypoint() []string { return append([]string{"/" + s.Binary}, s.Args...) }
+
+// Catalog lists every image meshchaos builds. Add an image by appending its Spec.
+var Catalog = []Spec{
+	{Name: "pause", Binary: "pause"},
+	{Name: "coredns", Binary: "coredns"},
+	{Name: "echo", Binary: Self, Args: []string{"workload", "echo"}},
+}
+
+// Lookup returns the catalog entry for name.
+func Lookup(name string) (Spec, bool) {
+	for _, s := range Catalog {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Spec{}, false
+}
+
+// TarPath is where an image's tarball lives in an images directory.
+func TarPath(dir, name string) string { return filepath.Join(dir, name+".tar") }
+
+// Builder builds catalog images.
+type Builder struct {
+	// BinDir holds the non-meshchaos binaries (pause, coredns).
+	BinDir string
+	// Self is the meshchaos executable to package (default: the running one).
+	Self string
+	// layers caches one layer per binary: all meshchaos images share theirs.
+	layers map[string]v1.Layer
+}
+
+// Build writes the tarball of each spec into outDir and returns the paths.
+func (b *Builder) Build(outDir string, specs []Spec) ([]string, error) {
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, s := range specs {
+		p := TarPath(outDir, s.Name)
+		if err := b.buildOne(s, p); err != nil {
+			return out, fmt.Errorf("image %s: %w", s.Name, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func (b *Builder) binaryPath(s Spec) (string, error) {
+	if s.Binary == Self {
+		if b.Self != "" {
+			return b.Self, nil
+		}
+		return os.Executable()
+	}
+	p := filepath.Join(b.BinDir, s.Binary)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("binary %s missing: run 'make images' (it builds it)", p)
+	}
+	return p, nil
+}
+
+func (b *Builder) buildOne(s Spec, out string) error {
+	bin, err := b.binaryPath(s)
+	if err != nil {
+		return err
+	}
+	layer, err := b.layer(s.Binary, bin)
+	if err != nil {
+		return err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return err
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture, cf.OS = "amd64", "linux"
+	cf.Config.Entrypoint = s.Entrypoint()
+	cf.Config.Env = []string{"PATH=/", "TMPDIR=/tmp"}
+	cf.Config.Labels = map[string]string{"io.meshchaos.image": s.Name}
+	img, err = mutate.ConfigFile(img, cf)
+	if err != nil {
+		return err
+	}
+	ref, err := name.NewTag(s.Ref())
+	if err != nil {
+		return err
+	}
+	tmp := out + ".tmp"
+	if err := tarball.WriteToFile(tmp, ref, img); err != nil {
+		return err
+	}
+	return os.Rename(tmp, out)
+}
+
+// layer returns the single layer for a binary: /<name> (0755) and a world-writable /tmp.
+func (b *Builder) layer(binName, path string) (v1.Layer, error) {
+	if l, ok := b.layers[binName]; ok {
+		return l, nil
+	}
+	if err := checkStatic(path); err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	// A fixed mtime keeps layer digests stable across builds of the same binary.
+	mtime := time.Unix(0, 0)
+	hdrs := []*tar.Header{
+		{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777, ModTime: mtime},
+		{Name: binName, Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(data)), ModTime: mtime},
+	}
+	sort.Slice(hdrs, func(i, j int) bool { return hdrs[i].Name < hdrs[j].Name })
+	for _, h := range hdrs {
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, err
+		}
+		if h.Typeflag == tar.TypeReg {
+			if _, err := tw.Write(data); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	raw := buf.Bytes()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(raw)), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if b.layers == nil {
+		b.layers = map[string]v1.Layer{}
+	}
+	b.layers[binName] = l
+	return l, nil
+}
+
+// checkStatic refuses dynamically linked binaries: an image has no libc to load them with.
+func checkStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("%s: not an ELF executable: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked; build it with CGO_ENABLED=0 ('make build')", path)
+		}
+	}
+	return nil
+}
