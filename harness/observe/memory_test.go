@@ -3,11 +3,9 @@ package observe
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/meshchaos/meshchaos/harness/internal/memhog"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -124,60 +123,6 @@ func TestOOMTriggerReportsNeverRead(t *testing.T) {
 	assert.ErrorContains(t, err, "cgroup gone")
 }
 
-// memCgroup is a memory cgroup this test created (v1 where mounted, else v2).
-type memCgroup struct {
-	dir string
-	v2  bool
-}
-
-func newMemCgroup(t *testing.T, limit int64) *memCgroup {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test creates a memory cgroup and needs root (or set MESHCHAOS_SKIP_INTEGRATION=1)")
-	}
-	name := fmt.Sprintf("meshchaos-test-%d-%d", os.Getpid(), time.Now().UnixNano())
-	cg := &memCgroup{dir: filepath.Join("/sys/fs/cgroup/memory", name)}
-	if _, err := os.Stat("/sys/fs/cgroup/memory/memory.limit_in_bytes"); err != nil {
-		cg = &memCgroup{dir: filepath.Join("/sys/fs/cgroup", name), v2: true}
-	}
-	require.NoError(t, os.Mkdir(cg.dir, 0o755), "create memory cgroup")
-	t.Cleanup(func() {
-		// The kernel refuses rmdir while tasks remain; the child is killed by its own cleanup,
-		// which runs first (registered later), but give the exit a moment to land.
-		var err error
-		for i := 0; i < 100; i++ {
-			if err = syscall.Rmdir(cg.dir); err == nil || os.IsNotExist(err) {
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		t.Errorf("remove cgroup %s: %v", cg.dir, err)
-	})
-	if cg.v2 {
-		require.NoError(t, os.WriteFile(filepath.Join(cg.dir, "memory.max"), []byte(strconv.FormatInt(limit, 10)), 0o644))
-		_ = os.WriteFile(filepath.Join(cg.dir, "memory.swap.max"), []byte("0"), 0o644)
-	} else {
-		require.NoError(t, os.WriteFile(filepath.Join(cg.dir, "memory.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)), 0o644))
-		_ = os.WriteFile(filepath.Join(cg.dir, "memory.swappiness"), []byte("0"), 0o644)
-	}
-	return cg
-}
-
-func (cg *memCgroup) add(t *testing.T, pid int) {
-	require.NoError(t, os.WriteFile(filepath.Join(cg.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644), "move child into cgroup")
-}
-
-// oomKills reads the kernel's count of OOM kills in the cgroup.
-func (cg *memCgroup) oomKills(t *testing.T) int64 {
-	file := "memory.oom_control"
-	if cg.v2 {
-		file = "memory.events"
-	}
-	v, err := statValue(filepath.Join(cg.dir, file), "oom_kill")
-	require.NoError(t, err)
-	return v
-}
-
 // TestOOMTriggerCapturesHeapBeforeKernelKill runs a real process that grows its heap inside a
 // memory-limited cgroup; the trigger must capture a heap profile from the process's pprof port
 // before the kernel's OOM killer ends it.
@@ -186,16 +131,16 @@ func TestOOMTriggerCapturesHeapBeforeKernelKill(t *testing.T) {
 		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
 	}
 	const limit = 160 << 20
-	cg := newMemCgroup(t, limit)
-	c := startChild(t)
-	cg.add(t, c.cmd.Process.Pid)
+	cg := memhog.NewCgroup(t, limit)
+	c := memhog.Start(t, memhog.Options{})
+	require.NoError(t, cg.Add(c.Cmd.Process.Pid), "move the memhog into the cgroup")
 
-	mem, err := CgroupMemoryForPID(c.cmd.Process.Pid)
+	mem, err := CgroupMemoryForPID(c.Cmd.Process.Pid)
 	require.NoError(t, err)
-	assert.Equal(t, cg.dir, mem.Dir, "the child's cgroup is found from /proc")
+	assert.Equal(t, cg.Dir, mem.Dir, "the child's cgroup is found from /proc")
 
 	runDir := t.TempDir()
-	prof := NewProfiler("http://"+c.addr, runDir, nil)
+	prof := NewProfiler("http://"+c.Addr, runDir, nil)
 	var mu sync.Mutex
 	var captured []results.Profile
 	var fireUsage MemoryUsage
@@ -226,32 +171,36 @@ func TestOOMTriggerCapturesHeapBeforeKernelKill(t *testing.T) {
 	trigDone := make(chan error, 1)
 	go func() { trigDone <- trig.Run(ctx) }()
 
-	killsBefore := cg.oomKills(t)
-	c.grow(t)
+	killsBefore, err := cg.OOMKills()
+	require.NoError(t, err)
+	require.NoError(t, c.Grow())
 	select {
-	case <-c.done:
+	case <-c.Done():
 	case <-time.After(60 * time.Second):
 		t.Fatal("the child was not OOM-killed within 60 s")
 	}
 	cancel()
 	require.NoError(t, <-trigDone)
 
+	ended, waitErr := c.Ended()
 	var exit *exec.ExitError
-	require.True(t, errors.As(c.err, &exit), "child ended with %v", c.err)
+	require.True(t, errors.As(waitErr, &exit), "child ended with %v", waitErr)
 	ws := exit.Sys().(syscall.WaitStatus)
 	require.True(t, ws.Signaled(), "child was killed by a signal")
 	assert.Equal(t, syscall.SIGKILL, ws.Signal())
-	assert.Greater(t, cg.oomKills(t), killsBefore, "the kernel's OOM killer did it")
+	killsAfter, err := cg.OOMKills()
+	require.NoError(t, err)
+	assert.Greater(t, killsAfter, killsBefore, "the kernel's OOM killer did it")
 
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, captured, 1, "one heap profile on the approach to the limit")
 	p := captured[0]
-	assert.True(t, p.At.Before(c.ended), "captured at %s, before the kill at %s", p.At, c.ended)
+	assert.True(t, p.At.Before(ended), "captured at %s, before the kill at %s", p.At, ended)
 	assert.GreaterOrEqual(t, fireUsage.Fraction(), 0.75)
 	assert.EqualValues(t, limit, fireUsage.Limit)
 	t.Logf("fired at %.1f MiB of %d MiB; peak working set seen %.1f MiB; profile in use %.1f MiB; killed %s after capture",
-		float64(fireUsage.WorkingSet)/(1<<20), limit>>20, float64(peak)/(1<<20), float64(p.InUseBytes)/(1<<20), c.ended.Sub(p.At).Round(time.Millisecond))
+		float64(fireUsage.WorkingSet)/(1<<20), limit>>20, float64(peak)/(1<<20), float64(p.InUseBytes)/(1<<20), ended.Sub(p.At).Round(time.Millisecond))
 
 	f, err := os.Open(filepath.Join(runDir, p.File))
 	require.NoError(t, err, "profile saved in the run directory")

@@ -66,8 +66,8 @@ func (w *PodWatcher) Stats() PodStats {
 	return w.stats
 }
 
-// Start starts the informer and returns once its cache has synced (the baseline is in); the
-// watch runs until ctx ends.
+// Start starts the informer and returns once its cache has synced (the baseline is in, at most a
+// minute); the watch runs until ctx ends.
 func (w *PodWatcher) Start(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(w.client, 0,
 		informers.WithNamespace(w.namespace),
@@ -110,8 +110,10 @@ func (w *PodWatcher) Start(ctx context.Context) error {
 		return fmt.Errorf("watch pods: %w", err)
 	}
 	factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return fmt.Errorf("watch pods: informer did not sync: %w", context.Cause(ctx))
+	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if !cache.WaitForCacheSync(syncCtx.Done(), inf.HasSynced) {
+		return fmt.Errorf("watch pods: informer did not sync (is the API server reachable?): %w", context.Cause(syncCtx))
 	}
 	return nil
 }

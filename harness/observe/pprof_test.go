@@ -12,14 +12,16 @@ import (
 	"github.com/google/pprof/profile"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/meshchaos/meshchaos/harness/internal/memhog"
 )
 
 // TestProfilerCapturesFromRealProcess: heap, goroutine and CPU profiles from another process's
 // pprof port, on demand and on a schedule, saved as parseable .pb.gz files.
 func TestProfilerCapturesFromRealProcess(t *testing.T) {
-	c := startChild(t)
+	c := memhog.Start(t, memhog.Options{})
 	runDir := t.TempDir()
-	p := NewProfiler("http://"+c.addr, runDir, nil)
+	p := NewProfiler("http://"+c.Addr, runDir, nil)
 	p.CPUSeconds = 1
 
 	set, err := p.CaptureSet(context.Background(), "phase load/start", true)

@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
@@ -58,11 +57,16 @@ type Progress struct {
 	Requests, Errors  int64
 }
 
-// Run attacks until Duration passes or ctx ends, then returns what it measured. Stopping early
-// through ctx is not an error: the results so far are returned. events are passed to
-// Aggregator.Summary to place the error window; they may also be added later by calling
-// Summary on the returned aggregator.
-func Run(ctx context.Context, o Options) (*Aggregator, error) {
+// Attack is one constant-rate attack. Its Aggregator exists from the moment Run starts, so
+// callers can read running totals and snapshot summaries while it goes on.
+type Attack struct {
+	o      Options
+	client *http.Client
+	agg    *Aggregator
+}
+
+// New validates o and prepares an attack.
+func New(o Options) (*Attack, error) {
 	if len(o.Targets) == 0 {
 		return nil, errors.New("traffic: no targets")
 	}
@@ -79,14 +83,6 @@ func Run(ctx context.Context, o Options) (*Aggregator, error) {
 	if dial == nil {
 		dial = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
 	}
-	var vts []vegeta.Target
-	for _, t := range o.Targets {
-		m := t.Method
-		if m == "" {
-			m = http.MethodGet
-		}
-		vts = append(vts, vegeta.Target{Method: m, URL: t.URL, Header: t.Header, Body: t.Body})
-	}
 	client := &http.Client{
 		Timeout: o.Timeout,
 		Transport: &http.Transport{
@@ -97,7 +93,34 @@ func Run(ctx context.Context, o Options) (*Aggregator, error) {
 		// A redirect is an answer worth recording, not following.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	atk := vegeta.NewAttacker(vegeta.Client(client), vegeta.MaxBody(0))
+	return &Attack{o: o, client: client, agg: NewAggregator(time.Time{})}, nil
+}
+
+// Run is New followed by Attack.Run.
+func Run(ctx context.Context, o Options) (*Aggregator, error) {
+	a, err := New(o)
+	if err != nil {
+		return nil, err
+	}
+	return a.Run(ctx)
+}
+
+// Aggregator is the running measurement; its Start is zero until Run begins.
+func (a *Attack) Aggregator() *Aggregator { return a.agg }
+
+// Run attacks until Duration passes or ctx ends, then returns what it measured. Stopping early
+// through ctx is not an error: the results so far are returned.
+func (a *Attack) Run(ctx context.Context) (*Aggregator, error) {
+	o := a.o
+	var vts []vegeta.Target
+	for _, t := range o.Targets {
+		m := t.Method
+		if m == "" {
+			m = http.MethodGet
+		}
+		vts = append(vts, vegeta.Target{Method: m, URL: t.URL, Header: t.Header, Body: t.Body})
+	}
+	atk := vegeta.NewAttacker(vegeta.Client(a.client), vegeta.MaxBody(0))
 
 	var enc vegeta.Encoder
 	if o.ResultsFile != "" {
@@ -113,9 +136,8 @@ func Run(ctx context.Context, o Options) (*Aggregator, error) {
 	}
 
 	start := time.Now()
-	agg := NewAggregator(start)
-	agg.rate = o.Rate
-	var mu sync.Mutex
+	agg := a.agg
+	agg.begin(start, o.Rate)
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -134,10 +156,7 @@ func Run(ctx context.Context, o Options) (*Aggregator, error) {
 				case <-done:
 					return
 				case <-tick.C:
-					mu.Lock()
-					p := Progress{Elapsed: time.Since(start), Duration: o.Duration, Requests: agg.Requests(), Errors: agg.Errors()}
-					mu.Unlock()
-					o.Progress(p)
+					o.Progress(Progress{Elapsed: time.Since(start), Duration: o.Duration, Requests: agg.Requests(), Errors: agg.Errors()})
 				}
 			}
 		}()
@@ -145,9 +164,7 @@ func Run(ctx context.Context, o Options) (*Aggregator, error) {
 	var encErr error
 	for r := range atk.Attack(vegeta.NewStaticTargeter(vts...), vegeta.ConstantPacer{Freq: o.Rate, Per: time.Second}, o.Duration, o.Name) {
 		r.Body = nil
-		mu.Lock()
 		agg.Add(r)
-		mu.Unlock()
 		if enc != nil && encErr == nil {
 			encErr = enc.Encode(r)
 		}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
@@ -34,9 +35,11 @@ func Flags(r *vegeta.Result) []string {
 }
 
 // Aggregator folds Vegeta results into per-second series and totals. Seconds count from Start;
-// results may arrive in any order. Percentiles are exact (nearest rank over every latency), which
+// results may arrive in any order. It is safe for concurrent use, so a runner can snapshot a
+// summary while the attack goes on. Percentiles are exact (nearest rank over every latency), which
 // costs 8 bytes per request: 2.4 MB for five minutes at 1000 rps.
 type Aggregator struct {
+	mu       sync.Mutex
 	start    time.Time
 	rate     int
 	seconds  map[int]*second
@@ -62,6 +65,8 @@ func NewAggregator(start time.Time) *Aggregator {
 
 // Add records one result.
 func (a *Aggregator) Add(r *vegeta.Result) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	t := int(math.Floor(r.Timestamp.Sub(a.start).Seconds()))
 	s := a.seconds[t]
 	if s == nil {
@@ -92,15 +97,38 @@ func (a *Aggregator) Add(r *vegeta.Result) {
 }
 
 // Requests and Errors are the running totals.
-func (a *Aggregator) Requests() int64 { return a.requests }
+func (a *Aggregator) Requests() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.requests
+}
 
 // Errors is the running error count.
-func (a *Aggregator) Errors() int64 { return a.errors }
+func (a *Aggregator) Errors() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.errors
+}
+
+// Start is the instant second 0 begins.
+func (a *Aggregator) Start() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.start
+}
+
+func (a *Aggregator) begin(start time.Time, rate int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.start, a.rate = start, rate
+}
 
 // Summary returns the totals, the per-second series (every second from the first to the last
 // result, empty seconds included so gaps show) and the error window. events names instants
 // (e.g. "chaos.injected") to measure the error window from.
 func (a *Aggregator) Summary(events map[string]time.Time) results.Traffic {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	t := results.Traffic{
 		StartedAt: a.start,
 		Rate:      float64(a.rate),
