@@ -53,11 +53,57 @@ type line struct {
 	name string
 	xys  plotter.XYs
 	dash bool
+	// step draws each point as a flat segment to the next: a per-second value covers its whole
+	// second instead of ramping from the previous one.
+	step bool
 }
 
-type marker struct {
-	x     float64
-	label string
+// closeSteps appends a point one second after the last so the final second of a step line is
+// drawn too.
+func closeSteps(xys plotter.XYs) plotter.XYs {
+	if len(xys) == 0 {
+		return xys
+	}
+	last := xys[len(xys)-1]
+	return append(xys, plotter.XY{X: last.X + 1, Y: last.Y})
+}
+
+// Marker is an event drawn on the charts as a numbered vertical line; the reports list the
+// numbers with the events they stand for.
+type Marker struct {
+	N      int
+	Offset float64 // seconds since the run started
+	Event  Event
+}
+
+// Markers numbers the run's marker events in time order.
+func Markers(s *Summary) []Marker {
+	var out []Marker
+	for _, e := range s.Events {
+		if isMarker(e.Kind) {
+			out = append(out, Marker{N: len(out) + 1, Offset: e.At.Sub(s.StartedAt).Seconds(), Event: e})
+		}
+	}
+	return out
+}
+
+// markerLabels groups markers closer than a few hundred milliseconds under one label ("4,5") so
+// their numbers do not overprint.
+func markerLabels(ms []Marker) []Marker {
+	var out []Marker
+	var labels []string
+	for _, m := range ms {
+		if n := len(out); n > 0 && m.Offset-out[n-1].Offset < 0.3 {
+			labels[n-1] += "," + fmt.Sprint(m.N)
+			continue
+		}
+		out = append(out, m)
+		labels = append(labels, fmt.Sprint(m.N))
+	}
+	for i := range out {
+		out[i].Event.Detail = labels[i]
+	}
+	return out
 }
 
 // RenderCharts draws the run's charts into dir/charts and returns those it drew (a chart without
@@ -67,16 +113,7 @@ func RenderCharts(dir string, s *Summary) ([]Chart, error) {
 	if err := os.MkdirAll(filepath.Join(dir, ChartsDir), 0o755); err != nil {
 		return nil, fmt.Errorf("render charts: %w", err)
 	}
-	var markers []marker
-	for _, e := range s.Events {
-		if isMarker(e.Kind) {
-			label := e.Kind
-			if e.Object != "" {
-				label += " " + e.Object
-			}
-			markers = append(markers, marker{x: e.At.Sub(s.StartedAt).Seconds(), label: label})
-		}
-	}
+	markers := markerLabels(Markers(s))
 	var charts []Chart
 	draw := func(name, title, ylabel string, lines []line, ymin0 bool) error {
 		if len(lines) == 0 {
@@ -110,9 +147,10 @@ func RenderCharts(dir string, s *Summary) ([]Chart, error) {
 				flags[f] = append(flags[f], plotter.XY{X: off + float64(sec.T), Y: pct})
 			}
 		}
+		rate.xys, rate.step = closeSteps(rate.xys), true
 		lines := []line{rate}
 		for _, f := range SortedKeys(flags) {
-			lines = append(lines, line{name: "flag " + f + " (%)", xys: flags[f], dash: true})
+			lines = append(lines, line{name: "flag " + f + " (%)", xys: closeSteps(flags[f]), dash: true, step: true})
 		}
 		if err := draw(ChartErrors, "Errors per second", "% of requests", lines, true); err != nil {
 			return nil, err
@@ -128,6 +166,9 @@ func RenderCharts(dir string, s *Summary) ([]Chart, error) {
 			p50.xys = append(p50.xys, plotter.XY{X: x, Y: sec.LatencyMs.P50})
 			p99.xys = append(p99.xys, plotter.XY{X: x, Y: sec.LatencyMs.P99})
 			max.xys = append(max.xys, plotter.XY{X: x, Y: sec.LatencyMs.Max})
+		}
+		for _, l := range []*line{&p50, &p99, &max} {
+			l.xys, l.step = closeSteps(l.xys), true
 		}
 		if err := draw(ChartLatency, "Latency per second", "ms", []line{p50, p99, max}, true); err != nil {
 			return nil, err
@@ -151,7 +192,7 @@ func RenderCharts(dir string, s *Summary) ([]Chart, error) {
 	return charts, nil
 }
 
-func renderChart(dir, name, title, ylabel string, lines []line, markers []marker, ymin0 bool) (Chart, error) {
+func renderChart(dir, name, title, ylabel string, lines []line, markers []Marker, ymin0 bool) (Chart, error) {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "seconds since run start"
@@ -159,6 +200,7 @@ func renderChart(dir, name, title, ylabel string, lines []line, markers []marker
 	p.Add(plotter.NewGrid())
 	p.Legend.Top = true
 	p.Legend.Left = true
+	p.Legend.TextStyle.Font.Size = vg.Points(9)
 
 	ymax := 0.0
 	xmin, xmax := 0.0, 0.0
@@ -180,8 +222,8 @@ func renderChart(dir, name, title, ylabel string, lines []line, markers []marker
 	if ymax == 0 {
 		ymax = 1
 	}
-	// Headroom above the data for the legend and the marker labels.
-	top := ymax * 1.45
+	// Headroom above the data: the marker numbers just above it, the legend above them.
+	top := ymax * (1.25 + 0.08*float64(len(lines)))
 	for i, l := range lines {
 		if len(l.xys) == 0 {
 			continue
@@ -192,18 +234,22 @@ func renderChart(dir, name, title, ylabel string, lines []line, markers []marker
 		}
 		pl.Color = palette[i%len(palette)]
 		pl.Width = vg.Points(1.5)
+		if l.step {
+			pl.StepStyle = plotter.PostStep
+		}
 		if l.dash {
 			pl.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
 		}
 		p.Add(pl)
 		p.Legend.Add(l.name, pl)
 	}
+	xmin = min(xmin, 0)
 	var labels plotter.XYLabels
-	for i, m := range markers {
-		if m.x < xmin-1 || m.x > xmax+1 {
+	for _, m := range markers {
+		if m.Offset < xmin || m.Offset > xmax+1 {
 			continue // outside what this chart shows
 		}
-		ml, err := plotter.NewLine(plotter.XYs{{X: m.x, Y: 0}, {X: m.x, Y: top}})
+		ml, err := plotter.NewLine(plotter.XYs{{X: m.Offset, Y: 0}, {X: m.Offset, Y: ymax * 1.1}})
 		if err != nil {
 			return Chart{}, err
 		}
@@ -211,9 +257,8 @@ func renderChart(dir, name, title, ylabel string, lines []line, markers []marker
 		ml.Width = vg.Points(0.8)
 		ml.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
 		p.Add(ml)
-		// Stagger labels vertically so markers close in time stay readable.
-		labels.XYs = append(labels.XYs, plotter.XY{X: m.x, Y: top * (0.96 - 0.07*float64(i%4))})
-		labels.Labels = append(labels.Labels, " "+m.label)
+		labels.XYs = append(labels.XYs, plotter.XY{X: m.Offset, Y: ymax * 1.1})
+		labels.Labels = append(labels.Labels, m.Event.Detail)
 	}
 	if len(labels.Labels) > 0 {
 		lb, err := plotter.NewLabels(labels)
@@ -221,9 +266,9 @@ func renderChart(dir, name, title, ylabel string, lines []line, markers []marker
 			return Chart{}, err
 		}
 		for i := range lb.TextStyle {
-			lb.TextStyle[i].Font.Size = vg.Points(7)
-			lb.TextStyle[i].Color = color.Gray{0x40}
-			lb.TextStyle[i].XAlign = draw.XLeft
+			lb.TextStyle[i].Font.Size = vg.Points(8)
+			lb.TextStyle[i].Color = color.Gray{0x30}
+			lb.TextStyle[i].XAlign = draw.XCenter
 		}
 		p.Add(lb)
 	}

@@ -20,11 +20,20 @@ type view struct {
 	Flags    [][2]string
 	Events   []eventRow
 	Checks   []checkRow
-	Profiles []Profile
+	Profiles []profileRow
+	Markers  []Marker
+}
+
+type profileRow struct {
+	Profile
+	// ShowTop: the allocation sites are shown for the profiles that matter (the peak heap and
+	// those taken before an OOM kill); the rest are listed.
+	ShowTop bool
 }
 
 type eventRow struct {
 	Offset string
+	Marker int // its number on the charts, 0 if not drawn
 	Event
 	Lag string // watcher time minus API time, when both exist
 }
@@ -50,8 +59,14 @@ func newView(s *Summary, charts []Chart) *view {
 			v.Flags = append(v.Flags, [2]string{k, fmt.Sprint(t.ByFlag[k])})
 		}
 	}
+	v.Markers = Markers(s)
+	mk := 0
 	for _, e := range s.Events {
 		r := eventRow{Offset: fmt.Sprintf("+%.1fs", e.At.Sub(s.StartedAt).Seconds()), Event: e}
+		if isMarker(e.Kind) {
+			mk++
+			r.Marker = mk
+		}
 		if e.ObservedAt != nil {
 			r.Lag = e.ObservedAt.Sub(e.At).Round(time.Millisecond).String()
 		}
@@ -61,7 +76,15 @@ func newView(s *Summary, charts []Chart) *view {
 		v.Checks = append(v.Checks, checkRow{Check: c, Observed: FormatValue(c.Observed, c.Unit), Want: c.Op.Symbol() + " " + FormatValue(c.Threshold, c.Unit)})
 	}
 	if cp := s.ControlPlaneStats; cp != nil {
-		v.Profiles = cp.Profiles
+		peak := -1
+		for i, p := range cp.Profiles {
+			if p.InUseBytes > 0 && (peak < 0 || p.InUseBytes > cp.Profiles[peak].InUseBytes) {
+				peak = i
+			}
+		}
+		for i, p := range cp.Profiles {
+			v.Profiles = append(v.Profiles, profileRow{Profile: p, ShowTop: i == peak || p.Reason == "before-oom"})
+		}
 	}
 	return v
 }
@@ -71,6 +94,7 @@ var funcs = map[string]any{
 	"mib":  func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) },
 	"pct":  func(f float64) string { return fmt.Sprintf("%.3f %%", 100*f) },
 	"ms":   func(f float64) string { return fmt.Sprintf("%.1f ms", f) },
+	"secs": func(f float64) string { return fmt.Sprintf("%+.2f s", f) },
 	"time": func(t time.Time) string {
 		return t.UTC().Format("2006-01-02 15:04:05 UTC")
 	},
@@ -111,7 +135,7 @@ const markdownTmpl = `# meshchaos: {{.S.Experiment}} — {{.S.Verdict}}
 {{with .ErrorWindow}}
 Error window: {{$.S.Traffic.ErrorWindowSeconds}} s (seconds {{.FirstSecond}}–{{.LastSecond}} of traffic), longest run of error seconds {{.LongestRunSeconds}} s from second {{.LongestRunStart}}.
 {{- range $k, $w := .RelativeTo}}
-- relative to {{$k}}: errors from {{$w.StartAfterSeconds}} s to {{$w.EndAfterSeconds}} s after it
+- from {{$k}}: first error {{secs $w.StartAfterSeconds}}, last error {{secs $w.EndAfterSeconds}}
 {{- end}}
 {{else}}
 No errors.
@@ -128,28 +152,30 @@ No errors.
 | {{index . 0}} | {{index . 1}} |
 {{- end}}
 {{end}}{{end}}
-{{- with .S.ControlPlaneStats}}
+{{with .S.ControlPlaneStats}}
 ## Control plane
 
 Restarts {{.Restarts}}, OOM kills {{.OOMKills}}, pushes full {{.Pushes.Full}} / EDS {{.Pushes.EDS}}, peak heap {{mib .PeakHeapBytes}}{{if .MemoryLimit}}, memory limit {{mib .MemoryLimit}}{{end}}.
-{{range .Profiles}}
-- ` + "`{{.File}}`" + ` {{.Kind}} ({{.Reason}}, {{time .At}}){{if .InUseBytes}}, in use {{mib .InUseBytes}}{{end}}
-{{- range .Top}}
-  - {{mib .InUseBytes}} {{if .Flat}}flat{{else}}cum{{end}} ` + "`{{.Function}}`" + `
-{{- end}}
+{{end}}{{if .Profiles}}
+| Profile | Kind | Reason | In use | Top in-use allocation sites |
+|---|---|---|---|---|
+{{- range .Profiles}}
+| [{{.File}}]({{.File}}) | {{.Kind}} | {{cell .Reason}} | {{if .InUseBytes}}{{mib .InUseBytes}}{{end}} | {{if .ShowTop}}{{range $i, $t := .Top}}{{if $i}}<br>{{end}}{{mib $t.InUseBytes}} ` + "`{{cell $t.Function}}`" + `{{end}}{{end}} |
 {{- end}}
 {{end}}
 {{- if .Charts}}
 ## Charts
 {{range .Charts}}
 ![{{.Title}}]({{.PNG}})
-{{end}}{{end}}
+{{end}}
+Markers: {{range $i, $m := .Markers}}{{if $i}} · {{end}}**{{$m.N}}** {{$m.Event.Kind}} {{cell $m.Event.Object}} (+{{printf "%.1f" $m.Offset}} s){{end}}
+{{end}}
 ## Timeline
 
-| Offset | Event | Object | Detail | Watcher lag |
-|---|---|---|---|---|
+| Offset | Marker | Event | Object | Detail | Watcher lag |
+|---|---|---|---|---|---|
 {{- range .Events}}
-| {{.Offset}} | {{.Kind}} | {{cell .Object}} | {{cell .Detail}} | {{.Lag}} |
+| {{.Offset}} | {{if .Marker}}{{.Marker}}{{end}} | {{.Kind}} | {{cell .Object}} | {{cell .Detail}} | {{.Lag}} |
 {{- end}}
 `
 
@@ -166,6 +192,8 @@ td.pass,td.fail{color:#fff;font-weight:600;text-align:center}
 .err{background:#fff3cd;border:1px solid #e0c060;padding:.5em .8em;border-radius:.3em}
 img.chart{width:100%;max-width:60em;display:block;margin:.4em 0 1em}
 code{font-size:.85em}
+.markers span{display:inline-block;margin-right:1.2em;font-size:.9em}
+.markers b{display:inline-block;min-width:1.3em;text-align:center;background:#555;color:#fff;border-radius:.6em;font-size:.85em}
 </style></head><body>
 <h1>{{.S.Experiment}} <span class="verdict {{.S.Verdict}}">{{.S.Verdict}}</span></h1>
 {{if .S.Error}}<p class="err"><b>Run error:</b> {{.S.Error}}</p>{{end}}
@@ -183,23 +211,24 @@ code{font-size:.85em}
 <tr><th>Requests</th><td class="num">{{.Requests}}</td><th>Errors</th><td class="num">{{.Errors}} ({{pct .ErrorRate}})</td></tr>
 <tr><th>Latency p50 / p90</th><td class="num">{{ms .LatencyMs.P50}} / {{ms .LatencyMs.P90}}</td><th>p99 / max</th><td class="num">{{ms .LatencyMs.P99}} / {{ms .LatencyMs.Max}}</td></tr>
 <tr><th>Error window</th><td class="num">{{.ErrorWindowSeconds}} s</td>{{with .ErrorWindow}}<th>Seconds (longest run)</th><td class="num">{{.FirstSecond}}–{{.LastSecond}} ({{.LongestRunSeconds}} s from {{.LongestRunStart}})</td>{{else}}<td colspan="2">no errors</td>{{end}}</tr>
-{{with .ErrorWindow}}{{range $k, $w := .RelativeTo}}<tr><th>relative to {{$k}}</th><td colspan="3">errors from {{$w.StartAfterSeconds}} s to {{$w.EndAfterSeconds}} s after it</td></tr>{{end}}{{end}}
+{{with .ErrorWindow}}{{range $k, $w := .RelativeTo}}<tr><th>from {{$k}}</th><td colspan="3">first error {{secs $w.StartAfterSeconds}}, last error {{secs $w.EndAfterSeconds}}</td></tr>{{end}}{{end}}
 </table>
 <table><tr><th>Status</th>{{range $.Codes}}<td class="num"><b>{{index . 0}}</b>: {{index . 1}}</td>{{end}}</tr>
 {{if $.Flags}}<tr><th>Response flag</th>{{range $.Flags}}<td class="num"><b>{{index . 0}}</b>: {{index . 1}}</td>{{end}}</tr>{{end}}</table>
 {{end}}
 {{with .S.ControlPlaneStats}}<h2>Control plane</h2>
 <table><tr><th>Restarts</th><td class="num">{{.Restarts}}</td><th>OOM kills</th><td class="num">{{.OOMKills}}</td><th>Pushes full / EDS</th><td class="num">{{.Pushes.Full}} / {{.Pushes.EDS}}</td><th>Peak heap</th><td class="num">{{mib .PeakHeapBytes}}</td>{{if .MemoryLimit}}<th>Limit</th><td class="num">{{mib .MemoryLimit}}</td>{{end}}</tr></table>
-{{if .Profiles}}<table><tr><th>Profile</th><th>Kind</th><th>Reason</th><th>At</th><th>In use</th><th>Top in-use allocation sites</th></tr>
-{{range .Profiles}}<tr><td><a href="{{.File}}">{{.File}}</a></td><td>{{.Kind}}</td><td>{{.Reason}}</td><td>{{time .At}}</td><td class="num">{{if .InUseBytes}}{{mib .InUseBytes}}{{end}}</td><td>{{range .Top}}{{mib .InUseBytes}} <code>{{.Function}}</code><br>{{end}}</td></tr>
-{{end}}</table>{{end}}
 {{end}}
+{{if .Profiles}}<table><tr><th>Profile</th><th>Kind</th><th>Reason</th><th>At</th><th>In use</th><th>Top in-use allocation sites</th></tr>
+{{range .Profiles}}<tr><td><a href="{{.File}}">{{.File}}</a></td><td>{{.Kind}}</td><td>{{.Reason}}</td><td>{{time .At}}</td><td class="num">{{if .InUseBytes}}{{mib .InUseBytes}}{{end}}</td><td>{{if .ShowTop}}{{range .Top}}{{mib .InUseBytes}} <code>{{.Function}}</code><br>{{end}}{{end}}</td></tr>
+{{end}}</table>{{end}}
 {{if .Charts}}<h2>Charts</h2>
 {{range .Charts}}<a href="{{.SVG}}"><img class="chart" src="{{.SVG}}" alt="{{.Title}}"></a>
-{{end}}{{end}}
+{{end}}<p class="markers">{{range .Markers}}<span><b>{{.N}}</b> {{.Event.Kind}} {{.Event.Object}} <small>(+{{printf "%.1f" .Offset}} s)</small></span> {{end}}</p>
+{{end}}
 <h2>Timeline</h2>
-<table><tr><th>Offset</th><th>Event</th><th>Object</th><th>Detail</th><th>Watcher lag</th></tr>
-{{range .Events}}<tr><td class="num">{{.Offset}}</td><td>{{.Kind}}</td><td>{{.Object}}</td><td>{{.Detail}}</td><td class="num">{{.Lag}}</td></tr>
+<table><tr><th>Offset</th><th>Marker</th><th>Event</th><th>Object</th><th>Detail</th><th>Watcher lag</th></tr>
+{{range .Events}}<tr><td class="num">{{.Offset}}</td><td class="num">{{if .Marker}}<b>{{.Marker}}</b>{{end}}</td><td>{{.Kind}}</td><td>{{.Object}}</td><td>{{.Detail}}</td><td class="num">{{.Lag}}</td></tr>
 {{end}}</table>
 <p style="color:#888;font-size:.8em">schema {{.S.Schema}} · <a href="summary.json">summary.json</a> · <a href="junit.xml">junit.xml</a> · <a href="report.md">report.md</a></p>
 </body></html>

@@ -132,8 +132,7 @@ func TestOOMTriggerCapturesHeapBeforeKernelKill(t *testing.T) {
 	}
 	const limit = 160 << 20
 	cg := memhog.NewCgroup(t, limit)
-	c := memhog.Start(t, memhog.Options{})
-	require.NoError(t, cg.Add(c.Cmd.Process.Pid), "move the memhog into the cgroup")
+	c := memhog.Start(t, memhog.Options{Cgroup: cg})
 
 	mem, err := CgroupMemoryForPID(c.Cmd.Process.Pid)
 	require.NoError(t, err)

@@ -177,7 +177,6 @@ func (r *Run) phase(ctx context.Context, name string, do func(context.Context, *
 		s.Phases = append(s.Phases, results.Phase{Name: name, StartedAt: start})
 	})
 	r.Event(EventPhaseStart, name, "")
-	r.captureProfiles(ctx, "phase "+name+" start")
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("phase %s panicked: %v\n%s", name, p, debug.Stack())
@@ -197,7 +196,11 @@ func (r *Run) phase(ctx context.Context, name string, do func(context.Context, *
 				}
 			}
 		})
-		r.captureProfiles(ctx, "phase "+name+" end")
+		// One set per boundary: after setup (the baseline) and after every phase; the teardown
+		// takes the control plane away.
+		if name != "teardown" {
+			r.captureProfiles(ctx, "after "+name)
+		}
 		detail := ""
 		if err != nil {
 			detail = firstLine(err.Error())

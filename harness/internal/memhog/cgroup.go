@@ -61,11 +61,6 @@ func NewCgroup(t testing.TB, limit int64) *Cgroup {
 	return cg
 }
 
-// Add moves a process into the cgroup.
-func (cg *Cgroup) Add(pid int) error {
-	return os.WriteFile(filepath.Join(cg.Dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
-}
-
 // OOMKills reads the kernel's count of OOM kills in the cgroup.
 func (cg *Cgroup) OOMKills() (int64, error) {
 	file := "memory.oom_control"

@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ const (
 	envMode = "MESHCHAOS_MEMHOG"
 	envAddr = "MESHCHAOS_MEMHOG_ADDR"
 	envStep = "MESHCHAOS_MEMHOG_STEP_MIB"
+	envCg   = "MESHCHAOS_MEMHOG_CGROUP"
 )
 
 // MaybeRun turns the process into a memhog when the environment asks for one (it then never
@@ -29,6 +31,14 @@ const (
 func MaybeRun() {
 	if os.Getenv(envMode) != "1" {
 		return
+	}
+	if cg := os.Getenv(envCg); cg != "" {
+		// Join the cgroup before allocating anything, so all the heap is charged there (a
+		// process moved in later leaves its earlier charges behind on cgroup v1).
+		if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "memhog: join cgroup:", err)
+			os.Exit(3)
+		}
 	}
 	addr := os.Getenv(envAddr)
 	if addr == "" {
@@ -89,6 +99,8 @@ type Options struct {
 	Addr string
 	// StepMiB is how much the heap grows every 40 ms (default 2).
 	StepMiB int
+	// Cgroup, when set, is joined before the memhog allocates anything.
+	Cgroup *Cgroup
 }
 
 // Process is a running memhog.
@@ -113,6 +125,9 @@ func Start(t testing.TB, o Options) *Process {
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), envMode+"=1", envAddr+"="+o.Addr, envStep+"="+strconv.Itoa(o.StepMiB), "GOMAXPROCS=1")
+	if o.Cgroup != nil {
+		cmd.Env = append(cmd.Env, envCg+"="+o.Cgroup.Dir)
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
