@@ -362,6 +362,9 @@ var ErrBadRunDir = errors.New("bad run directory")
 // Read loads and validates dir/summary.json.
 func Read(dir string) (*Summary, error) {
 	st, err := os.Stat(dir)
+	if os.IsNotExist(err) {
+		return nil, fmt.Errorf("%w: %s does not exist (give a directory written by meshchaos run)", ErrBadRunDir, dir)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadRunDir, err)
 	}
