@@ -100,3 +100,20 @@ func TestScraperRejectsGarbage(t *testing.T) {
 type promhttpText string
 
 func (s promhttpText) ServeHTTP(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(s)) }
+
+func TestPromMemory(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	rss := prometheus.NewGauge(prometheus.GaugeOpts{Name: "process_resident_memory_bytes"})
+	reg.MustRegister(rss)
+	ts := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer ts.Close()
+	rss.Set(96 << 20)
+	m := &PromMemory{URL: ts.URL, Limit: 128 << 20}
+	u, err := m.ReadMemory()
+	require.NoError(t, err)
+	assert.EqualValues(t, 96<<20, u.WorkingSet)
+	assert.InDelta(t, 0.75, u.Fraction(), 1e-9)
+
+	_, err = (&PromMemory{URL: ts.URL, Metric: "nope"}).ReadMemory()
+	assert.ErrorContains(t, err, "no metric nope")
+}

@@ -183,7 +183,7 @@ func TestExecuteOOMIncidentRunDir(t *testing.T) {
 	px.mu.Unlock()
 	tr := got.Traffic
 	require.NotNil(t, tr)
-	assert.EqualValues(t, 1200, tr.Requests)
+	assert.InDelta(t, 1200, tr.Requests, 10)
 	assert.Equal(t, map[string]int64{respflags.NoClusterFound: nc}, tr.ByFlag)
 	assert.Equal(t, nc, tr.ByCode["503"])
 	assert.Equal(t, nc, tr.Errors)
@@ -335,7 +335,7 @@ func TestExecutePassingRun(t *testing.T) {
 	s, err := Execute(context.Background(), exp, Options{Dir: dir, Progress: NewProgress(&bytes.Buffer{})})
 	require.NoError(t, err)
 	assert.Equal(t, results.VerdictPass, s.Verdict, s.Error)
-	assert.EqualValues(t, 100, s.Traffic.Requests)
+	assert.InDelta(t, 100, s.Traffic.Requests, 2)
 	for _, c := range s.Checks {
 		assert.True(t, c.Pass, c.String())
 	}

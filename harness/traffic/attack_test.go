@@ -94,7 +94,9 @@ func TestAttackMeasuresInjectedWindow(t *testing.T) {
 
 	chaos := first.Add(2500 * time.Millisecond)
 	s := agg.Summary(map[string]time.Time{"chaos.injected": chaos})
-	assert.EqualValues(t, 1800, s.Requests)
+	// Vegeta's pacer may drop a hit or two at the duration cutoff on a loaded machine.
+	assert.InDelta(t, 1800, s.Requests, 10)
+	assert.Equal(t, ok+injected, s.Requests, "every request the server answered was measured")
 	assert.Equal(t, wantFlags, s.ByFlag)
 	assert.InDelta(t, 400, wantFlags[respflags.NoClusterFound], 4, "2 s of NC at 200 rps")
 	assert.InDelta(t, 200, wantFlags[respflags.NoHealthyUpstream], 4, "1 s of UH at 200 rps")
@@ -134,7 +136,7 @@ func TestAttackMeasuresInjectedWindow(t *testing.T) {
 		m.Add(&r)
 	}
 	m.Close()
-	assert.EqualValues(t, 1800, m.Requests)
+	assert.EqualValues(t, s.Requests, m.Requests)
 	assert.EqualValues(t, ok, m.StatusCodes["200"])
 	assert.EqualValues(t, injected, m.StatusCodes["503"])
 

@@ -46,7 +46,7 @@ type Aggregator struct {
 	all      []time.Duration
 	requests int64
 	errors   int64
-	byCode   map[string]int64
+	byCode   map[uint16]int64 // keyed by number: no string per request
 	byFlag   map[string]int64
 	firstErr time.Time
 	lastErr  time.Time
@@ -54,13 +54,14 @@ type Aggregator struct {
 
 type second struct {
 	requests, errors int64
-	byCode, byFlag   map[string]int64
+	byCode           map[uint16]int64
+	byFlag           map[string]int64
 	latencies        []time.Duration
 }
 
 // NewAggregator returns an aggregator whose second 0 begins at start.
 func NewAggregator(start time.Time) *Aggregator {
-	return &Aggregator{start: start, seconds: map[int]*second{}, byCode: map[string]int64{}, byFlag: map[string]int64{}}
+	return &Aggregator{start: start, seconds: map[int]*second{}, byCode: map[uint16]int64{}, byFlag: map[string]int64{}}
 }
 
 // Add records one result.
@@ -70,15 +71,14 @@ func (a *Aggregator) Add(r *vegeta.Result) {
 	t := int(math.Floor(r.Timestamp.Sub(a.start).Seconds()))
 	s := a.seconds[t]
 	if s == nil {
-		s = &second{byCode: map[string]int64{}, byFlag: map[string]int64{}}
+		s = &second{byCode: map[uint16]int64{}, byFlag: map[string]int64{}}
 		a.seconds[t] = s
 	}
-	code := strconv.Itoa(int(r.Code))
 	s.requests++
-	s.byCode[code]++
+	s.byCode[r.Code]++
 	s.latencies = append(s.latencies, r.Latency)
 	a.requests++
-	a.byCode[code]++
+	a.byCode[r.Code]++
 	a.all = append(a.all, r.Latency)
 	for _, f := range Flags(r) {
 		s.byFlag[f]++
@@ -134,7 +134,7 @@ func (a *Aggregator) Summary(events map[string]time.Time) results.Traffic {
 		Rate:      float64(a.rate),
 		Requests:  a.requests,
 		Errors:    a.errors,
-		ByCode:    copyMap(a.byCode),
+		ByCode:    codeMap(a.byCode),
 		ByFlag:    copyMap(a.byFlag),
 		LatencyMs: latency(a.all),
 		Series:    []results.Second{},
@@ -154,7 +154,7 @@ func (a *Aggregator) Summary(events map[string]time.Time) results.Traffic {
 		sec := results.Second{T: k}
 		if s := a.seconds[k]; s != nil {
 			sec.Requests, sec.Errors = s.requests, s.errors
-			sec.ByCode, sec.LatencyMs = copyMap(s.byCode), latency(s.latencies)
+			sec.ByCode, sec.LatencyMs = codeMap(s.byCode), latency(s.latencies)
 			if len(s.byFlag) > 0 {
 				sec.ByFlag = copyMap(s.byFlag)
 			}
@@ -222,6 +222,14 @@ func latency(ds []time.Duration) results.Latency {
 }
 
 func roundMs(d time.Duration) float64 { return math.Round(d.Seconds()*1000) / 1000 }
+
+func codeMap(m map[uint16]int64) map[string]int64 {
+	out := make(map[string]int64, len(m))
+	for k, v := range m {
+		out[strconv.Itoa(int(k))] = v
+	}
+	return out
+}
 
 func copyMap(m map[string]int64) map[string]int64 {
 	out := make(map[string]int64, len(m))
