@@ -210,5 +210,8 @@ func TestOOMTriggerCapturesHeapBeforeKernelKill(t *testing.T) {
 	assert.Equal(t, p.InUseBytes, total)
 	require.NotEmpty(t, top)
 	assert.True(t, strings.HasSuffix(top[0].Function, ".growHeap"), "top in-use site is the allocating function, got %q", top[0].Function)
-	assert.Greater(t, top[0].InUseBytes, int64(limit/2), "it holds most of the heap at the time")
+	assert.Greater(t, float64(top[0].InUseBytes), 0.8*float64(total), "it holds most of the heap")
+	// Well beyond the idle process's ~10 MiB: the profile shows the approach to the limit. (Not
+	// a fixed share of the limit: under -race the shadow memory takes much of the cgroup.)
+	assert.Greater(t, top[0].InUseBytes, int64(limit/4))
 }

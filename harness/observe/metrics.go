@@ -45,27 +45,35 @@ func NewScraper(url string, dial DialContext) *Scraper {
 
 // Scrape fetches and records one scrape.
 func (s *Scraper) Scrape(ctx context.Context) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
+	families, err := fetchFamilies(ctx, s.client, s.url)
 	if err != nil {
-		return fmt.Errorf("scrape %s: %w", s.url, err)
+		return err
+	}
+	s.Record(time.Now().UTC(), families)
+	return nil
+}
+
+// fetchFamilies GETs a Prometheus text endpoint and parses it.
+func fetchFamilies(ctx context.Context, client *http.Client, url string) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
 	}
 	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
-	resp, err := s.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("scrape %s: %w", s.url, err)
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("scrape %s: %s", s.url, resp.Status)
+		return nil, fmt.Errorf("scrape %s: %s", url, resp.Status)
 	}
-	at := time.Now().UTC()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return fmt.Errorf("scrape %s: %w", s.url, err)
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
 	}
-	s.Record(at, families)
-	return nil
+	return families, nil
 }
 
 // Record adds parsed families as samples at time at.

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"time"
-
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // PromMemory reads a process's memory from its own Prometheus endpoint, for where the cgroup is
@@ -33,23 +30,9 @@ func (p *PromMemory) ReadMemory() (MemoryUsage, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL, nil)
+	fams, err := fetchFamilies(ctx, client, p.URL)
 	if err != nil {
-		return MemoryUsage{}, err
-	}
-	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
-	resp, err := client.Do(req)
-	if err != nil {
-		return MemoryUsage{}, fmt.Errorf("read memory from %s: %w", p.URL, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return MemoryUsage{}, fmt.Errorf("read memory from %s: %s", p.URL, resp.Status)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return MemoryUsage{}, fmt.Errorf("read memory from %s: %w", p.URL, err)
+		return MemoryUsage{}, fmt.Errorf("read memory: %w", err)
 	}
 	mf := fams[metric]
 	if mf == nil || len(mf.GetMetric()) == 0 {

@@ -73,18 +73,19 @@ type Run struct {
 	bgCtx    context.Context
 	bg       sync.WaitGroup
 
-	mu        sync.Mutex
-	attack    *traffic.Attack
-	attackErr chan error
-	pods      *observe.PodWatcher
-	scraper   *observe.Scraper
-	profiler  *observe.Profiler
-	cpuProf   bool
-	memory    []results.Sample
-	memLimit  int64
-	lastMem   time.Time
-	cp        results.ControlPlaneStats
-	cpSet     bool
+	mu         sync.Mutex
+	attack     *traffic.Attack
+	attackDone chan struct{} // closed when the attack has ended; attackErr is then set
+	attackErr  error
+	pods       *observe.PodWatcher
+	scraper    *observe.Scraper
+	profiler   *observe.Profiler
+	cpuProf    bool
+	memory     []results.Sample
+	memLimit   int64
+	lastMem    time.Time
+	cp         results.ControlPlaneStats
+	cpSet      bool
 }
 
 // Execute runs the experiment and writes its run directory. The returned summary's verdict is
@@ -181,9 +182,6 @@ func (r *Run) phase(ctx context.Context, name string, do func(context.Context, *
 		if p := recover(); p != nil {
 			err = fmt.Errorf("phase %s panicked: %v\n%s", name, p, debug.Stack())
 		}
-		if err != nil && !strings.HasPrefix(err.Error(), "phase ") {
-			err = fmt.Errorf("phase %s: %w", name, err)
-		}
 		end := time.Now().UTC()
 		_ = r.rec.Update(func(s *results.Summary) {
 			for i := len(s.Phases) - 1; i >= 0; i-- {
@@ -208,7 +206,10 @@ func (r *Run) phase(ctx context.Context, name string, do func(context.Context, *
 		}
 		r.Event(EventPhaseEnd, name, detail)
 	}()
-	return do(ctx, r)
+	if err := do(ctx, r); err != nil {
+		return fmt.Errorf("phase %s: %w", name, err)
+	}
+	return nil
 }
 
 func firstLine(s string) string {
@@ -277,7 +278,8 @@ func (r *Run) StartTraffic(o traffic.Options) error {
 	if err != nil {
 		return fmt.Errorf("start traffic: %w", err)
 	}
-	r.attack, r.attackErr = a, make(chan error, 1)
+	done := make(chan struct{})
+	r.attack, r.attackDone = a, done
 	r.background(func(ctx context.Context) {
 		r.Event(EventTrafficStart, o.Name, fmt.Sprintf("%d rps for %s", o.Rate, o.Duration))
 		agg, err := a.Run(ctx)
@@ -286,7 +288,10 @@ func (r *Run) StartTraffic(o traffic.Options) error {
 			detail = fmt.Sprintf("%d requests, %d errors", agg.Requests(), agg.Errors())
 		}
 		r.Event(EventTrafficStop, o.Name, detail)
-		r.attackErr <- err
+		r.mu.Lock()
+		r.attackErr = err
+		r.mu.Unlock()
+		close(done)
 	})
 	return nil
 }
@@ -294,15 +299,16 @@ func (r *Run) StartTraffic(o traffic.Options) error {
 // WaitTraffic waits for the running attack to finish.
 func (r *Run) WaitTraffic(ctx context.Context) error {
 	r.mu.Lock()
-	ch := r.attackErr
+	done := r.attackDone
 	r.mu.Unlock()
-	if ch == nil {
+	if done == nil {
 		return errors.New("wait traffic: no attack was started")
 	}
 	select {
-	case err := <-ch:
-		ch <- err // later waiters see it too
-		return err
+	case <-done:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.attackErr
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
