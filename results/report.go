@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	htmltemplate "html/template"
+	"math"
 	"path/filepath"
 	"strings"
 	texttemplate "text/template"
@@ -94,7 +95,12 @@ var funcs = map[string]any{
 	"mib":  func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) },
 	"pct":  func(f float64) string { return fmt.Sprintf("%.3f %%", 100*f) },
 	"ms":   func(f float64) string { return fmt.Sprintf("%.1f ms", f) },
-	"secs": func(f float64) string { return fmt.Sprintf("%+.2f s", f) },
+	"secs": func(f float64) string {
+		if math.Abs(f) < 0.005 {
+			f = 0 // no "-0.00 s"
+		}
+		return fmt.Sprintf("%+.2f s", f)
+	},
 	"time": func(t time.Time) string {
 		return t.UTC().Format("2006-01-02 15:04:05 UTC")
 	},
@@ -168,7 +174,7 @@ Restarts {{.Restarts}}, OOM kills {{.OOMKills}}, pushes full {{.Pushes.Full}} / 
 {{range .Charts}}
 ![{{.Title}}]({{.PNG}})
 {{end}}
-Markers: {{range $i, $m := .Markers}}{{if $i}} · {{end}}**{{$m.N}}** {{$m.Event.Kind}} {{cell $m.Event.Object}} (+{{printf "%.1f" $m.Offset}} s){{end}}
+Markers: {{range $i, $m := .Markers}}{{if $i}} · {{end}}**{{$m.N}}** {{$m.Event.Kind}}{{with $m.Event.Object}} {{cell .}}{{end}} (+{{printf "%.1f" $m.Offset}} s){{end}}
 {{end}}
 ## Timeline
 

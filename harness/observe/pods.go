@@ -187,7 +187,9 @@ func (w *PodWatcher) diff(o, n *corev1.Pod) {
 			events = append(events, results.Event{At: t.FinishedAt.Time, Kind: kind, Object: obj,
 				Detail: fmt.Sprintf("reason %s, exit code %d", t.Reason, t.ExitCode)})
 		}
-		if prev, ok := old[cs.Name]; ok && cs.RestartCount > prev.RestartCount {
+		// A container missing from the old status counts from 0: its restarts all happened while
+		// we watched (the baseline holds whatever was there before).
+		if prev := old[cs.Name]; cs.RestartCount > prev.RestartCount {
 			w.stats.Restarts += int(cs.RestartCount - prev.RestartCount)
 			var at time.Time
 			if cs.State.Running != nil {

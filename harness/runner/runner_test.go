@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -325,12 +328,26 @@ func TestExecuteUnmeasuredCheckIsAnError(t *testing.T) {
 func TestExecutePassingRun(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer srv.Close()
+	// The "control plane's" metrics: this process's own Go metrics plus a push counter.
+	reg := prometheus.NewRegistry()
+	pushes := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xds_pushes_total"}, []string{"type"})
+	reg.MustRegister(collectors.NewGoCollector(), pushes)
+	metrics := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer metrics.Close()
 	exp := Experiment{Name: "steady", Phases: []Phase{{Name: "load", Do: func(ctx context.Context, r *Run) error {
+		r.ScrapeMetrics(metrics.URL, nil, 200*time.Millisecond, func(f string) bool {
+			return f == "go_memstats_heap_inuse_bytes" || f == "xds_pushes_total"
+		})
 		if err := r.StartTraffic(traffic.Options{Targets: []traffic.Target{{URL: srv.URL}}, Rate: 50, Duration: 2 * time.Second}); err != nil {
 			return err
 		}
-		return r.WaitTraffic(ctx)
-	}}}, Checks: []Check{ErrorRate(results.LE, 0), ErrorWindow(results.LE, 0), StatusRate("5xx", results.LE, 0)}}
+		pushes.WithLabelValues("eds").Add(3)
+		if err := r.WaitTraffic(ctx); err != nil {
+			return err
+		}
+		r.ControlPlane(func(cp *results.ControlPlaneStats) { cp.Pushes.EDS = 3 })
+		return nil
+	}}}, Checks: []Check{ErrorRate(results.LE, 0), ErrorWindow(results.LE, 0), StatusRate("5xx", results.LE, 0), FullPushes(results.LE, 0), PeakHeap(results.LE, 1024)}}
 	dir := t.TempDir()
 	s, err := Execute(context.Background(), exp, Options{Dir: dir, Progress: NewProgress(&bytes.Buffer{})})
 	require.NoError(t, err)
@@ -339,6 +356,15 @@ func TestExecutePassingRun(t *testing.T) {
 	for _, c := range s.Checks {
 		assert.True(t, c.Pass, c.String())
 	}
+	require.NotNil(t, s.ControlPlaneStats)
+	assert.Positive(t, s.ControlPlaneStats.PeakHeapBytes, "peak heap from go_memstats_heap_inuse_bytes")
+	assert.EqualValues(t, 3, s.ControlPlaneStats.Pushes.EDS)
+	var names []string
+	for _, m := range s.ControlPlaneStats.Metrics {
+		names = append(names, m.Name)
+		assert.GreaterOrEqual(t, len(m.Samples), 5, "scraped every 200 ms for 2 s: %s", m.Name)
+	}
+	assert.ElementsMatch(t, []string{"go_memstats_heap_inuse_bytes", "xds_pushes_total"}, names)
 }
 
 func TestStatusRate(t *testing.T) {
