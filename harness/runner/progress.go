@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/term"
+
 	"github.com/meshchaos/meshchaos/harness/traffic"
 )
 
@@ -24,10 +26,11 @@ type Progress interface {
 	Done()
 }
 
-// NewProgress picks the display for w: plain lines when CI=true or w is not a terminal.
+// NewProgress picks the display for w: plain lines in CI (CI set, as CI systems do with
+// CI=true) or when w is not a terminal.
 func NewProgress(w io.Writer) Progress {
 	start := time.Now()
-	if os.Getenv("CI") == "true" || !isTerminal(w) {
+	if os.Getenv("CI") != "" || !isTerminal(w) {
 		return &plainProgress{w: w, start: start}
 	}
 	return &termProgress{w: w, start: start}
@@ -35,11 +38,7 @@ func NewProgress(w io.Writer) Progress {
 
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 func elapsed(start time.Time) string {

@@ -14,8 +14,8 @@ import (
 	"github.com/meshchaos/meshchaos/results"
 )
 
-// run executes the CLI with args and returns stdout and the exit code main would use.
-func run(t *testing.T, args ...string) (string, int, error) {
+// runCLI executes the CLI with args and returns its output, the exit code main would use and the error.
+func runCLI(t *testing.T, args ...string) (string, int, error) {
 	t.Helper()
 	root := NewRoot()
 	var out bytes.Buffer
@@ -58,7 +58,7 @@ func runDir(t *testing.T, experiment string, errorRate float64, observed ...floa
 
 func TestReportExitCodes(t *testing.T) {
 	pass := runDir(t, "x", 0, 0, 1)
-	out, code, err := run(t, "report", pass)
+	out, code, err := runCLI(t, "report", pass)
 	require.NoError(t, err)
 	assert.Equal(t, 0, code)
 	assert.Contains(t, out, "x: pass")
@@ -67,7 +67,7 @@ func TestReportExitCodes(t *testing.T) {
 	}
 
 	fail := runDir(t, "x", 0, 0, 3)
-	out, code, err = run(t, "report", fail)
+	out, code, err = runCLI(t, "report", fail)
 	assert.Equal(t, 1, code)
 	assert.ErrorContains(t, err, "x failed 1 of 2 checks")
 	assert.Contains(t, out, "FAIL  b: observed 3, want ≤ 1")
@@ -78,24 +78,24 @@ func TestReportExitCodes(t *testing.T) {
 	require.NoError(t, err)
 	_, err = rec.Finish(errors.New("cluster did not come up"))
 	require.NoError(t, err)
-	_, code, err = run(t, "report", errDir)
+	_, code, err = runCLI(t, "report", errDir)
 	assert.Equal(t, 2, code)
 	assert.ErrorContains(t, err, "could not be carried out: cluster did not come up")
 	assert.FileExists(t, filepath.Join(errDir, "report.html"))
 }
 
 func TestReportBadInput(t *testing.T) {
-	_, code, err := run(t, "report", filepath.Join(t.TempDir(), "nope"))
+	_, code, err := runCLI(t, "report", filepath.Join(t.TempDir(), "nope"))
 	assert.Equal(t, 2, code)
 	assert.ErrorContains(t, err, "does not exist")
 
 	corrupt := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(corrupt, "summary.json"), []byte(`{"schema":`), 0o644))
-	_, code, err = run(t, "report", corrupt)
+	_, code, err = runCLI(t, "report", corrupt)
 	assert.Equal(t, 2, code)
 	assert.ErrorContains(t, err, "not a valid meshchaos/v1 summary")
 
-	_, code, _ = run(t, "report")
+	_, code, _ = runCLI(t, "report")
 	assert.Equal(t, 2, code, "missing argument")
 }
 
@@ -104,18 +104,18 @@ func TestCompareCLI(t *testing.T) {
 	same := runDir(t, "x", 0.0105, 0)
 	worse := runDir(t, "x", 0.020, 0)
 
-	out, code, err := run(t, "compare", base, same)
+	out, code, err := runCLI(t, "compare", base, same)
 	require.NoError(t, err)
 	assert.Equal(t, 0, code)
 	assert.Contains(t, out, "no regression")
 	assert.Regexp(t, `error rate\s+1 %\s+1.05 %\s+\+5.0 %\s+ok`, out)
 
-	out, code, err = run(t, "compare", base, worse)
+	out, code, err = runCLI(t, "compare", base, worse)
 	assert.Equal(t, 1, code)
 	assert.ErrorContains(t, err, "regressed")
 	assert.Contains(t, out, "REGRESSION")
 
-	_, code, err = run(t, "compare", base, worse, "--max-regression", "150")
+	_, code, err = runCLI(t, "compare", base, worse, "--max-regression", "150")
 	require.NoError(t, err)
 	assert.Equal(t, 0, code)
 
@@ -124,7 +124,7 @@ func TestCompareCLI(t *testing.T) {
 	for i, d := range []string{base, same} {
 		require.NoError(t, os.Rename(d, filepath.Join(repeats, []string{"r1", "r2"}[i])))
 	}
-	out, code, err = run(t, "compare", repeats, worse)
+	out, code, err = runCLI(t, "compare", repeats, worse)
 	assert.Equal(t, 1, code, "%v", err)
 	assert.Contains(t, out, "(2 run(s))")
 }
@@ -139,14 +139,14 @@ func TestCompareBadInput(t *testing.T) {
 		"not a number": {"compare", good, good, "--max-regression", "ten"},
 		"one argument": {"compare", good},
 	} {
-		_, code, err := run(t, args...)
+		_, code, err := runCLI(t, args...)
 		assert.Equal(t, 2, code, "%s: %v", name, err)
 	}
 	errDir := t.TempDir()
 	rec, err := results.NewRecorder(errDir, results.Summary{Experiment: "x"})
 	require.NoError(t, err)
 	_ = rec // never finished: verdict error on disk, as after a crash
-	_, code, err := run(t, "compare", good, errDir)
+	_, code, err := runCLI(t, "compare", good, errDir)
 	assert.Equal(t, 2, code)
 	assert.ErrorContains(t, err, "could not be carried out")
 }
