@@ -1,0 +1,152 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshchaos/meshchaos/results"
+)
+
+// runCLI executes the CLI with args and returns its output, the exit code main would use and the error.
+func runCLI(t *testing.T, args ...string) (string, int, error) {
+	t.Helper()
+	root := NewRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteC()
+	if err != nil && cmd != nil && isCobraUsageError(err) {
+		err = Usagef("%v", err)
+	}
+	if err == nil {
+		return out.String(), 0, nil
+	}
+	var ec ExitCoder
+	if errors.As(err, &ec) {
+		return out.String(), ec.ExitCode(), err
+	}
+	return out.String(), 2, err
+}
+
+// runDir writes a finished run with the given check observations (threshold: ≤ 1).
+func runDir(t *testing.T, experiment string, errorRate float64, observed ...float64) string {
+	t.Helper()
+	dir := t.TempDir()
+	start := time.Date(2026, 11, 23, 7, 0, 0, 0, time.UTC)
+	end := start.Add(time.Minute)
+	s := &results.Summary{
+		Schema: results.SchemaVersion, Experiment: experiment, StartedAt: start, FinishedAt: &end,
+		Traffic: &results.Traffic{StartedAt: start, Requests: 1000, Errors: int64(errorRate * 1000), ErrorRate: errorRate,
+			ByCode: map[string]int64{}, ByFlag: map[string]int64{}, LatencyMs: results.Latency{P50: 2, P90: 4, P99: 8, Max: 20}},
+		Events: []results.Event{},
+	}
+	for i, o := range observed {
+		s.Checks = append(s.Checks, results.NewCheck([]string{"a", "b", "c"}[i], o, results.LE, 1, ""))
+	}
+	s.Verdict = results.DecideVerdict(s.Checks)
+	require.NoError(t, results.Write(dir, s))
+	return dir
+}
+
+func TestReportExitCodes(t *testing.T) {
+	pass := runDir(t, "x", 0, 0, 1)
+	out, code, err := runCLI(t, "report", pass)
+	require.NoError(t, err)
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "x: pass")
+	for _, f := range []string{"report.html", "report.md", "junit.xml"} {
+		assert.FileExists(t, filepath.Join(pass, f))
+	}
+
+	fail := runDir(t, "x", 0, 0, 3)
+	out, code, err = runCLI(t, "report", fail)
+	assert.Equal(t, 1, code)
+	assert.ErrorContains(t, err, "x failed 1 of 2 checks")
+	assert.Contains(t, out, "FAIL  b: observed 3, want ≤ 1")
+
+	// A run that could not be carried out: still rendered, exit 2.
+	errDir := t.TempDir()
+	rec, err := results.NewRecorder(errDir, results.Summary{Experiment: "x"})
+	require.NoError(t, err)
+	_, err = rec.Finish(errors.New("cluster did not come up"))
+	require.NoError(t, err)
+	_, code, err = runCLI(t, "report", errDir)
+	assert.Equal(t, 2, code)
+	assert.ErrorContains(t, err, "could not be carried out: cluster did not come up")
+	assert.FileExists(t, filepath.Join(errDir, "report.html"))
+}
+
+func TestReportBadInput(t *testing.T) {
+	_, code, err := runCLI(t, "report", filepath.Join(t.TempDir(), "nope"))
+	assert.Equal(t, 2, code)
+	assert.ErrorContains(t, err, "does not exist")
+
+	corrupt := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(corrupt, "summary.json"), []byte(`{"schema":`), 0o644))
+	_, code, err = runCLI(t, "report", corrupt)
+	assert.Equal(t, 2, code)
+	assert.ErrorContains(t, err, "not a valid meshchaos/v1 summary")
+
+	_, code, _ = runCLI(t, "report")
+	assert.Equal(t, 2, code, "missing argument")
+}
+
+func TestCompareCLI(t *testing.T) {
+	base := runDir(t, "x", 0.010, 0)
+	same := runDir(t, "x", 0.0105, 0)
+	worse := runDir(t, "x", 0.020, 0)
+
+	out, code, err := runCLI(t, "compare", base, same)
+	require.NoError(t, err)
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "no regression")
+	assert.Regexp(t, `error rate\s+1 %\s+1.05 %\s+\+5.0 %\s+ok`, out)
+
+	out, code, err = runCLI(t, "compare", base, worse)
+	assert.Equal(t, 1, code)
+	assert.ErrorContains(t, err, "regressed")
+	assert.Contains(t, out, "REGRESSION")
+
+	_, code, err = runCLI(t, "compare", base, worse, "--max-regression", "150")
+	require.NoError(t, err)
+	assert.Equal(t, 0, code)
+
+	// Repeat runs: a directory of run directories.
+	repeats := t.TempDir()
+	for i, d := range []string{base, same} {
+		require.NoError(t, os.Rename(d, filepath.Join(repeats, []string{"r1", "r2"}[i])))
+	}
+	out, code, err = runCLI(t, "compare", repeats, worse)
+	assert.Equal(t, 1, code, "%v", err)
+	assert.Contains(t, out, "(2 run(s))")
+}
+
+func TestCompareBadInput(t *testing.T) {
+	good := runDir(t, "x", 0, 0)
+	for name, args := range map[string][]string{
+		"missing base": {"compare", filepath.Join(t.TempDir(), "nope"), good},
+		"empty dir":    {"compare", good, t.TempDir()},
+		"other exp":    {"compare", good, runDir(t, "y", 0, 0)},
+		"negative":     {"compare", good, good, "--max-regression", "-1"},
+		"not a number": {"compare", good, good, "--max-regression", "ten"},
+		"one argument": {"compare", good},
+	} {
+		_, code, err := runCLI(t, args...)
+		assert.Equal(t, 2, code, "%s: %v", name, err)
+	}
+	errDir := t.TempDir()
+	rec, err := results.NewRecorder(errDir, results.Summary{Experiment: "x"})
+	require.NoError(t, err)
+	_ = rec // never finished: verdict error on disk, as after a crash
+	_, code, err := runCLI(t, "compare", good, errDir)
+	assert.Equal(t, 2, code)
+	assert.ErrorContains(t, err, "could not be carried out")
+}

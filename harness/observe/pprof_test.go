@@ -1,0 +1,58 @@
+package observe
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshchaos/meshchaos/harness/internal/memhog"
+)
+
+// TestProfilerCapturesFromRealProcess: heap, goroutine and CPU profiles from another process's
+// pprof port, on demand and on a schedule, saved as parseable .pb.gz files.
+func TestProfilerCapturesFromRealProcess(t *testing.T) {
+	c := memhog.Start(t, memhog.Options{})
+	runDir := t.TempDir()
+	p := NewProfiler("http://"+c.Addr, runDir, nil)
+	p.CPUSeconds = 1
+
+	set, err := p.CaptureSet(context.Background(), "phase load/start", true)
+	require.NoError(t, err)
+	require.Len(t, set, 3)
+	assert.Equal(t, []string{"heap", "goroutine", "cpu"}, []string{set[0].Kind, set[1].Kind, set[2].Kind})
+	assert.Equal(t, "pprof/001-heap-phase-load-start.pb.gz", set[0].File)
+	assert.Positive(t, set[0].InUseBytes)
+	assert.NotEmpty(t, set[0].Top)
+	for _, pr := range set {
+		f, err := os.Open(filepath.Join(runDir, pr.File))
+		require.NoError(t, err)
+		parsed, err := profile.Parse(f)
+		f.Close()
+		require.NoError(t, err, pr.File)
+		assert.NotEmpty(t, parsed.SampleType, pr.File)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	var errs []error
+	p.Every(ctx, 200*time.Millisecond, func(err error) { errs = append(errs, err) })
+	assert.Empty(t, errs)
+	all := p.Profiles()
+	assert.GreaterOrEqual(t, len(all), 3+2*2, "at least two scheduled heap+goroutine sets")
+	assert.Equal(t, "scheduled", all[len(all)-1].Reason)
+}
+
+func TestProfilerReportsMissingPprof(t *testing.T) {
+	ts := httptest.NewServer(http.NotFoundHandler())
+	defer ts.Close()
+	_, err := NewProfiler(ts.URL, t.TempDir(), nil).Capture(context.Background(), Heap, "x")
+	assert.ErrorContains(t, err, "is net/http/pprof served")
+}

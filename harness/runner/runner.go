@@ -1,0 +1,513 @@
+// Package runner carries out an experiment: setup, phases (load, chaos), observation and a
+// teardown that always runs; it keeps the timeline, evaluates the checks and writes the run
+// directory (summary.json incrementally, then junit.xml and the reports).
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/meshchaos/meshchaos/harness/observe"
+	"github.com/meshchaos/meshchaos/harness/traffic"
+	"github.com/meshchaos/meshchaos/results"
+)
+
+// Timeline event kinds the runner itself records. Chaos injectors use "chaos.<what>"
+// (e.g. chaos.injected, chaos.cleared); the pod watcher uses observe's pod.* kinds.
+const (
+	EventPhaseStart   = "phase.start"
+	EventPhaseEnd     = "phase.end"
+	EventTrafficStart = "traffic.start"
+	EventTrafficStop  = "traffic.stop"
+	EventMemoryHigh   = "cp.memory-high"
+	EventProfile      = "pprof.captured"
+)
+
+// Experiment is what to run.
+type Experiment struct {
+	Name         string
+	Substrate    string
+	ControlPlane string
+	Params       map[string]string
+	// Setup prepares the system (cluster, control plane, workloads); its failure skips the phases.
+	Setup func(ctx context.Context, r *Run) error
+	// Phases run in order; the first failure ends the run (teardown still runs).
+	Phases []Phase
+	// Teardown always runs, with its own context, even after a failure or an interrupt.
+	Teardown func(ctx context.Context, r *Run) error
+	// Checks are evaluated on the summary once the phases are over.
+	Checks []Check
+}
+
+// Phase is one named step.
+type Phase struct {
+	Name string
+	Do   func(ctx context.Context, r *Run) error
+}
+
+// Options configure Execute.
+type Options struct {
+	// Dir is the run directory (created).
+	Dir string
+	// Progress shows the run (default: NewProgress(os.Stderr)).
+	Progress Progress
+	// TeardownTimeout bounds the teardown (default 2 min).
+	TeardownTimeout time.Duration
+	// FlushInterval is how often the in-progress summary is rewritten (default 5 s).
+	FlushInterval time.Duration
+}
+
+// Run is the handle phases use to record and observe.
+type Run struct {
+	rec      *results.Recorder
+	progress Progress
+	bgCtx    context.Context
+	bg       sync.WaitGroup
+
+	mu         sync.Mutex
+	attack     *traffic.Attack
+	attackDone chan struct{} // closed when the attack has ended; attackErr is then set
+	attackErr  error
+	pods       *observe.PodWatcher
+	scraper    *observe.Scraper
+	profiler   *observe.Profiler
+	cpuProf    bool
+	memory     []results.Sample
+	memLimit   int64
+	lastMem    time.Time
+	cp         results.ControlPlaneStats
+	cpSet      bool
+}
+
+// Execute runs the experiment and writes its run directory. The returned summary's verdict is
+// pass, fail or error; the error is only for a run directory that could not be written.
+func Execute(ctx context.Context, exp Experiment, o Options) (results.Summary, error) {
+	if o.Progress == nil {
+		o.Progress = NewProgress(os.Stderr)
+	}
+	if o.TeardownTimeout <= 0 {
+		o.TeardownTimeout = 2 * time.Minute
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = 5 * time.Second
+	}
+	defer o.Progress.Done()
+	rec, err := results.NewRecorder(o.Dir, results.Summary{
+		Experiment: exp.Name, Substrate: exp.Substrate, ControlPlane: exp.ControlPlane, Params: exp.Params,
+	})
+	if err != nil {
+		return results.Summary{}, err
+	}
+	bgCtx, stopBg := context.WithCancel(context.WithoutCancel(ctx))
+	r := &Run{rec: rec, progress: o.Progress, bgCtx: bgCtx}
+
+	flushDone := make(chan struct{})
+	go func() {
+		defer close(flushDone)
+		t := time.NewTicker(o.FlushInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-bgCtx.Done():
+				return
+			case <-t.C:
+				r.flush()
+			}
+		}
+	}()
+
+	runErr := r.phase(ctx, "setup", exp.Setup)
+	if runErr == nil {
+		for _, p := range exp.Phases {
+			if err := ctx.Err(); err != nil {
+				runErr = fmt.Errorf("interrupted before phase %s: %w", p.Name, context.Cause(ctx))
+				break
+			}
+			if runErr = r.phase(ctx, p.Name, p.Do); runErr != nil {
+				break
+			}
+		}
+	}
+	// Observation ends with the phases; traffic still running is stopped.
+	stopBg()
+	r.bg.Wait()
+	<-flushDone
+
+	if runErr == nil {
+		runErr = r.evaluate(exp.Checks)
+	}
+	tdCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.TeardownTimeout)
+	if err := r.phase(tdCtx, "teardown", exp.Teardown); err != nil {
+		if runErr == nil {
+			runErr = err
+		} else {
+			r.Logf("teardown: %v", err)
+		}
+	}
+	cancel()
+	r.flush()
+	s, err := rec.Finish(runErr)
+	if err != nil {
+		return s, err
+	}
+	if err := results.Render(o.Dir, &s); err != nil {
+		return s, fmt.Errorf("render reports: %w", err)
+	}
+	r.Logf("verdict %s — %s", s.Verdict, filepath.Join(o.Dir, results.HTMLFile))
+	return s, nil
+}
+
+// phase runs one lifecycle step with its timeline entries and profile captures; a panic in it
+// becomes its error.
+func (r *Run) phase(ctx context.Context, name string, do func(context.Context, *Run) error) (err error) {
+	if do == nil {
+		return nil
+	}
+	r.progress.Phase(name)
+	start := time.Now().UTC()
+	_ = r.rec.Update(func(s *results.Summary) {
+		s.Phases = append(s.Phases, results.Phase{Name: name, StartedAt: start})
+	})
+	r.Event(EventPhaseStart, name, "")
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("phase %s panicked: %v\n%s", name, p, debug.Stack())
+		}
+		end := time.Now().UTC()
+		_ = r.rec.Update(func(s *results.Summary) {
+			for i := len(s.Phases) - 1; i >= 0; i-- {
+				if s.Phases[i].Name == name && s.Phases[i].FinishedAt == nil {
+					s.Phases[i].FinishedAt = &end
+					if err != nil {
+						s.Phases[i].Error = err.Error()
+					}
+					break
+				}
+			}
+		})
+		// One set per boundary: after setup (the baseline) and after every phase; the teardown
+		// takes the control plane away.
+		if name != "teardown" {
+			r.captureProfiles(ctx, "after "+name)
+		}
+		detail := ""
+		if err != nil {
+			detail = firstLine(err.Error())
+			r.Logf("%v", err)
+		}
+		r.Event(EventPhaseEnd, name, detail)
+	}()
+	if err := do(ctx, r); err != nil {
+		return fmt.Errorf("phase %s: %w", name, err)
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// Dir is the run directory.
+func (r *Run) Dir() string { return r.rec.Dir() }
+
+// Logf prints through the progress display.
+func (r *Run) Logf(format string, args ...any) { r.progress.Logf(format, args...) }
+
+// Event adds a timeline entry now.
+func (r *Run) Event(kind, object, detail string) {
+	r.RecordEvent(results.Event{At: time.Now().UTC(), Kind: kind, Object: object, Detail: detail})
+}
+
+// RecordEvent adds a timeline entry and writes the summary.
+func (r *Run) RecordEvent(e results.Event) {
+	if !strings.HasPrefix(e.Kind, "phase.") {
+		msg := e.Kind
+		if e.Object != "" {
+			msg += " " + e.Object
+		}
+		if e.Detail != "" {
+			msg += ": " + e.Detail
+		}
+		r.Logf("%s", msg)
+	}
+	if err := r.rec.Update(func(s *results.Summary) { s.Events = append(s.Events, e) }); err != nil {
+		r.Logf("write summary: %v", err)
+	}
+}
+
+// background runs fn until the phases end.
+func (r *Run) background(fn func(ctx context.Context)) {
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		fn(r.bgCtx)
+	}()
+}
+
+// StartTraffic starts an attack in the background; its raw results go to traffic/results.json
+// unless o.ResultsFile says otherwise. WaitTraffic waits for it; the end of the phases stops it.
+func (r *Run) StartTraffic(o traffic.Options) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.attack != nil {
+		return errors.New("start traffic: an attack is already running")
+	}
+	if o.ResultsFile == "" {
+		o.ResultsFile = filepath.Join(r.Dir(), results.TrafficDir, "results.json")
+	}
+	prev := o.Progress
+	o.Progress = func(p traffic.Progress) {
+		r.progress.Traffic(p)
+		if prev != nil {
+			prev(p)
+		}
+	}
+	a, err := traffic.New(o)
+	if err != nil {
+		return fmt.Errorf("start traffic: %w", err)
+	}
+	done := make(chan struct{})
+	r.attack, r.attackDone = a, done
+	r.background(func(ctx context.Context) {
+		r.Event(EventTrafficStart, o.Name, fmt.Sprintf("%d rps for %s", o.Rate, o.Duration))
+		agg, err := a.Run(ctx)
+		detail := ""
+		if agg != nil {
+			detail = fmt.Sprintf("%d requests, %d errors", agg.Requests(), agg.Errors())
+		}
+		r.Event(EventTrafficStop, o.Name, detail)
+		r.mu.Lock()
+		r.attackErr = err
+		r.mu.Unlock()
+		close(done)
+	})
+	return nil
+}
+
+// WaitTraffic waits for the running attack to finish.
+func (r *Run) WaitTraffic(ctx context.Context) error {
+	r.mu.Lock()
+	done := r.attackDone
+	r.mu.Unlock()
+	if done == nil {
+		return errors.New("wait traffic: no attack was started")
+	}
+	select {
+	case <-done:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.attackErr
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// WatchPods records pod events (restarts, OOM kills, readiness) of the pods matching selector in
+// namespace and counts them into the control-plane stats.
+func (r *Run) WatchPods(client kubernetes.Interface, namespace, selector string) error {
+	w := observe.NewPodWatcher(client, namespace, selector, r.RecordEvent)
+	if err := w.Start(r.bgCtx); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.pods = w
+	r.mu.Unlock()
+	return nil
+}
+
+// ScrapeMetrics scrapes a Prometheus endpoint every interval; keep selects metric families (nil:
+// all). Peak heap comes from go_memstats_heap_inuse_bytes when the endpoint has it.
+func (r *Run) ScrapeMetrics(url string, dial observe.DialContext, interval time.Duration, keep func(string) bool) {
+	s := observe.NewScraper(url, dial)
+	s.Keep = keep
+	r.mu.Lock()
+	r.scraper = s
+	r.mu.Unlock()
+	r.background(func(ctx context.Context) {
+		failures := 0
+		s.Run(ctx, interval, func(err error) {
+			if failures++; failures == 1 {
+				r.Logf("scrape metrics: %v (further failures are counted, not shown)", err)
+			}
+		})
+	})
+}
+
+// Profile captures pprof profiles from baseURL at every phase boundary and, when every > 0, on
+// that schedule; cpu adds a CPU profile at phase boundaries.
+func (r *Run) Profile(baseURL string, dial observe.DialContext, every time.Duration, cpu bool) *observe.Profiler {
+	p := observe.NewProfiler(baseURL, r.Dir(), dial)
+	r.mu.Lock()
+	r.profiler, r.cpuProf = p, cpu
+	r.mu.Unlock()
+	if every > 0 {
+		r.background(func(ctx context.Context) {
+			p.Every(ctx, every, func(err error) { r.Logf("scheduled profile: %v", err) })
+		})
+	}
+	return p
+}
+
+func (r *Run) captureProfiles(ctx context.Context, reason string) {
+	r.mu.Lock()
+	p, cpu := r.profiler, r.cpuProf
+	r.mu.Unlock()
+	if p == nil {
+		return
+	}
+	if _, err := p.CaptureSet(ctx, reason, cpu); err != nil {
+		r.Logf("profile at %s: %v", reason, err)
+	}
+}
+
+// WatchMemory follows the control plane's memory (its cgroup) into the memory series and, when it
+// crosses fraction of the limit, records an event and captures a heap profile before the OOM
+// killer can strike.
+func (r *Run) WatchMemory(mem observe.MemoryReader, fraction float64) {
+	trig := &observe.OOMTrigger{
+		Memory:   mem,
+		Fraction: fraction,
+		Fire: func(ctx context.Context, m observe.MemoryUsage) {
+			r.mu.Lock()
+			p := r.profiler
+			r.mu.Unlock()
+			if p != nil {
+				if _, err := p.Capture(ctx, observe.Heap, "before-oom"); err != nil {
+					r.Logf("heap profile before OOM: %v", err)
+				}
+			}
+			r.Event(EventMemoryHigh, "", fmt.Sprintf("%.1f MiB of %.1f MiB (%.0f %%)", float64(m.WorkingSet)/(1<<20), float64(m.Limit)/(1<<20), 100*m.Fraction()))
+		},
+		Sample: func(m observe.MemoryUsage) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			// Four samples a second are plenty for the chart; the trigger polls faster.
+			if m.At.Sub(r.lastMem) >= 250*time.Millisecond {
+				r.lastMem = m.At
+				r.memory = append(r.memory, results.Sample{At: m.At.UTC(), Value: float64(m.WorkingSet)})
+			}
+			if m.Limit > 0 {
+				r.memLimit = m.Limit
+			}
+		},
+	}
+	r.background(func(ctx context.Context) {
+		if err := trig.Run(ctx); err != nil {
+			r.Logf("memory watch: %v", err)
+		}
+	})
+}
+
+// ControlPlane lets the experiment fill control-plane figures the observers cannot know (pushes
+// by kind, push latency from the control plane's own metrics).
+func (r *Run) ControlPlane(fn func(cp *results.ControlPlaneStats)) {
+	r.mu.Lock()
+	fn(&r.cp)
+	r.cpSet = true
+	r.mu.Unlock()
+	r.flush()
+}
+
+// Summary is the summary as measured so far (traffic and control-plane stats included).
+func (r *Run) Summary() results.Summary {
+	s := r.rec.Snapshot()
+	r.fill(&s)
+	return s
+}
+
+// fill adds the observers' current measurements to s.
+func (r *Run) fill(s *results.Summary) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.attack != nil {
+		if agg := r.attack.Aggregator(); !agg.Start().IsZero() {
+			t := agg.Summary(eventTimes(s.Events))
+			s.Traffic = &t
+		}
+	}
+	cp := r.cp
+	has := r.cpSet || r.pods != nil || r.profiler != nil || r.scraper != nil || len(r.memory) > 0
+	if !has {
+		return
+	}
+	if r.pods != nil {
+		st := r.pods.Stats()
+		cp.Restarts, cp.OOMKills = st.Restarts, st.OOMKills
+	}
+	cp.Memory = append([]results.Sample(nil), r.memory...)
+	cp.MemoryLimit = r.memLimit
+	if r.profiler != nil {
+		cp.Profiles = r.profiler.Profiles()
+		for _, p := range cp.Profiles {
+			cp.PeakHeapBytes = max(cp.PeakHeapBytes, p.InUseBytes)
+		}
+	}
+	if r.scraper != nil {
+		if v, ok := r.scraper.Max("go_memstats_heap_inuse_bytes", nil); ok {
+			cp.PeakHeapBytes = max(cp.PeakHeapBytes, int64(v))
+		}
+		cp.Metrics = r.scraper.Series()
+	}
+	s.ControlPlaneStats = &cp
+}
+
+// eventTimes picks the instants an error window is measured from: the first event of each kind
+// that happens to the system (chaos, pods, gates), not the harness's own bookkeeping.
+func eventTimes(events []results.Event) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, e := range events {
+		switch {
+		case strings.HasPrefix(e.Kind, "phase."), strings.HasPrefix(e.Kind, "traffic."), strings.HasPrefix(e.Kind, "pprof."):
+			continue
+		}
+		if _, ok := out[e.Kind]; !ok {
+			out[e.Kind] = e.At
+		}
+	}
+	return out
+}
+
+// flush writes the summary with what the observers measured so far.
+func (r *Run) flush() {
+	if err := r.rec.Update(r.fill); err != nil {
+		r.Logf("write summary: %v", err)
+	}
+}
+
+// evaluate runs the checks on the final measurements. A check that cannot be evaluated (its
+// measurement is missing) is a run error, not a pass.
+func (r *Run) evaluate(checks []Check) error {
+	r.flush()
+	s := r.Summary()
+	var out []results.Check
+	var errs []error
+	for _, c := range checks {
+		res, err := c(&s)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, res)
+		status := "pass"
+		if !res.Pass {
+			status = "FAIL"
+		}
+		r.Logf("check %s — %s", status, res.String())
+	}
+	if err := r.rec.Update(func(s *results.Summary) { s.Checks = out }); err != nil {
+		return err
+	}
+	return errors.Join(errs...)
+}

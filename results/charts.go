@@ -1,0 +1,290 @@
+package results
+
+import (
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// Chart is one rendered chart: files relative to the run directory.
+type Chart struct {
+	Title string
+	SVG   string
+	PNG   string
+}
+
+// Chart names; each is written as charts/<name>.svg and charts/<name>.png.
+const (
+	ChartErrors  = "errors"
+	ChartLatency = "latency"
+	ChartMemory  = "memory"
+)
+
+// markerKinds are the event kinds drawn as vertical markers: the things that happen to the system
+// (chaos, pod lifecycle, gates), not the harness's own bookkeeping.
+var markerKinds = []string{"chaos.", "pod.", "gate.", "cp."}
+
+func isMarker(kind string) bool {
+	for _, p := range markerKinds {
+		if strings.HasPrefix(kind, p) {
+			return true
+		}
+	}
+	return false
+}
+
+var palette = []color.Color{
+	color.RGBA{0xd6, 0x27, 0x28, 0xff}, // red
+	color.RGBA{0x1f, 0x77, 0xb4, 0xff}, // blue
+	color.RGBA{0xff, 0x7f, 0x0e, 0xff}, // orange
+	color.RGBA{0x2c, 0xa0, 0x2c, 0xff}, // green
+	color.RGBA{0x94, 0x67, 0xbd, 0xff}, // purple
+	color.RGBA{0x8c, 0x56, 0x4b, 0xff}, // brown
+}
+
+type line struct {
+	name string
+	xys  plotter.XYs
+	dash bool
+	// step draws each point as a flat segment to the next: a per-second value covers its whole
+	// second instead of ramping from the previous one.
+	step bool
+}
+
+// closeSteps appends a point one second after the last so the final second of a step line is
+// drawn too.
+func closeSteps(xys plotter.XYs) plotter.XYs {
+	if len(xys) == 0 {
+		return xys
+	}
+	last := xys[len(xys)-1]
+	return append(xys, plotter.XY{X: last.X + 1, Y: last.Y})
+}
+
+// Marker is an event drawn on the charts as a numbered vertical line; the reports list the
+// numbers with the events they stand for.
+type Marker struct {
+	N      int
+	Offset float64 // seconds since the run started
+	Event  Event
+}
+
+// Markers numbers the run's marker events in time order.
+func Markers(s *Summary) []Marker {
+	var out []Marker
+	for _, e := range s.Events {
+		if isMarker(e.Kind) {
+			out = append(out, Marker{N: len(out) + 1, Offset: e.At.Sub(s.StartedAt).Seconds(), Event: e})
+		}
+	}
+	return out
+}
+
+// markerLabels groups markers closer than a few hundred milliseconds under one label ("4,5") so
+// their numbers do not overprint.
+func markerLabels(ms []Marker) []Marker {
+	var out []Marker
+	var labels []string
+	for _, m := range ms {
+		if n := len(out); n > 0 && m.Offset-out[n-1].Offset < 0.3 {
+			labels[n-1] += "," + fmt.Sprint(m.N)
+			continue
+		}
+		out = append(out, m)
+		labels = append(labels, fmt.Sprint(m.N))
+	}
+	for i := range out {
+		out[i].Event.Detail = labels[i]
+	}
+	return out
+}
+
+// RenderCharts draws the run's charts into dir/charts and returns those it drew (a chart without
+// data is skipped). The x axis of every chart is seconds since the run started, so markers line
+// up across charts.
+func RenderCharts(dir string, s *Summary) ([]Chart, error) {
+	if err := os.MkdirAll(filepath.Join(dir, ChartsDir), 0o755); err != nil {
+		return nil, fmt.Errorf("render charts: %w", err)
+	}
+	markers := markerLabels(Markers(s))
+	var charts []Chart
+	draw := func(name, title, ylabel string, lines []line, ymin0 bool) error {
+		if len(lines) == 0 {
+			return nil
+		}
+		c, err := renderChart(dir, name, title, ylabel, lines, markers, ymin0)
+		if err != nil {
+			return fmt.Errorf("render %s chart: %w", name, err)
+		}
+		charts = append(charts, c)
+		return nil
+	}
+	if t := s.Traffic; t != nil && len(t.Series) > 0 {
+		off := t.StartedAt.Sub(s.StartedAt).Seconds()
+		rate := line{name: "errors (% of requests)"}
+		flags := map[string]plotter.XYs{}
+		for _, sec := range t.Series {
+			x := off + float64(sec.T)
+			pct := 0.0
+			if sec.Requests > 0 {
+				pct = 100 * float64(sec.Errors) / float64(sec.Requests)
+			}
+			rate.xys = append(rate.xys, plotter.XY{X: x, Y: pct})
+		}
+		for _, f := range SortedKeys(t.ByFlag) {
+			for _, sec := range t.Series {
+				pct := 0.0
+				if sec.Requests > 0 {
+					pct = 100 * float64(sec.ByFlag[f]) / float64(sec.Requests)
+				}
+				flags[f] = append(flags[f], plotter.XY{X: off + float64(sec.T), Y: pct})
+			}
+		}
+		rate.xys, rate.step = closeSteps(rate.xys), true
+		lines := []line{rate}
+		for _, f := range SortedKeys(flags) {
+			lines = append(lines, line{name: "flag " + f + " (%)", xys: closeSteps(flags[f]), dash: true, step: true})
+		}
+		if err := draw(ChartErrors, "Errors per second", "% of requests", lines, true); err != nil {
+			return nil, err
+		}
+		var p50, p99, max line
+		p50.name, p99.name, max.name = "p50", "p99", "max"
+		max.dash = true
+		for _, sec := range t.Series {
+			if sec.Requests == 0 {
+				continue
+			}
+			x := off + float64(sec.T)
+			p50.xys = append(p50.xys, plotter.XY{X: x, Y: sec.LatencyMs.P50})
+			p99.xys = append(p99.xys, plotter.XY{X: x, Y: sec.LatencyMs.P99})
+			max.xys = append(max.xys, plotter.XY{X: x, Y: sec.LatencyMs.Max})
+		}
+		for _, l := range []*line{&p50, &p99, &max} {
+			l.xys, l.step = closeSteps(l.xys), true
+		}
+		if err := draw(ChartLatency, "Latency per second", "ms", []line{p50, p99, max}, true); err != nil {
+			return nil, err
+		}
+	}
+	if cp := s.ControlPlaneStats; cp != nil && len(cp.Memory) > 0 {
+		mem := line{name: "control plane memory (MiB)"}
+		for _, m := range cp.Memory {
+			mem.xys = append(mem.xys, plotter.XY{X: m.At.Sub(s.StartedAt).Seconds(), Y: m.Value / (1 << 20)})
+		}
+		lines := []line{mem}
+		if cp.MemoryLimit > 0 {
+			lim := line{name: "limit", dash: true}
+			lim.xys = plotter.XYs{{X: mem.xys[0].X, Y: float64(cp.MemoryLimit) / (1 << 20)}, {X: mem.xys[len(mem.xys)-1].X, Y: float64(cp.MemoryLimit) / (1 << 20)}}
+			lines = append(lines, lim)
+		}
+		if err := draw(ChartMemory, "Control-plane memory", "MiB", lines, true); err != nil {
+			return nil, err
+		}
+	}
+	return charts, nil
+}
+
+func renderChart(dir, name, title, ylabel string, lines []line, markers []Marker, ymin0 bool) (Chart, error) {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "seconds since run start"
+	p.Y.Label.Text = ylabel
+	p.Add(plotter.NewGrid())
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Legend.TextStyle.Font.Size = vg.Points(9)
+
+	ymax := 0.0
+	xmin, xmax := 0.0, 0.0
+	first := true
+	for _, l := range lines {
+		for _, xy := range l.xys {
+			if first || xy.X < xmin {
+				xmin = xy.X
+			}
+			if first || xy.X > xmax {
+				xmax = xy.X
+			}
+			first = false
+			if xy.Y > ymax {
+				ymax = xy.Y
+			}
+		}
+	}
+	if ymax == 0 {
+		ymax = 1
+	}
+	// Headroom above the data: the marker numbers just above it, the legend above them.
+	top := ymax * (1.25 + 0.08*float64(len(lines)))
+	for i, l := range lines {
+		if len(l.xys) == 0 {
+			continue
+		}
+		pl, err := plotter.NewLine(l.xys)
+		if err != nil {
+			return Chart{}, err
+		}
+		pl.Color = palette[i%len(palette)]
+		pl.Width = vg.Points(1.5)
+		if l.step {
+			pl.StepStyle = plotter.PostStep
+		}
+		if l.dash {
+			pl.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
+		}
+		p.Add(pl)
+		p.Legend.Add(l.name, pl)
+	}
+	xmin = min(xmin, 0)
+	var labels plotter.XYLabels
+	for _, m := range markers {
+		if m.Offset < xmin || m.Offset > xmax+1 {
+			continue // outside what this chart shows
+		}
+		ml, err := plotter.NewLine(plotter.XYs{{X: m.Offset, Y: 0}, {X: m.Offset, Y: ymax * 1.1}})
+		if err != nil {
+			return Chart{}, err
+		}
+		ml.Color = color.Gray{0x70}
+		ml.Width = vg.Points(0.8)
+		ml.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
+		p.Add(ml)
+		labels.XYs = append(labels.XYs, plotter.XY{X: m.Offset, Y: ymax * 1.1})
+		labels.Labels = append(labels.Labels, m.Event.Detail)
+	}
+	if len(labels.Labels) > 0 {
+		lb, err := plotter.NewLabels(labels)
+		if err != nil {
+			return Chart{}, err
+		}
+		for i := range lb.TextStyle {
+			lb.TextStyle[i].Font.Size = vg.Points(8)
+			lb.TextStyle[i].Color = color.Gray{0x30}
+			lb.TextStyle[i].XAlign = draw.XCenter
+		}
+		p.Add(lb)
+	}
+	if ymin0 {
+		p.Y.Min = 0
+	}
+	p.Y.Max = top
+	p.X.Min, p.X.Max = xmin, xmax
+	if xmax <= xmin {
+		p.X.Max = xmin + 1
+	}
+	c := Chart{Title: title, SVG: filepath.Join(ChartsDir, name+".svg"), PNG: filepath.Join(ChartsDir, name+".png")}
+	for _, f := range []string{c.SVG, c.PNG} {
+		if err := p.Save(9*vg.Inch, 3.2*vg.Inch, filepath.Join(dir, f)); err != nil {
+			return Chart{}, err
+		}
+	}
+	return c, nil
+}

@@ -1,0 +1,109 @@
+package results
+
+import (
+	"encoding/xml"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestJUnit(t *testing.T) {
+	s := sample()
+	b, err := JUnit(s)
+	require.NoError(t, err)
+	var doc struct {
+		Suites []struct {
+			Name     string  `xml:"name,attr"`
+			Tests    int     `xml:"tests,attr"`
+			Failures int     `xml:"failures,attr"`
+			Errors   int     `xml:"errors,attr"`
+			Time     float64 `xml:"time,attr"`
+			Cases    []struct {
+				Name    string `xml:"name,attr"`
+				Failure *struct {
+					Message string `xml:"message,attr"`
+				} `xml:"failure"`
+			} `xml:"testcase"`
+		} `xml:"testsuite"`
+	}
+	require.NoError(t, xml.Unmarshal(b, &doc))
+	su := doc.Suites[0]
+	assert.Equal(t, "meshchaos.cp-oom", su.Name)
+	assert.Equal(t, 2, su.Tests)
+	assert.Equal(t, 1, su.Failures)
+	assert.Zero(t, su.Errors)
+	assert.EqualValues(t, 30, su.Time)
+	require.NotNil(t, su.Cases[0].Failure)
+	assert.Equal(t, "observed 3.75 %, threshold ≤ 0 %", su.Cases[0].Failure.Message)
+	assert.Nil(t, su.Cases[1].Failure)
+
+	s.Verdict, s.Error = VerdictError, "setup: no cluster"
+	b, err = JUnit(s)
+	require.NoError(t, err)
+	doc.Suites = nil
+	require.NoError(t, xml.Unmarshal(b, &doc))
+	assert.Equal(t, 1, doc.Suites[0].Errors, "an errored run is never green in CI")
+	assert.Contains(t, string(b), `<error message="setup: no cluster" type="RunError">`)
+}
+
+func TestRenderWritesReports(t *testing.T) {
+	dir := t.TempDir()
+	s := sample()
+	require.NoError(t, Write(dir, s))
+	require.NoError(t, Render(dir, s))
+	for _, f := range []string{JUnitFile, MarkdownFile, HTMLFile, "charts/errors.svg", "charts/errors.png", "charts/latency.png", "charts/memory.svg"} {
+		st, err := os.Stat(filepath.Join(dir, f))
+		require.NoError(t, err, f)
+		assert.Positive(t, st.Size(), f)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, MarkdownFile))
+	require.NoError(t, err)
+	for _, want := range []string{
+		"# meshchaos: cp-oom — fail",
+		"| error rate | FAIL | 3.75 % | ≤ 0 % |",
+		"400 requests, 15 errors (3.750 %)",
+		"| NC | 15 |",
+		"first error +0.10 s, last error +1.90 s",
+		"![Errors per second](charts/errors.png)",
+		"**1** chaos.injected cp (+2.0 s)",
+		"| +3.0s | 2 | pod.oomkilled | ns/cp-0/discovery | a \\| b |",
+		"`main.grow`",
+	} {
+		assert.Contains(t, string(md), want)
+	}
+	html, err := os.ReadFile(filepath.Join(dir, HTMLFile))
+	require.NoError(t, err)
+	for _, want := range []string{`<span class="verdict fail">fail</span>`, `<img class="chart" src="charts/errors.svg"`, `<img class="chart" src="charts/memory.svg"`, "<code>main.grow</code>"} {
+		assert.Contains(t, string(html), want)
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "charts/errors.svg"))
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(strings.TrimSpace(string(svg)), "<?xml") || strings.Contains(string(svg), "<svg"))
+}
+
+func TestRenderWithoutTraffic(t *testing.T) {
+	dir := t.TempDir()
+	s := sample()
+	s.Traffic, s.ControlPlaneStats = nil, nil
+	require.NoError(t, Render(dir, s))
+	_, err := os.Stat(filepath.Join(dir, "charts/errors.png"))
+	assert.True(t, os.IsNotExist(err), "no chart without data")
+	md, err := os.ReadFile(filepath.Join(dir, MarkdownFile))
+	require.NoError(t, err)
+	assert.NotContains(t, string(md), "## Traffic")
+}
+
+func TestMarkersGroupCloseEvents(t *testing.T) {
+	s := sample()
+	s.Events = append(s.Events, Event{At: s.Events[1].At.Add(100e6), Kind: "pod.restarted"}, Event{At: s.Events[1].At, Kind: "traffic.stop"})
+	ms := Markers(s)
+	require.Len(t, ms, 3, "traffic.* is bookkeeping, not a marker")
+	labels := markerLabels(ms)
+	require.Len(t, labels, 2)
+	assert.Equal(t, "1", labels[0].Event.Detail)
+	assert.Equal(t, "2,3", labels[1].Event.Detail)
+}

@@ -1,0 +1,444 @@
+// Package results holds the run directory's contract: the versioned summary.json schema
+// (meshchaos/v1, documented in SCHEMA.md), its crash-safe writer, and the readers and renderers
+// built on it (JUnit, Markdown, HTML with charts, compare).
+package results
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// SchemaVersion is the value of Summary.Schema this package writes and accepts.
+const SchemaVersion = "meshchaos/v1"
+
+// Files and directories inside a run directory.
+const (
+	SummaryFile  = "summary.json"
+	JUnitFile    = "junit.xml"
+	MarkdownFile = "report.md"
+	HTMLFile     = "report.html"
+	ChartsDir    = "charts"
+	PprofDir     = "pprof"
+	TrafficDir   = "traffic"
+)
+
+// Verdict is the outcome of a run.
+type Verdict string
+
+// Verdicts. A run that has not finished (in progress, crashed, interrupted) is VerdictError:
+// the writer records that before anything else, so a summary read from disk never claims a pass
+// it did not earn.
+const (
+	VerdictPass  Verdict = "pass"
+	VerdictFail  Verdict = "fail"
+	VerdictError Verdict = "error"
+)
+
+// ExitCode is the CLI exit code for a verdict (DESIGN.md contracts: 0 pass, 1 a check failed,
+// 2 the run could not be carried out).
+func (v Verdict) ExitCode() int {
+	switch v {
+	case VerdictPass:
+		return 0
+	case VerdictFail:
+		return 1
+	default:
+		return 2
+	}
+}
+
+// Summary is summary.json: everything a run measured, in one versioned document.
+type Summary struct {
+	Schema       string            `json:"schema"`
+	Experiment   string            `json:"experiment"`
+	Substrate    string            `json:"substrate,omitempty"`
+	ControlPlane string            `json:"controlPlane,omitempty"`
+	Params       map[string]string `json:"params,omitempty"`
+	StartedAt    time.Time         `json:"startedAt"`
+	// FinishedAt is nil while the run is in progress or when it never finished.
+	FinishedAt        *time.Time         `json:"finishedAt,omitempty"`
+	Phases            []Phase            `json:"phases,omitempty"`
+	Traffic           *Traffic           `json:"traffic,omitempty"`
+	ControlPlaneStats *ControlPlaneStats `json:"controlPlaneStats,omitempty"`
+	Events            []Event            `json:"events"`
+	Checks            []Check            `json:"checks"`
+	Verdict           Verdict            `json:"verdict"`
+	// Error says why the verdict is error (setup failed, interrupted, still running).
+	Error string `json:"error,omitempty"`
+}
+
+// Phase is one step of the experiment's lifecycle (setup, a load phase, chaos, teardown).
+type Phase struct {
+	Name       string     `json:"name"`
+	StartedAt  time.Time  `json:"startedAt"`
+	FinishedAt *time.Time `json:"finishedAt,omitempty"`
+	Error      string     `json:"error,omitempty"`
+}
+
+// Traffic is what the load generator saw.
+type Traffic struct {
+	// StartedAt is the first request's time; series seconds count from it.
+	StartedAt time.Time        `json:"startedAt"`
+	Rate      float64          `json:"rate,omitempty"` // requests per second asked for
+	Requests  int64            `json:"requests"`
+	Errors    int64            `json:"errors"`
+	ErrorRate float64          `json:"errorRate"` // Errors / Requests, 0..1
+	ByCode    map[string]int64 `json:"byCode"`    // "0" is a transport error (no response)
+	ByFlag    map[string]int64 `json:"byFlag"`    // Envoy response flags of proxy-generated replies
+	LatencyMs Latency          `json:"latencyMs"`
+	// ErrorWindowSeconds is the number of seconds from the first to the last second with an error
+	// (inclusive); 0 without errors.
+	ErrorWindowSeconds float64      `json:"errorWindowSeconds"`
+	ErrorWindow        *ErrorWindow `json:"errorWindow,omitempty"`
+	Series             []Second     `json:"series"`
+}
+
+// Latency holds latency quantiles in milliseconds.
+type Latency struct {
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+// ErrorWindow locates the errors in time. Seconds are offsets from Traffic.StartedAt.
+type ErrorWindow struct {
+	FirstSecond       int `json:"firstSecond"`
+	LastSecond        int `json:"lastSecond"`
+	LongestRunSeconds int `json:"longestRunSeconds"` // longest run of consecutive seconds with errors
+	// LongestRunStart is the first second of that run.
+	LongestRunStart int `json:"longestRunStart"`
+	// RelativeTo gives, per event name, the first and last error seconds as seconds after that event
+	// (negative: before it), e.g. how long after "chaos injected" the errors began and ended.
+	RelativeTo map[string]RelativeWindow `json:"relativeTo,omitempty"`
+}
+
+// RelativeWindow is an error window measured from an event.
+type RelativeWindow struct {
+	StartAfterSeconds float64 `json:"startAfterSeconds"`
+	EndAfterSeconds   float64 `json:"endAfterSeconds"`
+}
+
+// Second is one second of traffic. T counts from Traffic.StartedAt.
+type Second struct {
+	T         int              `json:"t"`
+	Requests  int64            `json:"requests"`
+	Errors    int64            `json:"errors"`
+	ByCode    map[string]int64 `json:"byCode,omitempty"`
+	ByFlag    map[string]int64 `json:"byFlag,omitempty"`
+	LatencyMs Latency          `json:"latencyMs"`
+}
+
+// ControlPlaneStats is what the observers saw of the control plane under test.
+type ControlPlaneStats struct {
+	Restarts      int       `json:"restarts"`
+	OOMKills      int       `json:"oomKills"`
+	Pushes        Pushes    `json:"pushes"`
+	PushLatencyMs *Latency  `json:"pushLatencyMs,omitempty"`
+	PeakHeapBytes int64     `json:"peakHeapBytes"`
+	MemoryLimit   int64     `json:"memoryLimitBytes,omitempty"`
+	Memory        []Sample  `json:"memory,omitempty"` // memory in use over time (cgroup or metrics)
+	Profiles      []Profile `json:"profiles,omitempty"`
+	Metrics       []Series  `json:"metrics,omitempty"` // scraped control-plane metrics
+}
+
+// Pushes counts xDS pushes by kind.
+type Pushes struct {
+	Full int64 `json:"full"`
+	EDS  int64 `json:"eds"`
+}
+
+// Sample is one timestamped value.
+type Sample struct {
+	At    time.Time `json:"at"`
+	Value float64   `json:"value"`
+}
+
+// Series is a named, labelled time series (a scraped metric).
+type Series struct {
+	Name    string            `json:"name"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	Samples []Sample          `json:"samples"`
+}
+
+// Profile is one captured pprof profile in the run directory's pprof/.
+type Profile struct {
+	File   string    `json:"file"` // relative to the run directory
+	Kind   string    `json:"kind"` // heap, goroutine, cpu
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+	// InUseBytes is the heap profile's total in-use space.
+	InUseBytes int64 `json:"inUseBytes,omitempty"`
+	// Top lists the heaviest in-use allocation sites (heap profiles).
+	Top []AllocSite `json:"top,omitempty"`
+}
+
+// AllocSite is an allocation site and the bytes it holds in use.
+type AllocSite struct {
+	Function   string `json:"function"`
+	InUseBytes int64  `json:"inUseBytes"`
+	Flat       bool   `json:"flat"` // true: bytes allocated by this function itself (flat)
+}
+
+// Event is a timeline entry: chaos injected/cleared, pod killed/restarted/ready, traffic start/stop.
+type Event struct {
+	At     time.Time `json:"at"`
+	Kind   string    `json:"kind"`
+	Object string    `json:"object,omitempty"`
+	Detail string    `json:"detail,omitempty"`
+	// ObservedAt is when the harness saw it, where that differs from At (At then comes from the API).
+	ObservedAt *time.Time `json:"observedAt,omitempty"`
+}
+
+// Check is a named SLO assertion: Observed Op Threshold must hold.
+type Check struct {
+	Name      string  `json:"name"`
+	Pass      bool    `json:"pass"`
+	Observed  float64 `json:"observed"`
+	Op        Op      `json:"op"`
+	Threshold float64 `json:"threshold"`
+	Unit      string  `json:"unit,omitempty"`
+	// Detail explains a failure in words (e.g. which seconds had errors).
+	Detail string `json:"detail,omitempty"`
+}
+
+// Op is a check's comparison.
+type Op string
+
+// Comparisons a check may use.
+const (
+	LE Op = "<="
+	GE Op = ">="
+	LT Op = "<"
+	GT Op = ">"
+	EQ Op = "=="
+)
+
+// Holds reports whether observed op threshold is true.
+func (o Op) Holds(observed, threshold float64) bool {
+	switch o {
+	case LE:
+		return observed <= threshold
+	case GE:
+		return observed >= threshold
+	case LT:
+		return observed < threshold
+	case GT:
+		return observed > threshold
+	case EQ:
+		return observed == threshold
+	}
+	return false
+}
+
+// Symbol is the operator as people write it.
+func (o Op) Symbol() string {
+	switch o {
+	case LE:
+		return "≤"
+	case GE:
+		return "≥"
+	}
+	return string(o)
+}
+
+// NewCheck evaluates observed against threshold and returns the check.
+func NewCheck(name string, observed float64, op Op, threshold float64, unit string) Check {
+	return Check{Name: name, Observed: observed, Op: op, Threshold: threshold, Unit: unit, Pass: op.Holds(observed, threshold)}
+}
+
+// String renders a check as "name: observed (want op threshold)".
+func (c Check) String() string {
+	return fmt.Sprintf("%s: observed %s, want %s %s", c.Name, FormatValue(c.Observed, c.Unit), c.Op.Symbol(), FormatValue(c.Threshold, c.Unit))
+}
+
+// FormatValue formats a number with its unit compactly.
+func FormatValue(v float64, unit string) string {
+	s := fmt.Sprintf("%.4g", v)
+	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+		s = fmt.Sprintf("%.0f", v)
+	}
+	if unit == "" {
+		return s
+	}
+	return s + " " + unit
+}
+
+// DecideVerdict is pass when every check passed, fail otherwise. A run without checks proves
+// nothing and is an error.
+func DecideVerdict(checks []Check) Verdict {
+	if len(checks) == 0 {
+		return VerdictError
+	}
+	for _, c := range checks {
+		if !c.Pass {
+			return VerdictFail
+		}
+	}
+	return VerdictPass
+}
+
+// Validate reports every way s breaks the schema, joined.
+func (s *Summary) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if s.Schema != SchemaVersion {
+		bad("schema is %q, want %q", s.Schema, SchemaVersion)
+	}
+	if strings.TrimSpace(s.Experiment) == "" {
+		bad("experiment is empty")
+	}
+	if s.StartedAt.IsZero() {
+		bad("startedAt is missing")
+	}
+	if s.FinishedAt != nil && s.FinishedAt.Before(s.StartedAt) {
+		bad("finishedAt %s is before startedAt %s", s.FinishedAt.Format(time.RFC3339), s.StartedAt.Format(time.RFC3339))
+	}
+	switch s.Verdict {
+	case VerdictPass, VerdictFail:
+		if s.FinishedAt == nil {
+			bad("verdict %s without finishedAt", s.Verdict)
+		}
+		if want := DecideVerdict(s.Checks); want != s.Verdict {
+			bad("verdict %s disagrees with the checks (they say %s)", s.Verdict, want)
+		}
+	case VerdictError:
+	default:
+		bad("verdict is %q, want pass, fail or error", s.Verdict)
+	}
+	for i, c := range s.Checks {
+		if c.Name == "" {
+			bad("checks[%d]: name is empty", i)
+		}
+		switch c.Op {
+		case LE, GE, LT, GT, EQ:
+			if c.Op.Holds(c.Observed, c.Threshold) != c.Pass {
+				bad("checks[%d] %q: pass=%v but %v %s %v is %v", i, c.Name, c.Pass, c.Observed, c.Op, c.Threshold, !c.Pass)
+			}
+		default:
+			bad("checks[%d] %q: op %q is not one of <= >= < > ==", i, c.Name, c.Op)
+		}
+	}
+	if t := s.Traffic; t != nil {
+		if t.Requests < 0 || t.Errors < 0 || t.Errors > t.Requests {
+			bad("traffic: errors %d out of requests %d", t.Errors, t.Requests)
+		}
+		if t.ErrorRate < 0 || t.ErrorRate > 1 || math.IsNaN(t.ErrorRate) {
+			bad("traffic: errorRate %v outside 0..1", t.ErrorRate)
+		}
+		var sum, errSum int64
+		last := -1
+		for i, sec := range t.Series {
+			if sec.T <= last {
+				bad("traffic.series[%d]: t=%d not after %d", i, sec.T, last)
+			}
+			last = sec.T
+			sum += sec.Requests
+			errSum += sec.Errors
+		}
+		if len(t.Series) > 0 && (sum != t.Requests || errSum != t.Errors) {
+			bad("traffic: series add up to %d requests/%d errors, totals say %d/%d", sum, errSum, t.Requests, t.Errors)
+		}
+	}
+	for i, e := range s.Events {
+		if e.Kind == "" || e.At.IsZero() {
+			bad("events[%d]: kind and at are required", i)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ErrBadRunDir marks errors caused by a missing or unreadable run directory (exit code 2).
+var ErrBadRunDir = errors.New("bad run directory")
+
+// Read loads and validates dir/summary.json.
+func Read(dir string) (*Summary, error) {
+	st, err := os.Stat(dir)
+	if os.IsNotExist(err) {
+		return nil, fmt.Errorf("%w: %s does not exist (give a directory written by meshchaos run)", ErrBadRunDir, dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadRunDir, err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("%w: %s is not a directory", ErrBadRunDir, dir)
+	}
+	path := filepath.Join(dir, SummaryFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v (is %s a meshchaos run directory?)", ErrBadRunDir, err, dir)
+	}
+	return Decode(path, b)
+}
+
+// Decode parses and validates a summary; name is used in errors.
+func Decode(name string, b []byte) (*Summary, error) {
+	var s Summary
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("%w: %s is not a valid %s summary: %v", ErrBadRunDir, name, SchemaVersion, err)
+	}
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadRunDir, name, err)
+	}
+	return &s, nil
+}
+
+// WriteFileAtomic writes b to path through a temporary file and a rename, so readers (and a
+// crash) see either the old or the new file, never half of one.
+func WriteFileAtomic(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// Write validates s and writes dir/summary.json atomically.
+func Write(dir string, s *Summary) error {
+	if err := s.Validate(); err != nil {
+		return fmt.Errorf("write summary: %w", err)
+	}
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write summary: %w", err)
+	}
+	if err := WriteFileAtomic(filepath.Join(dir, SummaryFile), append(b, '\n')); err != nil {
+		return fmt.Errorf("write summary: %w", err)
+	}
+	return nil
+}
+
+// SortedKeys returns m's keys in order, for stable output.
+func SortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
