@@ -235,6 +235,7 @@ func (cp *ControlPlane) adminMux() *http.ServeMux {
 		writeJSON(w, cp.Server.Proxies())
 	})
 	mux.HandleFunc("/debug/config_dump", cp.configDump)
+	mux.Handle("/debug/ballast", &ballast{})
 	return mux
 }
 

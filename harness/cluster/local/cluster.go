@@ -186,7 +186,7 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err := deployDNS(ctx, cs); err != nil {
 		return c, fmt.Errorf("deploy CoreDNS: %w", err)
 	}
-	if err := waitDeploymentReady(ctx, cs, "kube-system", "coredns", 90*time.Second); err != nil {
+	if err := WaitDeploymentReady(ctx, cs, "kube-system", "coredns", 90*time.Second); err != nil {
 		return c, fmt.Errorf("CoreDNS: %w", err)
 	}
 
@@ -478,4 +478,18 @@ func imageTarballs(dir string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// PodCgroup is the cgroup (a path in each hierarchy, e.g. for the memory controller under
+// /sys/fs/cgroup/memory) of a pod on node k. It outlives container restarts, so a memory watch
+// on it follows a control plane across OOM kills. The layout is kubelet's cgroupfs one.
+func (c *Cluster) PodCgroup(k int, pod *corev1.Pod) string {
+	class := ""
+	switch pod.Status.QOSClass {
+	case corev1.PodQOSBurstable:
+		class = "burstable"
+	case corev1.PodQOSBestEffort:
+		class = "besteffort"
+	}
+	return filepath.Join(c.l.nodeCgroup(k), "kubepods", class, "pod"+string(pod.UID))
 }

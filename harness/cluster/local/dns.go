@@ -102,9 +102,9 @@ func deployDNS(ctx context.Context, cs kubernetes.Interface) error {
 	return nil
 }
 
-// waitDeploymentReady waits until every replica of a Deployment is available. On timeout the
+// WaitDeploymentReady waits until every replica of a Deployment is available. On timeout the
 // error says what its pods are doing.
-func waitDeploymentReady(ctx context.Context, cs kubernetes.Interface, ns, name string, timeout time.Duration) error {
+func WaitDeploymentReady(ctx context.Context, cs kubernetes.Interface, ns, name string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		d, err := cs.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})

@@ -239,7 +239,7 @@ func deployEcho(ctx context.Context, t *testing.T, cs kubernetes.Interface) *cor
 		}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	require.NoError(t, waitDeploymentReady(ctx, cs, "default", "echo", 2*time.Minute))
+	require.NoError(t, WaitDeploymentReady(ctx, cs, "default", "echo", 2*time.Minute))
 	return svc
 }
 

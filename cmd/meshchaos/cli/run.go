@@ -1,0 +1,115 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/meshchaos/meshchaos/experiments"
+	"github.com/meshchaos/meshchaos/harness/cluster/local"
+	"github.com/meshchaos/meshchaos/harness/runner"
+	"github.com/meshchaos/meshchaos/results"
+)
+
+func init() {
+	register(newRunCmd)
+	register(newListCmd)
+}
+
+func newListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the experiments with their parameters",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			printCatalog(cmd.OutOrStdout(), true)
+			return nil
+		},
+	}
+}
+
+func printCatalog(out io.Writer, params bool) {
+	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	for _, d := range experiments.List() {
+		fmt.Fprintf(w, "%s\t%s\n", d.Name, d.Description)
+		if params {
+			for _, p := range d.Params {
+				fmt.Fprintf(w, "\t  --set %s=%s\t%s\n", p.Name, p.Default, p.Help)
+			}
+		}
+	}
+	w.Flush()
+}
+
+func newRunCmd() *cobra.Command {
+	var substrate, cp, out, imagesDir string
+	var sets []string
+	cmd := &cobra.Command{
+		Use:   "run EXPERIMENT [--substrate local] [--cp reference|reference:<switch>] [--set k=v]… [--out DIR]",
+		Short: "Run an experiment and write its run directory (exit 0 pass, 1 a check failed, 2 could not run)",
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				fmt.Fprintln(cmd.ErrOrStderr(), "experiments:")
+				printCatalog(cmd.ErrOrStderr(), false)
+				return Usagef("give one experiment to run")
+			}
+			def, ok := experiments.Lookup(args[0])
+			if !ok {
+				fmt.Fprintln(cmd.ErrOrStderr(), "experiments:")
+				printCatalog(cmd.ErrOrStderr(), false)
+				return Usagef("unknown experiment %q", args[0])
+			}
+			vals, err := def.Resolve(sets)
+			if err != nil {
+				return Usagef("%v", err)
+			}
+			if substrate == "local" {
+				if err := local.Preflight(); err != nil {
+					return WithExitCode(2, err)
+				}
+			}
+			exp, err := def.Build(experiments.Env{Substrate: substrate, ControlPlane: cp, ImagesDir: imagesDir}, vals)
+			if err != nil {
+				return Usagef("%v", err)
+			}
+			if out == "" {
+				out = filepath.Join("runs", fmt.Sprintf("%s-%s-%s", def.Name, strings.ReplaceAll(cp, ":", "-"), time.Now().Format("20060102-150405")))
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			s, err := runner.Execute(ctx, exp, runner.Options{Dir: out, Progress: runner.NewProgress(cmd.ErrOrStderr())})
+			if err != nil && s.Verdict == "" {
+				return WithExitCode(2, fmt.Errorf("run %s: %w", def.Name, err))
+			}
+			o := cmd.OutOrStdout()
+			fmt.Fprintf(o, "%s (%s, %s): %s\n", def.Name, substrate, cp, strings.ToUpper(string(s.Verdict)))
+			for _, c := range s.Checks {
+				status := "FAIL"
+				if c.Pass {
+					status = "ok"
+				}
+				fmt.Fprintf(o, "  %-4s  %s\n", status, c.String())
+			}
+			fmt.Fprintf(o, "report: %s\n", filepath.Join(out, results.MarkdownFile))
+			if s.Verdict == results.VerdictError && err != nil && s.Error == "" {
+				s.Error = err.Error()
+			}
+			return verdictError(&s)
+		},
+	}
+	cmd.Flags().StringVar(&substrate, "substrate", "local", "where to run: local (kind and existing come later)")
+	cmd.Flags().StringVar(&cp, "cp", "reference", "control plane under test: reference, or reference:<switch>[,<switch>] to re-create a historical bug")
+	cmd.Flags().StringArrayVar(&sets, "set", nil, "experiment parameter name=value (repeatable; see 'meshchaos list')")
+	cmd.Flags().StringVar(&out, "out", "", "run directory (default runs/EXPERIMENT-CP-TIME)")
+	cmd.Flags().StringVar(&imagesDir, "images", defaultImagesDir(), "image tarballs (from 'make images')")
+	return cmd
+}
