@@ -176,7 +176,9 @@ func TestExecuteOOMIncidentRunDir(t *testing.T) {
 	assert.Equal(t, results.VerdictFail, got.Verdict)
 	require.Len(t, got.Checks, 4)
 	assert.False(t, got.Checks[0].Pass, "error rate")
+	assert.Contains(t, got.Checks[0].Detail, "by response flag NC: ")
 	assert.False(t, got.Checks[1].Pass, "error window")
+	assert.Contains(t, got.Checks[1].Detail, "errors in seconds ")
 	assert.True(t, got.Checks[2].Pass, "oom kills")
 	assert.True(t, got.Checks[3].Pass, "latency")
 
