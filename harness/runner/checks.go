@@ -3,6 +3,7 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/meshchaos/meshchaos/results"
@@ -69,7 +70,13 @@ func countsText(m map[string]int64) string {
 func ErrorRate(op results.Op, pct float64) Check {
 	return withDetail(Metric("error rate", trafficValue(func(t *results.Traffic) float64 { return 100 * t.ErrorRate }), op, pct, "%"),
 		func(s *results.Summary) string {
-			d := fmt.Sprintf("%d of %d requests failed; by code %s", s.Traffic.Errors, s.Traffic.Requests, countsText(s.Traffic.ByCode))
+			bad := map[string]int64{}
+			for code, n := range s.Traffic.ByCode {
+				if c, err := strconv.Atoi(code); err != nil || c < 200 || c >= 400 {
+					bad[code] = n
+				}
+			}
+			d := fmt.Sprintf("%d of %d requests failed; by code %s", s.Traffic.Errors, s.Traffic.Requests, countsText(bad))
 			if len(s.Traffic.ByFlag) > 0 {
 				d += "; by response flag " + countsText(s.Traffic.ByFlag)
 			}
