@@ -3,6 +3,8 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/meshchaos/meshchaos/results"
 )
@@ -45,9 +47,41 @@ func cpValue(f func(c *results.ControlPlaneStats) float64) func(s *results.Summa
 	}
 }
 
+// withDetail adds an explanation, from the summary, to a check that failed.
+func withDetail(c Check, detail func(s *results.Summary) string) Check {
+	return func(s *results.Summary) (results.Check, error) {
+		res, err := c(s)
+		if err == nil && !res.Pass {
+			res.Detail = detail(s)
+		}
+		return res, err
+	}
+}
+
+func countsText(m map[string]int64) string {
+	var parts []string
+	for _, k := range results.SortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s: %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // ErrorRate checks the share of failed requests, in percent (e.g. ErrorRate(results.LE, 0)).
 func ErrorRate(op results.Op, pct float64) Check {
-	return Metric("error rate", trafficValue(func(t *results.Traffic) float64 { return 100 * t.ErrorRate }), op, pct, "%")
+	return withDetail(Metric("error rate", trafficValue(func(t *results.Traffic) float64 { return 100 * t.ErrorRate }), op, pct, "%"),
+		func(s *results.Summary) string {
+			bad := map[string]int64{}
+			for code, n := range s.Traffic.ByCode {
+				if c, err := strconv.Atoi(code); err != nil || c < 200 || c >= 400 {
+					bad[code] = n
+				}
+			}
+			d := fmt.Sprintf("%d of %d requests failed; by code %s", s.Traffic.Errors, s.Traffic.Requests, countsText(bad))
+			if len(s.Traffic.ByFlag) > 0 {
+				d += "; by response flag " + countsText(s.Traffic.ByFlag)
+			}
+			return d
+		})
 }
 
 // StatusRate checks the share of requests answered with a status class ("5xx") or code ("503"),
@@ -71,7 +105,14 @@ func FlagCount(flag string, op results.Op, n float64) Check {
 
 // ErrorWindow checks the error window in seconds.
 func ErrorWindow(op results.Op, seconds float64) Check {
-	return Metric("error window", trafficValue(func(t *results.Traffic) float64 { return t.ErrorWindowSeconds }), op, seconds, "s")
+	return withDetail(Metric("error window", trafficValue(func(t *results.Traffic) float64 { return t.ErrorWindowSeconds }), op, seconds, "s"),
+		func(s *results.Summary) string {
+			w := s.Traffic.ErrorWindow
+			if w == nil {
+				return ""
+			}
+			return fmt.Sprintf("errors in seconds %d–%d of the traffic; longest run %d s from second %d", w.FirstSecond, w.LastSecond, w.LongestRunSeconds, w.LongestRunStart)
+		})
 }
 
 // LatencyP99 checks the p99 latency in milliseconds.

@@ -176,7 +176,9 @@ func TestExecuteOOMIncidentRunDir(t *testing.T) {
 	assert.Equal(t, results.VerdictFail, got.Verdict)
 	require.Len(t, got.Checks, 4)
 	assert.False(t, got.Checks[0].Pass, "error rate")
+	assert.Contains(t, got.Checks[0].Detail, "by response flag NC: ")
 	assert.False(t, got.Checks[1].Pass, "error window")
+	assert.Contains(t, got.Checks[1].Detail, "errors in seconds ")
 	assert.True(t, got.Checks[2].Pass, "oom kills")
 	assert.True(t, got.Checks[3].Pass, "latency")
 
@@ -190,14 +192,14 @@ func TestExecuteOOMIncidentRunDir(t *testing.T) {
 	assert.Equal(t, map[string]int64{respflags.NoClusterFound: nc}, tr.ByFlag)
 	assert.Equal(t, nc, tr.ByCode["503"])
 	assert.Equal(t, nc, tr.Errors)
-	assert.InDelta(t, 200, nc, 10, "2 s of NC at 100 rps")
+	assert.InDelta(t, 200, nc, 20, "2 s of NC at 100 rps")
 	require.NotNil(t, tr.ErrorWindow)
 	assert.InDelta(t, 2, tr.ErrorWindow.LongestRunSeconds, 1)
 	rel, ok := tr.ErrorWindow.RelativeTo["pod.restarted"]
 	require.True(t, ok, "error window measured from the restart: %v", tr.ErrorWindow.RelativeTo)
-	assert.InDelta(t, 0, rel.StartAfterSeconds, 0.2)
+	assert.InDelta(t, 0, rel.StartAfterSeconds, 0.25)
 	cleared := tr.ErrorWindow.RelativeTo["chaos.cleared"]
-	assert.InDelta(t, 0, cleared.EndAfterSeconds, 0.1, "errors end when the fault is cleared")
+	assert.InDelta(t, 0, cleared.EndAfterSeconds, 0.25, "errors end when the fault is cleared")
 	assert.WithinDuration(t, injectedAt, tr.StartedAt.Add(time.Duration(tr.ErrorWindow.FirstSecond)*time.Second), 1100*time.Millisecond)
 
 	// Control plane: a heap profile before the kill, the memory series up to the limit.

@@ -98,8 +98,10 @@ func TestAttackMeasuresInjectedWindow(t *testing.T) {
 	assert.InDelta(t, 1800, s.Requests, 10)
 	assert.Equal(t, ok+injected, s.Requests, "every request the server answered was measured")
 	assert.Equal(t, wantFlags, s.ByFlag)
-	assert.InDelta(t, 400, wantFlags[respflags.NoClusterFound], 4, "2 s of NC at 200 rps")
-	assert.InDelta(t, 200, wantFlags[respflags.NoHealthyUpstream], 4, "1 s of UH at 200 rps")
+	// The exact match is measured vs injected (above); these only say the windows were the
+	// intended size, with room for Vegeta's pacer catching up on a loaded machine.
+	assert.InDelta(t, 400, wantFlags[respflags.NoClusterFound], 20, "2 s of NC at 200 rps")
+	assert.InDelta(t, 200, wantFlags[respflags.NoHealthyUpstream], 10, "1 s of UH at 200 rps")
 	assert.Equal(t, map[string]int64{"200": ok, "503": injected}, s.ByCode)
 	assert.Equal(t, injected, s.Errors)
 	require.NotNil(t, s.ErrorWindow)
@@ -109,8 +111,9 @@ func TestAttackMeasuresInjectedWindow(t *testing.T) {
 	assert.Equal(t, 2, s.ErrorWindow.LongestRunStart)
 	assert.EqualValues(t, 6, s.ErrorWindowSeconds)
 	rel := s.ErrorWindow.RelativeTo["chaos.injected"]
-	assert.InDelta(t, 0, rel.StartAfterSeconds, 0.05, "errors begin when the fault does")
-	assert.InDelta(t, 5.0, rel.EndAfterSeconds, 0.05, "and end when the second window closes")
+	// Request timestamps are send times; the server decides on receipt, a little later.
+	assert.InDelta(t, 0, rel.StartAfterSeconds, 0.15, "errors begin when the fault does")
+	assert.InDelta(t, 5.0, rel.EndAfterSeconds, 0.15, "and end when the second window closes")
 	for _, sec := range s.Series {
 		switch sec.T {
 		case 0, 1, 5, 8:
@@ -157,7 +160,8 @@ func TestAttackStopsWithContext(t *testing.T) {
 	agg, err := Run(ctx, Options{Targets: []Target{{URL: ts.URL}}, Rate: 50, Duration: time.Minute})
 	require.NoError(t, err)
 	assert.Less(t, time.Since(begin), 5*time.Second)
-	assert.InDelta(t, 75, agg.Requests(), 15)
+	assert.Positive(t, agg.Requests())
+	assert.Less(t, agg.Requests(), int64(150), "a minute at 50 rps would be 3000")
 }
 
 func TestRunRejectsBadOptions(t *testing.T) {
