@@ -40,8 +40,12 @@ unit:
 bench: bins images
 	MESHCHAOS_BIN_DIR=$(BIN) MESHCHAOS_IMAGES=$(BIN)/images $(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...
 
-## run: bring a local cluster up and show it (the main experiment replaces this when it lands)
+## run: the headline experiment, cp-oom-restart, against the reference control plane
 run: deps bins images
+	MESHCHAOS_BIN_DIR=$(BIN) $(MESHCHAOS) run cp-oom-restart --images $(BIN)/images $(RUN_ARGS)
+
+## cluster-up: bring a 2-node local cluster up and show it (Ctrl-C tears it down)
+cluster-up: deps bins images
 	$(MESHCHAOS) cluster up --name demo --nodes 2 --images $(BIN)/images --show
 
 vet:

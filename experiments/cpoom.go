@@ -35,8 +35,10 @@ func init() {
 			{Name: "duration", Default: "60s", Kind: "duration", Help: "traffic duration (steady state, chaos, recovery)"},
 			{Name: "steady", Default: "10s", Kind: "duration", Help: "clean traffic before the chaos"},
 			{Name: "hosts", Default: "4", Kind: "int", Help: "ServiceEntry hosts the traffic targets"},
+			{Name: "gateways", Default: "3", Kind: "int", Help: "gateway replicas; each reconnects to the restarted control plane on its own jittered backoff, as a fleet of Envoys does"},
 			{Name: "serviceEntries", Default: "3000", Kind: "int", Help: "ServiceEntries preloaded (a fresh control plane needs seconds to sync them)"},
 			{Name: "cpMemoryLimit", Default: "256Mi", Kind: "quantity", Help: "the control plane's memory limit"},
+			{Name: "cpCPULimit", Default: "250m", Kind: "string", Help: "the control plane's CPU limit: under it a restarted control plane needs seconds to work through its initial state, as istiod did in the incident (\"\" for none)"},
 			{Name: "kubeProxyCPU", Default: "0.002", Kind: "float", Help: "CPU quota of kube-proxy on the gateway's node while throttled"},
 			{Name: "throttleWindow", Default: "30s", Kind: "duration", Help: "how long kube-proxy stays throttled"},
 			{Name: "nodes", Default: "2", Kind: "int", Help: "cluster nodes: the control plane on node 1, gateway and backends on node 2"},
@@ -59,7 +61,7 @@ type cpoom struct {
 	cpNS      string
 	cpPod     *corev1.Pod
 	adminURL  string
-	gatewayIP string
+	gatewayIPs []string
 }
 
 func buildCPOOM(env Env, p Values) (runner.Experiment, error) {
@@ -78,6 +80,9 @@ func buildCPOOM(env Env, p Values) (runner.Experiment, error) {
 	}
 	if p.Int("hosts") < 1 || p.Int("hosts") > p.Int("serviceEntries") {
 		return runner.Experiment{}, fmt.Errorf("--set hosts=%d: choose 1 to serviceEntries (%d)", p.Int("hosts"), p.Int("serviceEntries"))
+	}
+	if p.Int("gateways") < 1 {
+		return runner.Experiment{}, errors.New("--set gateways: at least 1")
 	}
 	if p.Duration("steady") >= p.Duration("duration") {
 		return runner.Experiment{}, errors.New("--set steady must be shorter than duration")
@@ -154,7 +159,7 @@ func (x *cpoom) setup(ctx context.Context, r *runner.Run) error {
 		return err
 	}
 	start := time.Now()
-	if err := applyPinned(ctx, cfg, cpYAML, x.cpNode); err != nil {
+	if err := applyPinned(ctx, cfg, cpYAML, x.cpNode, cpuLimit("meshchaos-controlplane", x.p["cpCPULimit"])); err != nil {
 		return fmt.Errorf("deploy the control plane: %w", err)
 	}
 	if err := local.WaitDeploymentReady(ctx, x.cs, x.cpNS, "meshchaos-controlplane", 3*time.Minute); err != nil {
@@ -168,7 +173,8 @@ func (x *cpoom) setup(ctx context.Context, r *runner.Run) error {
 
 	// The gateway on the other node reaches the control plane through its Service, so through
 	// kube-proxy's rules on that node: the path the incident's Envoys took.
-	gw, err := wlmanifests.Render("gateway", wlmanifests.Values{Substrate: wlmanifests.Local(), XDSAddress: net.JoinHostPort(svc.Spec.ClusterIP, "15010")})
+	gw, err := wlmanifests.Render("gateway", wlmanifests.Values{Substrate: wlmanifests.Local(), Replicas: x.p.Int("gateways"),
+		XDSAddress: net.JoinHostPort(svc.Spec.ClusterIP, "15010")})
 	if err != nil {
 		return err
 	}
@@ -178,11 +184,11 @@ func (x *cpoom) setup(ctx context.Context, r *runner.Run) error {
 	if err := local.WaitDeploymentReady(ctx, x.cs, "default", "gateway", 2*time.Minute); err != nil {
 		return err
 	}
-	gsvc, err := x.cs.CoreV1().Services("default").Get(ctx, "gateway", metav1.GetOptions{})
-	if err != nil {
+	// Traffic goes to every gateway pod: through the Service, kept-alive connections could all
+	// stick to one replica and miss another that lost its routes.
+	if x.gatewayIPs, err = podIPs(ctx, x.cs, "default", "app=gateway"); err != nil {
 		return err
 	}
-	x.gatewayIP = gsvc.Spec.ClusterIP
 	if x.cpPod, err = x.controlPlanePod(ctx); err != nil {
 		return err
 	}
@@ -190,7 +196,7 @@ func (x *cpoom) setup(ctx context.Context, r *runner.Run) error {
 	if err := x.waitRoutes(ctx); err != nil {
 		return err
 	}
-	r.Event("gateway.ready", "gateway", fmt.Sprintf("routes %d hosts through %s", x.p.Int("hosts"), x.gatewayIP))
+	r.Event("gateway.ready", "gateway", fmt.Sprintf("%d replica(s) route %d hosts", len(x.gatewayIPs), x.p.Int("hosts")))
 	return nil
 }
 
@@ -199,10 +205,10 @@ func (x *cpoom) waitRoutes(ctx context.Context) error {
 	client := &http.Client{Transport: &http.Transport{DialContext: x.cluster.Dialer(x.gwNode)}, Timeout: 2 * time.Second}
 	defer client.CloseIdleConnections()
 	deadline := time.Now().Add(2 * time.Minute)
-	for i := 0; i < x.p.Int("hosts"); i++ {
+	for _, t := range x.targets() {
 		for {
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+x.gatewayIP+"/", nil)
-			req.Host = seHost(i)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, t.URL, nil)
+			req.Host = t.Header.Get("Host")
 			resp, err := client.Do(req)
 			if err == nil {
 				io.Copy(io.Discard, resp.Body)
@@ -213,12 +219,24 @@ func (x *cpoom) waitRoutes(ctx context.Context) error {
 				err = fmt.Errorf("HTTP %d", resp.StatusCode)
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("gateway never routed %s: %v", seHost(i), err)
+				return fmt.Errorf("gateway %s never routed %s: %v", t.URL, req.Host, err)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
 	return nil
+}
+
+// targets are every (gateway pod, host) pair, round robin.
+func (x *cpoom) targets() []traffic.Target {
+	var out []traffic.Target
+	for i := 0; i < x.p.Int("hosts"); i++ {
+		for _, ip := range x.gatewayIPs {
+			out = append(out, traffic.Target{Method: http.MethodGet, URL: "http://" + net.JoinHostPort(ip, "80") + "/",
+				Header: http.Header{"Host": []string{seHost(i)}}})
+		}
+	}
+	return out
 }
 
 func (x *cpoom) controlPlanePod(ctx context.Context) (*corev1.Pod, error) {
@@ -233,12 +251,7 @@ func (x *cpoom) controlPlanePod(ctx context.Context) (*corev1.Pod, error) {
 }
 
 func (x *cpoom) chaos(ctx context.Context, r *runner.Run) error {
-	var targets []traffic.Target
-	for i := 0; i < x.p.Int("hosts"); i++ {
-		targets = append(targets, traffic.Target{Method: http.MethodGet, URL: "http://" + x.gatewayIP + "/",
-			Header: http.Header{"Host": []string{seHost(i)}}})
-	}
-	if err := r.StartTraffic(traffic.Options{Name: "gateway", Targets: targets, Rate: x.p.Int("rate"),
+	if err := r.StartTraffic(traffic.Options{Name: "gateway", Targets: x.targets(), Rate: x.p.Int("rate"),
 		Duration: x.p.Duration("duration"), DialContext: x.cluster.Dialer(x.gwNode)}); err != nil {
 		return err
 	}
@@ -251,6 +264,11 @@ func (x *cpoom) chaos(ctx context.Context, r *runner.Run) error {
 		return fmt.Errorf("control plane memory cgroup: %w", err)
 	}
 	r.WatchMemory(mem, 0.8)
+	gw := &gatewayWatch{ips: x.gatewayIPs, dial: x.cluster.Dialer(x.gwNode), every: 100 * time.Millisecond}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan struct{})
+	go func() { defer close(watchDone); gw.run(watchCtx, r) }()
+	defer func() { stopWatch(); <-watchDone }()
 
 	if err := sleep(ctx, x.p.Duration("steady")); err != nil {
 		return err

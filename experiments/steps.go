@@ -25,13 +25,19 @@ import (
 // applyPinned applies manifests with every Deployment's pods pinned to node k (the local
 // substrate labels nodes meshchaos.io/node=K): experiments put the control plane and the
 // proxies on different nodes, as in the incidents.
-func applyPinned(ctx context.Context, cfg *rest.Config, data []byte, k int) error {
+// Each mutate function may adjust the decoded objects first.
+func applyPinned(ctx context.Context, cfg *rest.Config, data []byte, k int, mutate ...func(*unstructured.Unstructured) error) error {
 	objs, err := cpmanifests.Decode(data)
 	if err != nil {
 		return err
 	}
 	var docs []string
 	for _, o := range objs {
+		for _, m := range mutate {
+			if err := m(o); err != nil {
+				return fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)
+			}
+		}
 		if o.GetKind() == "Deployment" && k > 0 {
 			if err := unstructured.SetNestedStringMap(o.Object, map[string]string{local.NodeLabel: fmt.Sprint(k)},
 				"spec", "template", "spec", "nodeSelector"); err != nil {
@@ -45,6 +51,27 @@ func applyPinned(ctx context.Context, cfg *rest.Config, data []byte, k int) erro
 		docs = append(docs, string(b))
 	}
 	return cpmanifests.Apply(ctx, cfg, []byte(strings.Join(docs, "\n---\n")))
+}
+
+// cpuLimit sets a CPU limit on every container of Deployment name.
+func cpuLimit(name, limit string) func(*unstructured.Unstructured) error {
+	return func(o *unstructured.Unstructured) error {
+		if o.GetKind() != "Deployment" || o.GetName() != name || limit == "" {
+			return nil
+		}
+		cs, _, err := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		if err != nil {
+			return err
+		}
+		for i := range cs {
+			c := cs[i].(map[string]any)
+			if err := unstructured.SetNestedField(c, limit, "resources", "limits", "cpu"); err != nil {
+				return err
+			}
+			cs[i] = c
+		}
+		return unstructured.SetNestedSlice(o.Object, cs, "spec", "template", "spec", "containers")
+	}
 }
 
 // podIPs returns the IPs of the running, ready pods matching selector.
