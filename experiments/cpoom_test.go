@@ -86,9 +86,9 @@ func TestCPOOMRestartBothWays(t *testing.T) {
 	assert.Positive(t, flagged, "errors carry NC/NR response flags: %v", ungated.Traffic.ByFlag)
 }
 
-// testServiceEntries keeps the run short while giving a restarted control plane a sync window
-// of about a second on a 2-core machine.
-const testServiceEntries = "2000"
+// testServiceEntries is the default: with the default CPU limit it gives a restarted control
+// plane a sync window of a couple of seconds on a 2-core machine.
+const testServiceEntries = "3000"
 
 type testWriter struct{ t *testing.T }
 
