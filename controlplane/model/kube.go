@@ -108,7 +108,9 @@ func (m *Model) SetEndpointSlice(s *discoveryv1.EndpointSlice) Change {
 	}
 	st := &sliceState{svcKey: s.Namespace + "/" + svcName, slice: s}
 	m.slices[key] = st
+	index(m.slicesBySvc, st.svcKey, key, st)
 	if old != nil && old.svcKey != st.svcKey {
+		unindex(m.slicesBySvc, old.svcKey, key)
 		m.refreshKube(old.svcKey, &ch)
 	}
 	for _, e := range s.Endpoints {
@@ -138,6 +140,7 @@ func (m *Model) deleteSliceLocked(key string) Change {
 		return ch
 	}
 	delete(m.slices, key)
+	unindex(m.slicesBySvc, old.svcKey, key)
 	m.refreshKube(old.svcKey, &ch)
 	return ch
 }
@@ -196,11 +199,10 @@ func (m *Model) refreshKube(svcKey string, ch *Change) {
 func (m *Model) computeKubeEndpoints(ks *kubeState) {
 	ks.endpoints = make(map[uint32][]Endpoint, len(ks.svc.Ports))
 	var slices []*discoveryv1.EndpointSlice
-	for _, st := range m.slices {
-		if st.svcKey == ks.key {
-			slices = append(slices, st.slice)
-		}
+	for _, st := range m.slicesBySvc[ks.key] {
+		slices = append(slices, st.slice)
 	}
+	// Map order is random; sorting the endpoints below makes the result deterministic.
 	for _, p := range ks.svc.Ports {
 		var eps []Endpoint
 		for _, s := range slices {

@@ -86,15 +86,20 @@ type Model struct {
 	opts Options
 	log  *slog.Logger
 
-	mu      sync.RWMutex
-	ses     map[string]*seState
-	wes     map[string]*weState
-	kube    map[string]*kubeState
-	slices  map[string]*sliceState
-	pods    map[string]*podState
-	podRefs map[string]map[string]struct{} // pod key → Service keys whose slices point at it
-	claims  map[string]map[string]claim    // host → source key → claim
-	hosts   map[string]*Entry
+	mu  sync.RWMutex
+	ses map[string]*seState
+	wes map[string]*weState
+	// Indexes that keep every event O(objects it touches), not O(all objects).
+	selectorSEs map[string]map[string]*seState // namespace → ServiceEntries with a workloadSelector
+	wesByNS     map[string]map[string]*weState // namespace → WorkloadEntries
+	kube        map[string]*kubeState
+	slices      map[string]*sliceState
+	pods        map[string]*podState
+	podRefs     map[string]map[string]struct{} // pod key → Service keys whose slices point at it
+	// slicesBySvc: Service key → its EndpointSlices.
+	slicesBySvc map[string]map[string]*sliceState
+	claims      map[string]map[string]claim // host → source key → claim
+	hosts       map[string]*Entry
 	// version counts mutations that changed something.
 	version uint64
 }
@@ -128,7 +133,9 @@ func New(opts Options) *Model {
 	return &Model{
 		opts: opts, log: opts.Logger,
 		ses: map[string]*seState{}, wes: map[string]*weState{}, kube: map[string]*kubeState{},
-		slices: map[string]*sliceState{}, pods: map[string]*podState{},
+		selectorSEs: map[string]map[string]*seState{}, wesByNS: map[string]map[string]*weState{},
+		slicesBySvc: map[string]map[string]*sliceState{},
+		slices:      map[string]*sliceState{}, pods: map[string]*podState{},
 		podRefs: map[string]map[string]struct{}{}, claims: map[string]map[string]claim{},
 		hosts: map[string]*Entry{},
 	}
@@ -200,8 +207,8 @@ func (m *Model) SetServiceEntry(ns, name string, created time.Time, conv *Conver
 	}
 	// Associate WorkloadEntries through the selector.
 	if conv.Selector != nil {
-		for wk, we := range m.wes {
-			if we.ns == ns && selects(conv.Selector, we.ep.Labels) {
+		for wk, we := range m.wesByNS[ns] {
+			if selects(conv.Selector, we.ep.Labels) {
 				st.selected[wk] = true
 			}
 		}
@@ -212,6 +219,11 @@ func (m *Model) SetServiceEntry(ns, name string, created time.Time, conv *Conver
 		len(conv.Endpoints)+len(st.selected) < len(old.conv.Endpoints)+len(old.selected)
 	m.computeSEEndpoints(st, buggy)
 	m.ses[key] = st
+	if conv.Selector != nil {
+		index(m.selectorSEs, ns, key, st)
+	} else {
+		unindex(m.selectorSEs, ns, key)
+	}
 
 	var ch Change
 	hosts := map[string]bool{}
@@ -245,6 +257,7 @@ func (m *Model) deleteSELocked(key string) Change {
 		return ch
 	}
 	delete(m.ses, key)
+	unindex(m.selectorSEs, old.ns, key)
 	for _, s := range old.conv.Services {
 		delete(m.claims[s.Hostname], "se/"+key)
 		m.recomputeHost(s.Hostname, &ch, "serviceentry")
@@ -292,12 +305,11 @@ func (m *Model) SetWorkloadEntry(ns, name string, ep SEEndpoint, ok bool) Change
 	if !ok {
 		return m.deleteWELocked(key)
 	}
-	m.wes[key] = &weState{key: key, ns: ns, ep: ep}
+	we := &weState{key: key, ns: ns, ep: ep}
+	m.wes[key] = we
+	index(m.wesByNS, ns, key, we)
 	var ch Change
-	for _, st := range m.ses {
-		if st.ns != ns || st.conv.Selector == nil {
-			continue
-		}
+	for _, st := range m.selectorSEs[ns] {
 		match := selects(st.conv.Selector, ep.Labels)
 		was := st.selected[key]
 		switch {
@@ -328,11 +340,13 @@ func (m *Model) DeleteWorkloadEntry(ns, name string) Change {
 
 func (m *Model) deleteWELocked(key string) Change {
 	var ch Change
-	if _, ok := m.wes[key]; !ok {
+	we, ok := m.wes[key]
+	if !ok {
 		return ch
 	}
 	delete(m.wes, key)
-	for _, st := range m.ses {
+	unindex(m.wesByNS, we.ns, key)
+	for _, st := range m.selectorSEs[we.ns] {
 		if !st.selected[key] {
 			continue
 		}
@@ -446,4 +460,22 @@ func sameServiceAccounts(a, b map[uint32][]Endpoint) bool {
 		return s
 	}
 	return maps.Equal(set(a), set(b))
+}
+
+func index[V any](idx map[string]map[string]V, ns, key string, v V) {
+	m := idx[ns]
+	if m == nil {
+		m = map[string]V{}
+		idx[ns] = m
+	}
+	m[key] = v
+}
+
+func unindex[V any](idx map[string]map[string]V, ns, key string) {
+	if m := idx[ns]; m != nil {
+		delete(m, key)
+		if len(m) == 0 {
+			delete(idx, ns)
+		}
+	}
 }
