@@ -415,15 +415,18 @@ func (m *Model) recomputeHost(host string, ch *Change, reason string) {
 		}
 		return
 	}
-	m.hosts[host] = next
 	if old == nil || !old.Service.equal(next.Service) {
+		m.hosts[host] = next
 		m.version++
 		ch.full(reason)
 		return
 	}
 	if endpointsMapEqual(old.Endpoints, next.Endpoints) {
+		// Keep the old entry: unchanged endpoint slices keep their identity, which lets the
+		// pusher skip comparing their ClusterLoadAssignments.
 		return
 	}
+	m.hosts[host] = next
 	m.version++
 	if m.opts.Regress.On(regress.FullPushOnEndpointReappear) && !sameServiceAccounts(old.Endpoints, next.Endpoints) {
 		// Istio ≤ 1.15: a changed service-account set (0→N endpoints always changes it) was
