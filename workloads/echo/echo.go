@@ -18,6 +18,19 @@ type Options struct {
 	Addr string
 	// PodName and PodIP are reported in every answer (default: $POD_NAME / hostname, $POD_IP).
 	PodName, PodIP string
+	// BallastMB is memory allocated and touched at start, for memory-limit (OOM) tests.
+	BallastMB int
+}
+
+// ballast keeps the start-up allocation reachable so the collector cannot return it.
+var ballast [][]byte
+
+// LookupReply is the JSON body of GET /lookup?host=NAME: what this pod's resolver (cluster DNS,
+// through the resolv.conf kubelet wrote) answers for NAME.
+type LookupReply struct {
+	Host  string   `json:"host"`
+	Addrs []string `json:"addrs,omitempty"`
+	Error string   `json:"error,omitempty"`
 }
 
 // Reply is the JSON body of GET /.
@@ -51,6 +64,24 @@ func Handler(o Options) http.Handler {
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	mux.HandleFunc("/lookup", func(w http.ResponseWriter, r *http.Request) {
+		host := r.URL.Query().Get("host")
+		if host == "" {
+			http.Error(w, "missing ?host=NAME", http.StatusBadRequest)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		rep := LookupReply{Host: host}
+		addrs, err := net.DefaultResolver.LookupHost(ctx, host)
+		if err != nil {
+			rep.Error = err.Error()
+			w.WriteHeader(http.StatusBadGateway)
+		}
+		rep.Addrs = addrs
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(rep)
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Echo-Pod", o.PodName)
@@ -62,6 +93,13 @@ func Handler(o Options) http.Handler {
 // Serve runs the server until ctx ends, then shuts down gracefully.
 func Serve(ctx context.Context, o Options) error {
 	o.defaults()
+	for i := 0; i < o.BallastMB; i++ {
+		b := make([]byte, 1<<20)
+		for j := range b { // touch every page so it is resident, not just reserved
+			b[j] = byte(j)
+		}
+		ballast = append(ballast, b)
+	}
 	l, err := net.Listen("tcp", o.Addr)
 	if err != nil {
 		return err

@@ -27,3 +27,20 @@ func TestEchoAnswersWithPodName(t *testing.T) {
 	h.Body.Close()
 	assert.Equal(t, http.StatusOK, h.StatusCode)
 }
+
+func TestLookupResolvesAndReportsErrors(t *testing.T) {
+	srv := httptest.NewServer(Handler(Options{PodName: "echo-1"}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/lookup?host=localhost")
+	require.NoError(t, err)
+	var r LookupReply
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&r))
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, r.Addrs, "127.0.0.1")
+
+	resp, err = http.Get(srv.URL + "/lookup")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+}

@@ -36,5 +36,6 @@ func newEchoCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&o.Addr, "addr", ":8080", "listen address")
+	cmd.Flags().IntVar(&o.BallastMB, "ballast-mb", 0, "allocate and touch this many MiB at start (memory-limit tests)")
 	return cmd
 }

@@ -1,0 +1,239 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/meshchaos/meshchaos/harness/cluster/local"
+)
+
+func init() { register(newClusterCmd) }
+
+func newClusterCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "cluster", Short: "Local clusters: real Kubernetes in network namespaces (root, Linux)"}
+	cmd.AddCommand(newClusterUpCmd(), newClusterDownCmd(), newClusterExecCmd(), newClusterLoadCmd(), newClusterListCmd())
+	return cmd
+}
+
+func newClusterUpCmd() *cobra.Command {
+	var name, imagesDir string
+	var nodes int
+	var show bool
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Bring a cluster up; stays in the foreground and tears it down on Ctrl-C / SIGTERM",
+		Long: "Bring a local cluster up. When it is ready, prints one line 'kubeconfig: PATH' on stdout\n" +
+			"and stays in the foreground (the kubeconfig's loopback forwarder lives in this process).\n" +
+			"SIGINT or SIGTERM tears everything down.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := local.ValidateName(name); err != nil {
+				return Usagef("%v", err)
+			}
+			if nodes < 1 || nodes > local.MaxNodes {
+				return Usagef("--nodes %d: choose 1 to %d", nodes, local.MaxNodes)
+			}
+			if err := local.Preflight(); err != nil {
+				return WithExitCode(2, err)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			p := newProgress(cmd.ErrOrStderr())
+			c, err := local.Up(ctx, local.Config{Name: name, Nodes: nodes, ImagesDir: imagesDir, Logf: p.Logf})
+			p.Done()
+			if err != nil {
+				if errors.Is(err, local.ErrNameInUse) {
+					return WithExitCode(2, err)
+				}
+				return WithExitCode(2, fmt.Errorf("cluster up: %w", err))
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "kubeconfig:", c.KubeconfigPath())
+			if show {
+				showCluster(ctx, cmd, c)
+			}
+			<-ctx.Done()
+			fmt.Fprintln(cmd.ErrOrStderr(), "tearing down", name, "…")
+			down, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			return c.Down(down)
+		},
+	}
+	cmd.Flags().StringVar(&name, "name", "meshchaos", "cluster name (unique on this host)")
+	cmd.Flags().IntVar(&nodes, "nodes", 1, "number of nodes")
+	cmd.Flags().StringVar(&imagesDir, "images", defaultImagesDir(), "directory of image tarballs to load (from 'make images')")
+	cmd.Flags().BoolVar(&show, "show", false, "print nodes and pods once ready")
+	return cmd
+}
+
+// defaultImagesDir is bin/images next to the meshchaos binary (make's layout).
+func defaultImagesDir() string {
+	if d := os.Getenv("MESHCHAOS_IMAGES"); d != "" {
+		return d
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "bin/images"
+	}
+	return filepath.Join(filepath.Dir(exe), "images")
+}
+
+func showCluster(ctx context.Context, cmd *cobra.Command, c *local.Cluster) {
+	cs, err := kubernetes.NewForConfig(c.RESTConfig())
+	if err != nil {
+		return
+	}
+	out := cmd.OutOrStdout()
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err == nil {
+		fmt.Fprintln(out, "NODE\tSTATUS\tIP\tNETNS")
+		for i, n := range nodes.Items {
+			status := "NotReady"
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+					status = "Ready"
+				}
+			}
+			ip := ""
+			for _, a := range n.Status.Addresses {
+				if a.Type == corev1.NodeInternalIP {
+					ip = a.Address
+				}
+			}
+			fmt.Fprintf(out, "%s\t%s\t%s\t%s\n", n.Name, status, ip, c.NodeNetns(i+1))
+		}
+	}
+	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err == nil {
+		fmt.Fprintln(out, "POD\tPHASE\tIP\tNODE")
+		for _, p := range pods.Items {
+			fmt.Fprintf(out, "%s/%s\t%s\t%s\t%s\n", p.Namespace, p.Name, p.Status.Phase, p.Status.PodIP, p.Spec.NodeName)
+		}
+	}
+	fmt.Fprintf(out, "Try: KUBECONFIG=%s kubectl get pods -A   (Ctrl-C tears the cluster down)\n", c.KubeconfigPath())
+}
+
+func newClusterDownCmd() *cobra.Command {
+	var name string
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "down (--name N | --all)",
+		Short: "Remove everything a cluster left (also after a crash): processes, namespaces, mounts, cgroups, state",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if (name == "") == !all {
+				return Usagef("give exactly one of --name N or --all")
+			}
+			if os.Geteuid() != 0 {
+				return Usagef("cluster down needs root (it removes network namespaces, mounts and cgroups)")
+			}
+			names := []string{name}
+			if all {
+				names = local.List("")
+				if len(names) == 0 {
+					fmt.Fprintln(cmd.OutOrStdout(), "no clusters on this host")
+					return nil
+				}
+			}
+			var errs []error
+			for _, n := range names {
+				start := time.Now()
+				if err := local.Down(cmd.Context(), "", n, nil); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", n, err))
+					continue
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "removed %s in %s\n", n, time.Since(start).Round(10*time.Millisecond))
+			}
+			if err := errors.Join(errs...); err != nil {
+				if !all && strings.Contains(err.Error(), "no cluster named") {
+					return WithExitCode(2, err)
+				}
+				return err
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&name, "name", "", "cluster name")
+	cmd.Flags().BoolVar(&all, "all", false, "every meshchaos cluster on this host")
+	return cmd
+}
+
+func newClusterExecCmd() *cobra.Command {
+	var name string
+	var nodeNum int
+	cmd := &cobra.Command{
+		Use:   "exec --name N [--node K] -- CMD [ARGS…]",
+		Short: "Run CMD inside a node's network namespace (--node 0: the control-plane namespace)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ns, err := local.NodeNetnsPath(name, nodeNum)
+			if err != nil {
+				return Usagef("%v", err)
+			}
+			c := exec.CommandContext(cmd.Context(), "nsenter", append([]string{"--net=" + ns, "--"}, args...)...)
+			c.Stdin, c.Stdout, c.Stderr = os.Stdin, cmd.OutOrStdout(), cmd.ErrOrStderr()
+			if err := c.Run(); err != nil {
+				var ee *exec.ExitError
+				if errors.As(err, &ee) {
+					return WithExitCode(ee.ExitCode(), fmt.Errorf("%s: %w", args[0], err))
+				}
+				return WithExitCode(2, err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&name, "name", "meshchaos", "cluster name")
+	cmd.Flags().IntVar(&nodeNum, "node", 1, "node number (1-based; 0 is the control plane)")
+	return cmd
+}
+
+func newClusterLoadCmd() *cobra.Command {
+	var name string
+	cmd := &cobra.Command{
+		Use:   "load --name N IMAGE.tar…",
+		Short: "Import image tarballs into every node of a running cluster",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, a := range args {
+				if _, err := os.Stat(a); err != nil {
+					return Usagef("%v", err)
+				}
+			}
+			for _, a := range args {
+				if err := local.LoadArchive(cmd.Context(), "", name, a); err != nil {
+					return WithExitCode(2, err)
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), "loaded", a)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&name, "name", "meshchaos", "cluster name")
+	return cmd
+}
+
+func newClusterListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the clusters that have state on this host",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, n := range local.List("") {
+				fmt.Fprintln(cmd.OutOrStdout(), n)
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,388 @@
+// Package cgroup creates, fills, limits and removes cgroups on cgroup v1 (each controller its
+// own hierarchy, as on these hosts) and reads them on v2. The local substrate uses it for
+// kubelet's cgroup root and for the kube-proxy group whose CPU quota chaos throttles.
+package cgroup
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Hierarchy is one mounted cgroup hierarchy.
+type Hierarchy struct {
+	// Dir is the mount point, e.g. /sys/fs/cgroup/cpu.
+	Dir string
+	// Controllers the hierarchy carries, e.g. ["cpu"], or ["name=systemd"]; empty for v2.
+	Controllers []string
+	// V2 is the unified hierarchy.
+	V2 bool
+}
+
+// Hierarchies lists the mounted cgroup hierarchies from /proc/self/mounts.
+func Hierarchies() ([]Hierarchy, error) {
+	f, err := os.Open("/proc/self/mounts")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []Hierarchy
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 4 {
+			continue
+		}
+		switch fields[2] {
+		case "cgroup2":
+			out = append(out, Hierarchy{Dir: fields[1], V2: true})
+		case "cgroup":
+			var ctrls []string
+			for _, o := range strings.Split(fields[3], ",") {
+				switch o {
+				case "rw", "ro", "relatime", "nosuid", "nodev", "noexec", "clone_children", "xattr":
+					continue
+				}
+				ctrls = append(ctrls, o)
+			}
+			out = append(out, Hierarchy{Dir: fields[1], Controllers: ctrls})
+		}
+	}
+	return out, sc.Err()
+}
+
+// Group is a cgroup path, the same in every hierarchy (e.g. /meshchaos/c1/n1/kube-proxy).
+type Group struct {
+	Path string
+	hs   []Hierarchy
+}
+
+// Open returns the group at path without creating it.
+func Open(path string) (*Group, error) {
+	hs, err := Hierarchies()
+	if err != nil {
+		return nil, err
+	}
+	if len(hs) == 0 {
+		return nil, errors.New("no cgroup hierarchy is mounted")
+	}
+	return &Group{Path: path, hs: hs}, nil
+}
+
+// Create makes the group in every hierarchy. On v1 cpuset, a new cgroup starts with no CPUs or
+// memory nodes, so each level copies its parent's.
+func Create(path string) (*Group, error) {
+	g, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range g.hs {
+		if h.V2 && !v2HasControllers(h.Dir) {
+			continue // hybrid hosts: an empty unified hierarchy is not needed
+		}
+		if err := mkdirLevels(h, path); err != nil {
+			return nil, fmt.Errorf("create cgroup %s in %s: %w", path, h.Dir, err)
+		}
+	}
+	return g, nil
+}
+
+func v2HasControllers(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	return err == nil && strings.TrimSpace(string(b)) != ""
+}
+
+func mkdirLevels(h Hierarchy, path string) error {
+	cur := h.Dir
+	for _, part := range strings.Split(strings.Trim(path, "/"), "/") {
+		parent := cur
+		cur = filepath.Join(cur, part)
+		if err := os.Mkdir(cur, 0o755); err != nil && !os.IsExist(err) {
+			return err
+		}
+		if has(h.Controllers, "cpuset") {
+			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+				v, _ := os.ReadFile(filepath.Join(cur, f))
+				if strings.TrimSpace(string(v)) != "" {
+					continue
+				}
+				pv, err := os.ReadFile(filepath.Join(parent, f))
+				if err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Join(cur, f), pv, 0o644); err != nil {
+					return fmt.Errorf("%s: %w", f, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func has(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// dir returns the group's directory in the hierarchy carrying controller (v2 if none does).
+func (g *Group) dir(controller string) (string, bool) {
+	for _, h := range g.hs {
+		if has(h.Controllers, controller) {
+			return filepath.Join(h.Dir, g.Path), true
+		}
+	}
+	for _, h := range g.hs {
+		if h.V2 && v2HasControllers(h.Dir) {
+			return filepath.Join(h.Dir, g.Path), true
+		}
+	}
+	return "", false
+}
+
+// AddProcess moves pid (all its threads) into the group in every hierarchy where it exists.
+func (g *Group) AddProcess(pid int) error {
+	var errs []error
+	for _, h := range g.hs {
+		d := filepath.Join(h.Dir, g.Path)
+		if _, err := os.Stat(d); err != nil {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			errs = append(errs, fmt.Errorf("add pid %d to %s: %w", pid, d, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Period is the CFS period SetCPUQuota uses, unless the quota would fall below the kernel's
+// 1 ms minimum; then the period grows (up to MaxPeriod) to keep the ratio.
+const (
+	Period    = 100 * time.Millisecond
+	MaxPeriod = time.Second
+	minQuota  = 1000 // µs
+)
+
+// SetCPUQuota limits the group to cpus CPUs (0.1 = 10 % of one CPU); cpus <= 0 clears the limit.
+// The smallest limit is 0.001 CPU (1 ms per second).
+func (g *Group) SetCPUQuota(cpus float64) error {
+	d, ok := g.dir("cpu")
+	if !ok {
+		return errors.New("no cpu controller is mounted")
+	}
+	period := Period.Microseconds()
+	quota := int64(-1)
+	if cpus > 0 {
+		quota = int64(cpus * float64(period))
+		if quota < minQuota {
+			period = int64(float64(minQuota) / cpus)
+			if period > MaxPeriod.Microseconds() {
+				period = MaxPeriod.Microseconds()
+			}
+			quota = minQuota
+		}
+	}
+	if isV2(d) {
+		v := "max"
+		if quota > 0 {
+			v = strconv.FormatInt(quota, 10)
+		}
+		return os.WriteFile(filepath.Join(d, "cpu.max"), []byte(fmt.Sprintf("%s %d", v, period)), 0o644)
+	}
+	// The kernel checks the ratio on each write; lift the old quota first so a period change
+	// can never be refused against it.
+	if err := os.WriteFile(filepath.Join(d, "cpu.cfs_quota_us"), []byte("-1"), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(d, "cpu.cfs_period_us"), []byte(strconv.FormatInt(period, 10)), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(d, "cpu.cfs_quota_us"), []byte(strconv.FormatInt(quota, 10)), 0o644)
+}
+
+// CPUQuota returns the current limit in CPUs (0 = unlimited).
+func (g *Group) CPUQuota() (float64, error) {
+	d, ok := g.dir("cpu")
+	if !ok {
+		return 0, errors.New("no cpu controller is mounted")
+	}
+	if isV2(d) {
+		b, err := os.ReadFile(filepath.Join(d, "cpu.max"))
+		if err != nil {
+			return 0, err
+		}
+		f := strings.Fields(string(b))
+		if len(f) != 2 || f[0] == "max" {
+			return 0, nil
+		}
+		q, _ := strconv.ParseFloat(f[0], 64)
+		p, _ := strconv.ParseFloat(f[1], 64)
+		return q / p, nil
+	}
+	q, err := readInt(filepath.Join(d, "cpu.cfs_quota_us"))
+	if err != nil || q < 0 {
+		return 0, err
+	}
+	p, err := readInt(filepath.Join(d, "cpu.cfs_period_us"))
+	if err != nil {
+		return 0, err
+	}
+	return float64(q) / float64(p), nil
+}
+
+// CPUStat is the CFS bandwidth statistics of a group.
+type CPUStat struct {
+	Periods, ThrottledPeriods int64
+	ThrottledTime             time.Duration
+}
+
+// CPUStat reads the group's throttling counters (cpu.stat).
+func (g *Group) CPUStat() (CPUStat, error) {
+	d, ok := g.dir("cpu")
+	if !ok {
+		return CPUStat{}, errors.New("no cpu controller is mounted")
+	}
+	kv, err := readKV(filepath.Join(d, "cpu.stat"))
+	if err != nil {
+		return CPUStat{}, err
+	}
+	st := CPUStat{Periods: kv["nr_periods"], ThrottledPeriods: kv["nr_throttled"]}
+	if v, ok := kv["throttled_time"]; ok { // v1: nanoseconds
+		st.ThrottledTime = time.Duration(v)
+	} else if v, ok := kv["throttled_usec"]; ok { // v2
+		st.ThrottledTime = time.Duration(v) * time.Microsecond
+	}
+	return st, nil
+}
+
+// Procs lists every pid in the group and its descendants (from one hierarchy that has it).
+func (g *Group) Procs() []int {
+	seen := map[int]bool{}
+	for _, h := range g.hs {
+		root := filepath.Join(h.Dir, g.Path)
+		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+			if err != nil {
+				return nil
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					seen[pid] = true
+				}
+			}
+			return nil
+		})
+	}
+	out := make([]int, 0, len(seen))
+	for p := range seen {
+		out = append(out, p)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// Exists reports whether the group exists in any hierarchy.
+func (g *Group) Exists() bool {
+	for _, h := range g.hs {
+		if _, err := os.Stat(filepath.Join(h.Dir, g.Path)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Remove kills every process left in the group's tree, then removes the tree deepest-first in
+// every hierarchy.
+func (g *Group) Remove(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		pids := g.Procs()
+		if len(pids) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s: processes %v still alive", g.Path, pids)
+		}
+		for _, p := range pids {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var errs []error
+	for _, h := range g.hs {
+		root := filepath.Join(h.Dir, g.Path)
+		var dirs []string
+		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		// Deepest first: a cgroup with children cannot be removed.
+		sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
+		for _, d := range dirs {
+			if err := rmdirRetry(d, deadline); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func rmdirRetry(d string, deadline time.Time) error {
+	for {
+		err := syscall.Rmdir(d)
+		if err == nil || errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		// EBUSY: a dying process still holds it for a moment.
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return fmt.Errorf("remove cgroup %s: %w", d, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func isV2(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "cgroup.controllers"))
+	return err == nil
+}
+
+func readInt(p string) (int64, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}
+
+func readKV(p string) (map[string]int64, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 {
+			v, err := strconv.ParseInt(f[1], 10, 64)
+			if err == nil {
+				out[f[0]] = v
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,267 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/meshchaos/meshchaos/workloads/echo"
+	"github.com/meshchaos/meshchaos/workloads/images"
+)
+
+func TestValidateName(t *testing.T) {
+	for _, ok := range []string{"a", "mc1", "my-cluster", "abcdefghij0123456789"} {
+		assert.NoError(t, ValidateName(ok), ok)
+	}
+	for _, bad := range []string{"", "-a", "a-", "A", "a_b", "abcdefghij0123456789x", "a/b"} {
+		assert.Error(t, ValidateName(bad), bad)
+	}
+	assert.True(t, isNodeNetnsOf("meshchaos-x-n12", "meshchaos-x-n"))
+	assert.False(t, isNodeNetnsOf("meshchaos-x-n1b", "meshchaos-x-n"))
+	assert.False(t, isNodeNetnsOf("meshchaos-x-n", "meshchaos-x-n"))
+}
+
+func TestLayoutKeepsClustersApart(t *testing.T) {
+	a, b := layout{name: "a", home: "/h"}, layout{name: "ab", home: "/h"}
+	assert.NotEqual(t, a.hubNetns(), b.hubNetns())
+	assert.False(t, strings.HasPrefix(b.marker(), a.marker()), "one cluster's marker must not match another's paths")
+	assert.NotEqual(t, a.cgroupRoot(), b.cgroupRoot())
+	assert.Equal(t, "10.244.1.0/24", podCIDR(2))
+	assert.Equal(t, "10.200.0.12", nodeIP(2).String())
+}
+
+func integration(t *testing.T) string {
+	t.Helper()
+	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
+		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
+	}
+	require.NoError(t, Preflight(), "the local substrate's integration tests need root, 'make deps' and 'make bins'")
+	dir := os.Getenv("MESHCHAOS_IMAGES")
+	require.NotEmpty(t, dir, "set MESHCHAOS_IMAGES to the output of 'make images' (make test does)")
+	// A short home keeps unix socket paths under the kernel's 108-byte limit.
+	home, err := os.MkdirTemp("", "mc")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(home) })
+	return home
+}
+
+// TestLocalCluster brings a real 2-node cluster up and checks what experiments rely on.
+func TestLocalCluster(t *testing.T) {
+	home := integration(t)
+	name := fmt.Sprintf("t%d", os.Getpid()%100000)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+
+	p := NewProvider(WithNodes(2), WithHome(home), WithImages(os.Getenv("MESHCHAOS_IMAGES")), WithLogf(t.Logf))
+	p.WithName(name)
+	start := time.Now()
+	kubeconfig, err := p.Create(ctx)
+	require.NoError(t, err)
+	t.Logf("2-node cluster up in %s", time.Since(start).Round(100*time.Millisecond))
+	c := p.Cluster()
+	torn := false
+	t.Cleanup(func() {
+		if !torn {
+			_ = p.Destroy(context.Background())
+		}
+	})
+
+	// The host-side kubeconfig (through the loopback forwarder) reaches the API.
+	hostCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	require.NoError(t, err)
+	hostCS, err := kubernetes.NewForConfig(hostCfg)
+	require.NoError(t, err)
+	nodes, err := hostCS.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, nodes.Items, 2)
+	cs, err := kubernetes.NewForConfig(c.RESTConfig())
+	require.NoError(t, err)
+
+	t.Run("echo service across nodes", func(t *testing.T) {
+		svc := deployEcho(ctx, t, cs)
+		seen := map[string]bool{}
+		client := &http.Client{Transport: &http.Transport{DialContext: c.Dialer(1), DisableKeepAlives: true}, Timeout: 5 * time.Second}
+		// kube-proxy adds the second endpoint on its next sync (minSyncPeriod 1s), so keep asking.
+		deadline := time.Now().Add(30 * time.Second)
+		for len(seen) < 2 && time.Now().Before(deadline) {
+			r := getJSON[echo.Reply](t, client, "http://"+svc.Spec.ClusterIP+"/")
+			seen[r.Pod] = true
+			time.Sleep(50 * time.Millisecond)
+		}
+		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=echo"})
+		require.NoError(t, err)
+		nodesOf := map[string]bool{}
+		for _, p := range pods.Items {
+			nodesOf[p.Spec.NodeName] = true
+		}
+		assert.Len(t, nodesOf, 2, "one replica on each node")
+		assert.Len(t, seen, 2, "traffic from node 1 to the ClusterIP reaches both replicas, across nodes")
+	})
+
+	t.Run("cluster DNS from a pod", func(t *testing.T) {
+		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=echo"})
+		require.NoError(t, err)
+		require.NotEmpty(t, pods.Items)
+		svc, err := cs.CoreV1().Services("default").Get(ctx, "echo", metav1.GetOptions{})
+		require.NoError(t, err)
+		client := &http.Client{Transport: &http.Transport{DialContext: c.Dialer(2)}, Timeout: 10 * time.Second}
+		for _, host := range []string{"echo.default.svc.cluster.local", "echo"} {
+			r := getJSON[echo.LookupReply](t, client, fmt.Sprintf("http://%s:8080/lookup?host=%s", pods.Items[0].Status.PodIP, host))
+			assert.Equal(t, []string{svc.Spec.ClusterIP}, r.Addrs, "pod resolves %s through CoreDNS", host)
+		}
+	})
+
+	t.Run("kernel OOM kill and restart", func(t *testing.T) {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "oom", Namespace: "default"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "hog", Image: images.Ref("echo"), ImagePullPolicy: corev1.PullNever,
+				Args:      []string{"--ballast-mb", "96"},
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("48Mi")}},
+			}}},
+		}
+		_, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+		require.NoError(t, err)
+		var st corev1.ContainerStatus
+		require.Eventually(t, func() bool {
+			p, err := cs.CoreV1().Pods("default").Get(ctx, "oom", metav1.GetOptions{})
+			if err != nil || len(p.Status.ContainerStatuses) == 0 {
+				return false
+			}
+			st = p.Status.ContainerStatuses[0]
+			term := st.LastTerminationState.Terminated
+			if term == nil {
+				term = st.State.Terminated
+			}
+			return term != nil && term.Reason == "OOMKilled" && st.RestartCount >= 1
+		}, 2*time.Minute, 500*time.Millisecond, "container over its memory limit is OOMKilled by the kernel and restarted by kubelet")
+		t.Logf("oom: restarts=%d last=%+v", st.RestartCount, st.LastTerminationState.Terminated)
+	})
+
+	t.Run("kube-proxy CPU quota hook", func(t *testing.T) {
+		g, err := c.KubeProxyCgroup(2)
+		require.NoError(t, err)
+		assert.Contains(t, g.Procs(), c.KubeProxyPid(2), "kube-proxy runs in its own cgroup")
+		require.NoError(t, g.SetCPUQuota(0.05))
+		q, err := g.CPUQuota()
+		require.NoError(t, err)
+		assert.InDelta(t, 0.05, q, 0.001)
+		require.NoError(t, g.SetCPUQuota(0))
+		_, err = c.KubeProxyCgroup(3)
+		assert.Error(t, err)
+	})
+
+	t.Run("second cluster does not collide; same name refused", func(t *testing.T) {
+		_, err := Up(ctx, Config{Name: name, Nodes: 1, Home: home, ImagesDir: os.Getenv("MESHCHAOS_IMAGES")})
+		require.ErrorIs(t, err, ErrNameInUse)
+		assert.Empty(t, Leftovers(home, name+"x"))
+
+		b, err := Up(ctx, Config{Name: name + "b", Nodes: 1, Home: home, ImagesDir: os.Getenv("MESHCHAOS_IMAGES"), Logf: t.Logf})
+		require.NoError(t, err)
+		bcs, err := kubernetes.NewForConfig(b.RESTConfig())
+		require.NoError(t, err)
+		_, err = bcs.CoreV1().Services("default").Get(ctx, "echo", metav1.GetOptions{})
+		assert.Error(t, err, "the second cluster has its own apiserver")
+		assert.NotEqual(t, c.KubeconfigPath(), b.KubeconfigPath())
+		start := time.Now()
+		require.NoError(t, b.Down(ctx))
+		t.Logf("1-node teardown in %s", time.Since(start).Round(100*time.Millisecond))
+		assert.Empty(t, Leftovers(home, name+"b"))
+		// The first cluster is untouched.
+		_, err = cs.CoreV1().Services("default").Get(ctx, "echo", metav1.GetOptions{})
+		assert.NoError(t, err)
+	})
+
+	start = time.Now()
+	require.NoError(t, p.Destroy(ctx))
+	torn = true
+	t.Logf("2-node teardown in %s", time.Since(start).Round(100*time.Millisecond))
+	assert.Empty(t, Leftovers(home, name), "teardown leaves no process, namespace, mount, cgroup or state")
+	for _, n := range []string{"meshchaos-" + name, "meshchaos-" + name + "-n1", "meshchaos-" + name + "-n2"} {
+		_, err := os.Stat("/var/run/netns/" + n)
+		assert.True(t, os.IsNotExist(err), "namespace %s removed", n)
+	}
+	_, err = os.Stat("/sys/fs/cgroup/memory/meshchaos/" + name)
+	assert.True(t, os.IsNotExist(err), "memory cgroup removed")
+}
+
+func deployEcho(ctx context.Context, t *testing.T, cs kubernetes.Interface) *corev1.Service {
+	t.Helper()
+	labels := map[string]string{"app": "echo"}
+	two := int32(2)
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &two, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+						MaxSkew: 1, TopologyKey: NodeLabel, WhenUnsatisfiable: corev1.DoNotSchedule,
+						LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
+					}},
+					Containers: []corev1.Container{{
+						Name: "echo", Image: images.Ref("echo"), ImagePullPolicy: corev1.PullNever,
+						Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+						Env: []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
+							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+						ReadinessProbe: &corev1.Probe{
+							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
+							PeriodSeconds: 1,
+						},
+					}},
+				},
+			},
+		},
+	}
+	_, err := cs.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{})
+	require.NoError(t, err)
+	svc, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: "default"},
+		Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{
+			{Port: 80, TargetPort: intstr.FromInt32(8080)},
+		}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, waitDeploymentReady(ctx, cs, "default", "echo", 2*time.Minute))
+	return svc
+}
+
+func getJSON[T any](t *testing.T, c *http.Client, url string) T {
+	t.Helper()
+	var out T
+	var last error
+	// kube-proxy programs a new Service within its minSyncPeriod: allow it a moment.
+	for i := 0; i < 50; i++ {
+		resp, err := c.Get(url)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				require.NoError(t, json.Unmarshal(b, &out), string(b))
+				return out
+			}
+			err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, b)
+		}
+		last = err
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("GET %s: %v", url, last)
+	return out
+}

@@ -1,0 +1,337 @@
+package local
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/meshchaos/meshchaos/harness/cgroup"
+	"github.com/meshchaos/meshchaos/harness/cluster/internal/proc"
+)
+
+// Down removes everything cluster name left on this host, whether it stopped cleanly, crashed,
+// or is still running in another process: processes, containers, mounts, cgroups, network
+// namespaces, CNI state and the state directory.
+func Down(ctx context.Context, home, name string, logf func(string, ...any)) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	if home == "" {
+		home = Home()
+	}
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	l := layout{name: name, home: home}
+	if !l.exists() {
+		return fmt.Errorf("no cluster named %q on this host (state in %s)", name, filepath.Join(home, "clusters"))
+	}
+	return teardown(ctx, l, logf)
+}
+
+// List returns the names of clusters that left anything on this host.
+func List(home string) []string {
+	if home == "" {
+		home = Home()
+	}
+	seen := map[string]bool{}
+	ents, _ := os.ReadDir(filepath.Join(home, "clusters"))
+	for _, e := range ents {
+		if e.IsDir() && ValidateName(e.Name()) == nil {
+			seen[e.Name()] = true
+		}
+	}
+	cg, _ := os.ReadDir("/sys/fs/cgroup/cpu/meshchaos")
+	for _, e := range cg {
+		if e.IsDir() && ValidateName(e.Name()) == nil {
+			seen[e.Name()] = true
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for n := range seen {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (l layout) exists() bool {
+	if _, err := os.Stat(l.dir()); err == nil {
+		return true
+	}
+	if len(clusterNetns(l)) > 0 {
+		return true
+	}
+	g, err := cgroup.Open(l.cgroupRoot())
+	return err == nil && g.Exists()
+}
+
+// teardown works from the layout alone so it also cleans up after a crash. Order matters:
+// first what recreates things (controllers, kubelets), then containers, then containerd and
+// its shims, then the API, then mounts, cgroups, namespaces and files.
+func teardown(ctx context.Context, l layout, logf func(string, ...any)) error {
+	var errs []error
+	last := time.Now()
+	add := func(what string, err error) {
+		logf("[down] %s: %s", what, time.Since(last).Round(time.Millisecond))
+		last = time.Now()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", what, err))
+		}
+	}
+	sandboxes := sandboxIDs(l)
+	// 1. Components with pid files, except the API and the runtimes.
+	_, err := killRecordedMatching(l, func(n string) bool {
+		return strings.HasSuffix(n, "kubelet") || strings.HasSuffix(n, "kube-proxy") ||
+			n == "kube-controller-manager" || n == "kube-scheduler"
+	})
+	add("stop kubelets and controllers", err)
+	// 2. Every container: all processes in the cluster's cgroup tree.
+	if g, err := cgroup.Open(l.cgroupRoot()); err == nil && g.Exists() {
+		add("kill containers", proc.KillPids(g.Procs(), 2*time.Second))
+	}
+	// 3. containerd, its shims, and anything else whose command line names the state dir.
+	_, err = killRecordedMatching(l, func(n string) bool { return strings.HasSuffix(n, "containerd") })
+	add("stop containerd", err)
+	add("stop shims", proc.KillPids(shims(l), 5*time.Second))
+	// 4. The API. Its data is disposable: no need to wait for a graceful shutdown.
+	_, err = proc.KillRecorded(l.cpDir(), l.marker(), time.Second)
+	add("stop kube-apiserver and etcd", err)
+	_, err = proc.KillRecorded(l.logDir(), l.marker(), 10*time.Second)
+	add("stop remaining components", err)
+	add("stop strays", proc.KillPids(proc.FindByMarker(l.marker()), 2*time.Second))
+	// 5. Mounts under the state dir: container rootfs, pod volumes, pod network namespaces.
+	add("unmount", unmountUnder(l.dir()))
+	// 6. cgroups.
+	if g, err := cgroup.Open(l.cgroupRoot()); err == nil && g.Exists() {
+		add("remove cgroups", g.Remove(10*time.Second))
+	}
+	removeEmptyParentCgroup()
+	// 7. Network namespaces (their veths and bridges go with them), then CNI's cache.
+	add("delete network namespaces", deleteNetns(ctx, l))
+	add("remove CNI cache", removeCNICache(l, sandboxes))
+	// 8. Files.
+	add("remove state", os.RemoveAll(l.dir()))
+	if len(errs) == 0 {
+		if left := Leftovers(l.home, l.name); len(left) > 0 {
+			errs = append(errs, fmt.Errorf("still present after teardown: %s", strings.Join(left, "; ")))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeCNICache deletes the CNI result cache entries (/var/lib/cni/results) of the cluster's
+// pods: those of its bridge networks (named after the nodes) and containerd's loopback entries,
+// which are keyed by pod sandbox id.
+func removeCNICache(l layout, sandboxes map[string]bool) error {
+	files, _ := filepath.Glob("/var/lib/cni/results/*")
+	var errs []error
+	for _, f := range files {
+		base := filepath.Base(f)
+		mine := strings.HasPrefix(base, l.hubNetns()+"-n")
+		if parts := strings.Split(base, "-"); !mine && len(parts) >= 3 {
+			mine = sandboxes[parts[len(parts)-2]]
+		}
+		if mine {
+			if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// sandboxIDs lists the pod sandbox ids containerd recorded for the cluster's nodes.
+func sandboxIDs(l layout) map[string]bool {
+	ids := map[string]bool{}
+	for _, pat := range []string{"n*/ctr-root/io.containerd.grpc.v1.cri/sandboxes/*", "n*/ctr-state/io.containerd.grpc.v1.cri/sandboxes/*"} {
+		m, _ := filepath.Glob(filepath.Join(l.dir(), pat))
+		for _, p := range m {
+			ids[filepath.Base(p)] = true
+		}
+	}
+	return ids
+}
+
+// shims lists the containerd shims of the cluster's nodes (their command line names the node's
+// containerd socket, under the state dir).
+func shims(l layout) []int {
+	var out []int
+	for _, pid := range proc.FindByMarker(l.marker()) {
+		if proc.Mentions(pid, "containerd-shim") {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func killRecordedMatching(l layout, match func(name string) bool) ([]int, error) {
+	files, _ := filepath.Glob(filepath.Join(l.logDir(), "*.pid"))
+	tmp, err := os.MkdirTemp("", "meshchaos-kill-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".pid")
+		if match(name) {
+			if err := os.Rename(f, filepath.Join(tmp, filepath.Base(f))); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return proc.KillRecorded(tmp, l.marker(), 5*time.Second)
+}
+
+// unmountUnder detaches every mount point below dir, deepest first.
+func unmountUnder(dir string) error {
+	mounts, err := mountsUnder(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, m := range mounts {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", m, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func mountsUnder(dir string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	prefix := strings.TrimSuffix(dir, "/") + "/"
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		if strings.HasPrefix(mp, prefix) {
+			out = append(out, mp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out, sc.Err()
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space, …).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v int
+			if _, err := fmt.Sscanf(s[i+1:i+4], "%o", &v); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// removeEmptyParentCgroup removes /meshchaos when no cluster is left under it.
+func removeEmptyParentCgroup() {
+	hs, _ := cgroup.Hierarchies()
+	for _, h := range hs {
+		_ = unix.Rmdir(filepath.Join(h.Dir, "meshchaos"))
+	}
+}
+
+// Leftovers lists anything cluster name still has on the host: processes, namespaces, mounts,
+// cgroups, state. Empty means clean; tests assert it after teardown.
+func Leftovers(home, name string) []string {
+	if home == "" {
+		home = Home()
+	}
+	l := layout{name: name, home: home}
+	var out []string
+	if pids := proc.FindByMarker(l.marker()); len(pids) > 0 {
+		out = append(out, fmt.Sprintf("processes %v", pids))
+	}
+	if ns := clusterNetns(l); len(ns) > 0 {
+		out = append(out, fmt.Sprintf("network namespaces %v", ns))
+	}
+	if m, _ := mountsUnder(l.dir()); len(m) > 0 {
+		out = append(out, fmt.Sprintf("%d mounts under %s", len(m), l.dir()))
+	}
+	if g, err := cgroup.Open(l.cgroupRoot()); err == nil && g.Exists() {
+		out = append(out, "cgroup "+l.cgroupRoot())
+	}
+	if _, err := os.Stat(l.dir()); err == nil {
+		out = append(out, "state directory "+l.dir())
+	}
+	return out
+}
+
+// loadArchive imports an image tarball into the containerd of every node of the cluster.
+func loadArchive(ctx context.Context, l layout, path string) error {
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("load image: %w", err)
+	}
+	socks, _ := filepath.Glob(filepath.Join(l.dir(), "n*", "containerd.sock"))
+	if len(socks) == 0 {
+		return fmt.Errorf("cluster %q has no running node (no containerd socket under %s)", l.name, l.dir())
+	}
+	sort.Strings(socks)
+	for _, s := range socks {
+		var k int
+		if _, err := fmt.Sscanf(filepath.Base(filepath.Dir(s)), "n%d", &k); err != nil {
+			continue
+		}
+		n := &node{k: k, l: l}
+		if err := n.importImage(ctx, path); err != nil {
+			return fmt.Errorf("node %d: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// LoadArchive imports an image tarball into every node of a running cluster by name (for
+// `meshchaos cluster load`, from another process than the one that brought the cluster up).
+func LoadArchive(ctx context.Context, home, name, path string) error {
+	if home == "" {
+		home = Home()
+	}
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	return loadArchive(ctx, layout{name: name, home: home}, path)
+}
+
+// NodeNetnsPath returns the network namespace path of node k (0: the control-plane hub) of the
+// named cluster, checking that it exists.
+func NodeNetnsPath(name string, k int) (string, error) {
+	if err := ValidateName(name); err != nil {
+		return "", err
+	}
+	l := layout{name: name}
+	p := l.hubNetnsPath()
+	if k > 0 {
+		p = l.nodeNetnsPath(k)
+	}
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("cluster %q has no node %d (no namespace %s)", name, k, p)
+	}
+	return p, nil
+}
