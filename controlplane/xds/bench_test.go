@@ -2,8 +2,8 @@ package xds
 
 import (
 	"fmt"
-	"os"
 	"math/rand"
+	"os"
 	"sort"
 	"sync"
 	"testing"
