@@ -119,14 +119,20 @@ func NewSource(cfg *rest.Config, m *model.Model, onChange func(model.Change), lo
 
 // strip drops managed fields and the last-applied annotation: the model never reads them and
 // they are a large share of an informer cache's memory. Pods are cut down to what the model
-// reads (labels and service account): readiness comes from EndpointSlices.
+// reads: labels, service account and the Ready condition.
 func strip(obj any) (any, error) {
 	if p, ok := obj.(*corev1.Pod); ok {
-		return &corev1.Pod{
+		slim := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID,
 				ResourceVersion: p.ResourceVersion, Labels: p.Labels},
 			Spec: corev1.PodSpec{ServiceAccountName: p.Spec.ServiceAccountName},
-		}, nil
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				slim.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+			}
+		}
+		return slim, nil
 	}
 	if a, err := meta.Accessor(obj); err == nil {
 		a.SetManagedFields(nil)

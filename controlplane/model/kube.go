@@ -25,6 +25,21 @@ type sliceState struct {
 type podState struct {
 	labels map[string]string
 	sa     string
+	// ready is the Pod's Ready condition. An endpoint is healthy only if its EndpointSlice says
+	// ready and its Pod (when known) is Ready: a Pod going unready takes effect without waiting
+	// for the EndpointSlice controller.
+	ready bool
+}
+
+// podReady reports the Pod's Ready condition (true when the Pod reports none: not scheduled
+// through a kubelet, e.g. in API-server-only tests, the EndpointSlice alone decides).
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return true
 }
 
 // SetKubeService adds or updates a Kubernetes Service.
@@ -154,11 +169,11 @@ func (m *Model) SetPod(p *corev1.Pod) Change {
 	if len(p.Labels) > MaxLabels {
 		m.skip(Skip{Object: "Pod/" + key, What: "labels", Reason: "too many labels"})
 	}
-	next := &podState{labels: p.Labels, sa: p.Spec.ServiceAccountName}
+	next := &podState{labels: p.Labels, sa: p.Spec.ServiceAccountName, ready: podReady(p)}
 	if len(p.Labels) > MaxLabels {
 		next.labels = nil
 	}
-	if old := m.pods[key]; old != nil && old.sa == next.sa && mapsEqual(old.labels, next.labels) {
+	if old := m.pods[key]; old != nil && old.sa == next.sa && old.ready == next.ready && mapsEqual(old.labels, next.labels) {
 		return ch
 	}
 	m.pods[key] = next
@@ -226,6 +241,7 @@ func (m *Model) computeKubeEndpoints(ks *kubeState) {
 				if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
 					if ps := m.pods[s.Namespace+"/"+e.TargetRef.Name]; ps != nil {
 						labels, sa = ps.labels, ps.sa
+						ready = ready && ps.ready
 					}
 				}
 				for _, a := range e.Addresses {

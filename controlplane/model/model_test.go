@@ -211,6 +211,15 @@ func TestKubeServiceEndpointSlicesAndPods(t *testing.T) {
 	eps = m.Entry("echo.app.svc.cluster.local").Endpoints[80]
 	require.Equal(t, "echo-sa", eps[0].ServiceAccount)
 	require.Equal(t, "echo", eps[0].Labels["app"])
+	require.True(t, eps[0].Healthy)
+
+	// The Pod goes unready before the EndpointSlice controller notices: EDS, unhealthy at once.
+	ch = m.SetPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "echo-1", Namespace: "app", Labels: map[string]string{"app": "echo"}},
+		Spec:   corev1.PodSpec{ServiceAccountName: "echo-sa"},
+		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}}})
+	require.False(t, ch.Full)
+	require.Contains(t, ch.Hosts, "echo.app.svc.cluster.local")
+	require.False(t, m.Entry("echo.app.svc.cluster.local").Endpoints[80][0].Healthy)
 
 	ch = m.DeleteEndpointSlice("app", "echo-abc")
 	require.False(t, ch.Full)
