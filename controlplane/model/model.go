@@ -100,8 +100,6 @@ type Model struct {
 	slicesBySvc map[string]map[string]*sliceState
 	claims      map[string]map[string]claim // host → source key → claim
 	hosts       map[string]*Entry
-	// version counts mutations that changed something.
-	version uint64
 }
 
 type claim struct {
@@ -180,13 +178,6 @@ func (m *Model) Stats() (hosts, endpoints int) {
 		}
 	}
 	return len(m.hosts), endpoints
-}
-
-// Version counts the mutations that changed the model.
-func (m *Model) Version() uint64 {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.version
 }
 
 // ---- ServiceEntry ----
@@ -410,14 +401,12 @@ func (m *Model) recomputeHost(host string, ch *Change, reason string) {
 	if next == nil {
 		if old != nil {
 			delete(m.hosts, host)
-			m.version++
 			ch.full(reason)
 		}
 		return
 	}
 	if old == nil || !old.Service.equal(next.Service) {
 		m.hosts[host] = next
-		m.version++
 		ch.full(reason)
 		return
 	}
@@ -427,7 +416,6 @@ func (m *Model) recomputeHost(host string, ch *Change, reason string) {
 		return
 	}
 	m.hosts[host] = next
-	m.version++
 	if m.opts.Regress.On(regress.FullPushOnEndpointReappear) && !sameServiceAccounts(old.Endpoints, next.Endpoints) {
 		// Istio ≤ 1.15: a changed service-account set (0→N endpoints always changes it) was
 		// treated as a config change and forced a full push.

@@ -27,7 +27,6 @@ package xds
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 	"time"
 
@@ -328,14 +327,4 @@ func mustAny(m proto.Message) *anypb.Any {
 		panic(fmt.Sprintf("marshal %T: %v", m, err)) // static config types: cannot fail
 	}
 	return a
-}
-
-// sortedKeys is used for deterministic output in dumps and tests.
-func sortedKeys(m map[string]types.Resource) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
