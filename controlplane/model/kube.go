@@ -83,7 +83,9 @@ func (m *Model) SetKubeService(s *corev1.Service) Change {
 	}
 	m.kube[key] = ks
 	m.computeKubeEndpoints(ks)
+	prev, _ := m.owner(host)
 	m.claim(host, claim{created: ks.created, key: "svc/" + key})
+	m.reportDuplicate(host, "svc/"+key, prev.key)
 	m.recomputeHost(host, &ch, "service")
 	return ch
 }

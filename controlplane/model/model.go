@@ -1,10 +1,12 @@
 package model
 
 import (
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -226,7 +228,9 @@ func (m *Model) SetServiceEntry(ns, name string, created time.Time, conv *Conver
 	}
 	for _, s := range conv.Services {
 		hosts[s.Hostname] = true
+		prev, _ := m.owner(s.Hostname)
 		m.claim(s.Hostname, claim{created: st.created, key: "se/" + key})
+		m.reportDuplicate(s.Hostname, "se/"+key, prev.key)
 	}
 	for h := range hosts {
 		m.recomputeHost(h, &ch, "serviceentry")
@@ -371,6 +375,32 @@ func (m *Model) owner(host string) (claim, bool) {
 		}
 	}
 	return best, found
+}
+
+// reportDuplicate logs and counts a definition of host that loses to an older one: key itself
+// if it lost, or prevOwner if key (older) just displaced it.
+func (m *Model) reportDuplicate(host, key, prevOwner string) {
+	c, ok := m.owner(host)
+	if !ok {
+		return
+	}
+	loser := key
+	if c.key == key {
+		if prevOwner == "" || prevOwner == key {
+			return
+		}
+		loser = prevOwner
+	}
+	m.skip(Skip{Object: objectName(loser), What: fmt.Sprintf("host %q (defined first by %s)", host, objectName(c.key)),
+		Reason: "duplicate host"})
+}
+
+// objectName turns a claim key ("se/ns/name", "svc/ns/name") into "Kind/ns/name".
+func objectName(key string) string {
+	if rest, ok := strings.CutPrefix(key, "se/"); ok {
+		return "ServiceEntry/" + rest
+	}
+	return "Service/" + strings.TrimPrefix(key, "svc/")
 }
 
 // recomputeHost rebuilds host's entry from its owner and records what changed in ch.

@@ -91,12 +91,18 @@ func TestRegressFullPushOnEndpointReappear(t *testing.T) {
 }
 
 func TestDuplicateHostOldestWins(t *testing.T) {
-	m := New(quiet())
+	var skips []Skip
+	opts := quiet()
+	opts.OnSkip = func(s Skip) { skips = append(skips, s) }
+	m := New(opts)
 	t0 := time.Unix(1000, 0)
 	m.SetServiceEntry("ns", "new", t0.Add(time.Hour), mustConvert(t, "new", se("dup.test", "10.0.0.2")))
 	m.SetServiceEntry("ns", "old", t0, mustConvert(t, "old", se("dup.test", "10.0.0.1")))
 	e := m.Entry("dup.test")
 	require.Equal(t, "ServiceEntry/ns/old", e.Service.Source)
+	require.Len(t, skips, 1, "the losing definition is reported once")
+	require.Equal(t, "duplicate host", skips[0].Reason)
+	require.Equal(t, "ServiceEntry/ns/new", skips[0].Object)
 	m.DeleteServiceEntry("ns", "old")
 	require.Equal(t, "ServiceEntry/ns/new", m.Entry("dup.test").Service.Source, "the other definition takes over")
 }
