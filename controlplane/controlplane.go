@@ -17,6 +17,7 @@ import (
 	"net/http/pprof"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -100,10 +101,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	cp := &ControlPlane{opts: opts, log: opts.Logger, start: time.Now(), Metrics: metrics.New(), Gate: gate.New()}
 	cp.Model = model.New(model.Options{Regress: opts.Regress, DomainSuffix: opts.DomainSuffix, Logger: opts.Logger,
 		OnSkip: func(s model.Skip) {
-			kind := s.Object
-			if i := indexByte(kind, '/'); i > 0 {
-				kind = kind[:i]
-			}
+			kind, _, _ := strings.Cut(s.Object, "/")
 			cp.Metrics.InputSkipped.WithLabelValues(kind, s.Reason).Inc()
 		}})
 	cp.Caches = xds.NewCaches(strconv.FormatInt(cp.start.UnixNano(), 36) + "-")
@@ -125,8 +123,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		return nil, fmt.Errorf("start control plane: listen for admin on %s: %w", opts.AdminAddr, err)
 	}
 	ctx, cp.cancel = context.WithCancel(ctx)
-	var g xds.Gate = cp.Gate
-	cp.Server = xds.NewServer(ctx, cp.Caches, cp.Pusher, g, cp.Metrics, opts.Logger)
+	cp.Server = xds.NewServer(ctx, cp.Caches, cp.Pusher, cp.Gate, cp.Metrics, opts.Logger)
 	cp.admin = &http.Server{Handler: cp.adminMux(), ReadHeaderTimeout: 10 * time.Second}
 
 	cp.wg.Add(4)
@@ -143,15 +140,6 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	cp.log.Info("control plane started", "xds", cp.XDSAddr(), "admin", cp.AdminAddr(),
 		"syncGate", opts.SyncGate, "regress", opts.Regress.String())
 	return cp, nil
-}
-
-func indexByte(s string, b byte) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == b {
-			return i
-		}
-	}
-	return -1
 }
 
 // waitSync opens the gate once the initial state is in the model and pushed, or at max wait.

@@ -111,7 +111,11 @@ func slowListConfig(cfg *rest.Config, d time.Duration) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/serviceentries") && r.URL.Query().Get("watch") != "true" {
+			q := r.URL.Query()
+			// The initial state comes from a LIST, or (client-go's WatchList) from a watch
+			// with sendInitialEvents=true: delay both.
+			initial := q.Get("watch") != "true" || q.Get("sendInitialEvents") == "true"
+			if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/serviceentries") && initial {
 				time.Sleep(d)
 			}
 			return rt.RoundTrip(r)
@@ -124,18 +128,29 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
+type controlplaneOptions = controlplane.Options
+
 func startCP(t testing.TB, cfg *rest.Config, gated bool, sw ...regress.Switch) *controlplane.ControlPlane {
 	t.Helper()
-	set := regress.Set{}
-	for _, s := range sw {
-		set[s] = true
-	}
+	return startCPWith(t, cfg, func(o *controlplane.Options) {
+		o.SyncGate = gated
+		for _, s := range sw {
+			o.Regress[s] = true
+		}
+	})
+}
+
+// startCPWith starts a gated control plane on loopback with free ports; edit adjusts options.
+func startCPWith(t testing.TB, cfg *rest.Config, edit func(*controlplane.Options)) *controlplane.ControlPlane {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if os.Getenv("MESHCHAOS_CP_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	cp, err := controlplane.Start(context.Background(), controlplane.Options{Kube: cfg, XDSAddr: "127.0.0.1:0",
-		AdminAddr: "127.0.0.1:0", SyncGate: gated, Regress: set, Logger: log})
+	opts := controlplane.Options{Kube: cfg, XDSAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", SyncGate: true,
+		Regress: regress.Set{}, Logger: log}
+	edit(&opts)
+	cp, err := controlplane.Start(context.Background(), opts)
 	require.NoError(t, err)
 	t.Cleanup(cp.Stop)
 	return cp
@@ -199,6 +214,16 @@ func TestIntegration(t *testing.T) {
 	t.Run("RegressFullPushOnEndpointReappear", func(t *testing.T) { testFlap(t, c, "flap-regress", true) })
 	t.Run("ServiceEntryEndpointPort", func(t *testing.T) { testSEEndpointPort(t, c) })
 	t.Run("GRPCProxyless", func(t *testing.T) { testGRPC(t, c) })
+	t.Run("KubernetesServicesAndAdmin", func(t *testing.T) { testKubeAndAdmin(t, c) })
+	t.Run("MaxWaitOpensTheGate", func(t *testing.T) { testMaxWait(t, c) })
+	t.Run("ManifestsApply", func(t *testing.T) {
+		data, err := manifests.ControlPlane(manifests.Params{SyncGate: true})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, manifests.Apply(ctx, c.cfg, data))
+		require.NoError(t, manifests.Apply(ctx, c.cfg, data), "apply is idempotent")
+	})
 
 	t.Run("Bulk", func(t *testing.T) { testBulk(t, c) })
 }

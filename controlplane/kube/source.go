@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -117,8 +118,22 @@ func NewSource(cfg *rest.Config, m *model.Model, onChange func(model.Change), lo
 }
 
 // strip drops managed fields and the last-applied annotation: the model never reads them and
-// they are a large share of an informer cache's memory.
+// they are a large share of an informer cache's memory. Pods are cut down to what the model
+// reads: labels, service account and the Ready condition.
 func strip(obj any) (any, error) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		slim := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID,
+				ResourceVersion: p.ResourceVersion, Labels: p.Labels},
+			Spec: corev1.PodSpec{ServiceAccountName: p.Spec.ServiceAccountName},
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				slim.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+			}
+		}
+		return slim, nil
+	}
 	if a, err := meta.Accessor(obj); err == nil {
 		a.SetManagedFields(nil)
 		if ann := a.GetAnnotations(); ann != nil {

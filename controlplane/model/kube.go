@@ -25,6 +25,21 @@ type sliceState struct {
 type podState struct {
 	labels map[string]string
 	sa     string
+	// ready is the Pod's Ready condition. An endpoint is healthy only if its EndpointSlice says
+	// ready and its Pod (when known) is Ready: a Pod going unready takes effect without waiting
+	// for the EndpointSlice controller.
+	ready bool
+}
+
+// podReady reports the Pod's Ready condition (true when the Pod reports none: not scheduled
+// through a kubelet, e.g. in API-server-only tests, the EndpointSlice alone decides).
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return true
 }
 
 // SetKubeService adds or updates a Kubernetes Service.
@@ -68,7 +83,9 @@ func (m *Model) SetKubeService(s *corev1.Service) Change {
 	}
 	m.kube[key] = ks
 	m.computeKubeEndpoints(ks)
+	prev, _ := m.owner(host)
 	m.claim(host, claim{created: ks.created, key: "svc/" + key})
+	m.reportDuplicate(host, "svc/"+key, prev.key)
 	m.recomputeHost(host, &ch, "service")
 	return ch
 }
@@ -108,7 +125,9 @@ func (m *Model) SetEndpointSlice(s *discoveryv1.EndpointSlice) Change {
 	}
 	st := &sliceState{svcKey: s.Namespace + "/" + svcName, slice: s}
 	m.slices[key] = st
+	index(m.slicesBySvc, st.svcKey, key, st)
 	if old != nil && old.svcKey != st.svcKey {
+		unindex(m.slicesBySvc, old.svcKey, key)
 		m.refreshKube(old.svcKey, &ch)
 	}
 	for _, e := range s.Endpoints {
@@ -138,6 +157,7 @@ func (m *Model) deleteSliceLocked(key string) Change {
 		return ch
 	}
 	delete(m.slices, key)
+	unindex(m.slicesBySvc, old.svcKey, key)
 	m.refreshKube(old.svcKey, &ch)
 	return ch
 }
@@ -151,11 +171,11 @@ func (m *Model) SetPod(p *corev1.Pod) Change {
 	if len(p.Labels) > MaxLabels {
 		m.skip(Skip{Object: "Pod/" + key, What: "labels", Reason: "too many labels"})
 	}
-	next := &podState{labels: p.Labels, sa: p.Spec.ServiceAccountName}
+	next := &podState{labels: p.Labels, sa: p.Spec.ServiceAccountName, ready: podReady(p)}
 	if len(p.Labels) > MaxLabels {
 		next.labels = nil
 	}
-	if old := m.pods[key]; old != nil && old.sa == next.sa && mapsEqual(old.labels, next.labels) {
+	if old := m.pods[key]; old != nil && old.sa == next.sa && old.ready == next.ready && mapsEqual(old.labels, next.labels) {
 		return ch
 	}
 	m.pods[key] = next
@@ -196,11 +216,10 @@ func (m *Model) refreshKube(svcKey string, ch *Change) {
 func (m *Model) computeKubeEndpoints(ks *kubeState) {
 	ks.endpoints = make(map[uint32][]Endpoint, len(ks.svc.Ports))
 	var slices []*discoveryv1.EndpointSlice
-	for _, st := range m.slices {
-		if st.svcKey == ks.key {
-			slices = append(slices, st.slice)
-		}
+	for _, st := range m.slicesBySvc[ks.key] {
+		slices = append(slices, st.slice)
 	}
+	// Map order is random; sorting the endpoints below makes the result deterministic.
 	for _, p := range ks.svc.Ports {
 		var eps []Endpoint
 		for _, s := range slices {
@@ -224,6 +243,7 @@ func (m *Model) computeKubeEndpoints(ks *kubeState) {
 				if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
 					if ps := m.pods[s.Namespace+"/"+e.TargetRef.Name]; ps != nil {
 						labels, sa = ps.labels, ps.sa
+						ready = ready && ps.ready
 					}
 				}
 				for _, a := range e.Addresses {

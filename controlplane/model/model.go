@@ -1,10 +1,12 @@
 package model
 
 import (
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -86,17 +88,20 @@ type Model struct {
 	opts Options
 	log  *slog.Logger
 
-	mu      sync.RWMutex
-	ses     map[string]*seState
-	wes     map[string]*weState
-	kube    map[string]*kubeState
-	slices  map[string]*sliceState
-	pods    map[string]*podState
-	podRefs map[string]map[string]struct{} // pod key → Service keys whose slices point at it
-	claims  map[string]map[string]claim    // host → source key → claim
-	hosts   map[string]*Entry
-	// version counts mutations that changed something.
-	version uint64
+	mu  sync.RWMutex
+	ses map[string]*seState
+	wes map[string]*weState
+	// Indexes that keep every event O(objects it touches), not O(all objects).
+	selectorSEs map[string]map[string]*seState // namespace → ServiceEntries with a workloadSelector
+	wesByNS     map[string]map[string]*weState // namespace → WorkloadEntries
+	kube        map[string]*kubeState
+	slices      map[string]*sliceState
+	pods        map[string]*podState
+	podRefs     map[string]map[string]struct{} // pod key → Service keys whose slices point at it
+	// slicesBySvc: Service key → its EndpointSlices.
+	slicesBySvc map[string]map[string]*sliceState
+	claims      map[string]map[string]claim // host → source key → claim
+	hosts       map[string]*Entry
 }
 
 type claim struct {
@@ -128,7 +133,9 @@ func New(opts Options) *Model {
 	return &Model{
 		opts: opts, log: opts.Logger,
 		ses: map[string]*seState{}, wes: map[string]*weState{}, kube: map[string]*kubeState{},
-		slices: map[string]*sliceState{}, pods: map[string]*podState{},
+		selectorSEs: map[string]map[string]*seState{}, wesByNS: map[string]map[string]*weState{},
+		slicesBySvc: map[string]map[string]*sliceState{},
+		slices:      map[string]*sliceState{}, pods: map[string]*podState{},
 		podRefs: map[string]map[string]struct{}{}, claims: map[string]map[string]claim{},
 		hosts: map[string]*Entry{},
 	}
@@ -175,13 +182,6 @@ func (m *Model) Stats() (hosts, endpoints int) {
 	return len(m.hosts), endpoints
 }
 
-// Version counts the mutations that changed the model.
-func (m *Model) Version() uint64 {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.version
-}
-
 // ---- ServiceEntry ----
 
 // SetServiceEntry adds or updates a ServiceEntry (conv nil: it failed conversion; it is then
@@ -200,8 +200,8 @@ func (m *Model) SetServiceEntry(ns, name string, created time.Time, conv *Conver
 	}
 	// Associate WorkloadEntries through the selector.
 	if conv.Selector != nil {
-		for wk, we := range m.wes {
-			if we.ns == ns && selects(conv.Selector, we.ep.Labels) {
+		for wk, we := range m.wesByNS[ns] {
+			if selects(conv.Selector, we.ep.Labels) {
 				st.selected[wk] = true
 			}
 		}
@@ -212,6 +212,11 @@ func (m *Model) SetServiceEntry(ns, name string, created time.Time, conv *Conver
 		len(conv.Endpoints)+len(st.selected) < len(old.conv.Endpoints)+len(old.selected)
 	m.computeSEEndpoints(st, buggy)
 	m.ses[key] = st
+	if conv.Selector != nil {
+		index(m.selectorSEs, ns, key, st)
+	} else {
+		unindex(m.selectorSEs, ns, key)
+	}
 
 	var ch Change
 	hosts := map[string]bool{}
@@ -223,7 +228,9 @@ func (m *Model) SetServiceEntry(ns, name string, created time.Time, conv *Conver
 	}
 	for _, s := range conv.Services {
 		hosts[s.Hostname] = true
+		prev, _ := m.owner(s.Hostname)
 		m.claim(s.Hostname, claim{created: st.created, key: "se/" + key})
+		m.reportDuplicate(s.Hostname, "se/"+key, prev.key)
 	}
 	for h := range hosts {
 		m.recomputeHost(h, &ch, "serviceentry")
@@ -245,6 +252,7 @@ func (m *Model) deleteSELocked(key string) Change {
 		return ch
 	}
 	delete(m.ses, key)
+	unindex(m.selectorSEs, old.ns, key)
 	for _, s := range old.conv.Services {
 		delete(m.claims[s.Hostname], "se/"+key)
 		m.recomputeHost(s.Hostname, &ch, "serviceentry")
@@ -292,12 +300,11 @@ func (m *Model) SetWorkloadEntry(ns, name string, ep SEEndpoint, ok bool) Change
 	if !ok {
 		return m.deleteWELocked(key)
 	}
-	m.wes[key] = &weState{key: key, ns: ns, ep: ep}
+	we := &weState{key: key, ns: ns, ep: ep}
+	m.wes[key] = we
+	index(m.wesByNS, ns, key, we)
 	var ch Change
-	for _, st := range m.ses {
-		if st.ns != ns || st.conv.Selector == nil {
-			continue
-		}
+	for _, st := range m.selectorSEs[ns] {
 		match := selects(st.conv.Selector, ep.Labels)
 		was := st.selected[key]
 		switch {
@@ -328,11 +335,13 @@ func (m *Model) DeleteWorkloadEntry(ns, name string) Change {
 
 func (m *Model) deleteWELocked(key string) Change {
 	var ch Change
-	if _, ok := m.wes[key]; !ok {
+	we, ok := m.wes[key]
+	if !ok {
 		return ch
 	}
 	delete(m.wes, key)
-	for _, st := range m.ses {
+	unindex(m.wesByNS, we.ns, key)
+	for _, st := range m.selectorSEs[we.ns] {
 		if !st.selected[key] {
 			continue
 		}
@@ -368,6 +377,32 @@ func (m *Model) owner(host string) (claim, bool) {
 	return best, found
 }
 
+// reportDuplicate logs and counts a definition of host that loses to an older one: key itself
+// if it lost, or prevOwner if key (older) just displaced it.
+func (m *Model) reportDuplicate(host, key, prevOwner string) {
+	c, ok := m.owner(host)
+	if !ok {
+		return
+	}
+	loser := key
+	if c.key == key {
+		if prevOwner == "" || prevOwner == key {
+			return
+		}
+		loser = prevOwner
+	}
+	m.skip(Skip{Object: objectName(loser), What: fmt.Sprintf("host %q (defined first by %s)", host, objectName(c.key)),
+		Reason: "duplicate host"})
+}
+
+// objectName turns a claim key ("se/ns/name", "svc/ns/name") into "Kind/ns/name".
+func objectName(key string) string {
+	if rest, ok := strings.CutPrefix(key, "se/"); ok {
+		return "ServiceEntry/" + rest
+	}
+	return "Service/" + strings.TrimPrefix(key, "svc/")
+}
+
 // recomputeHost rebuilds host's entry from its owner and records what changed in ch.
 func (m *Model) recomputeHost(host string, ch *Change, reason string) {
 	old := m.hosts[host]
@@ -396,21 +431,21 @@ func (m *Model) recomputeHost(host string, ch *Change, reason string) {
 	if next == nil {
 		if old != nil {
 			delete(m.hosts, host)
-			m.version++
 			ch.full(reason)
 		}
 		return
 	}
-	m.hosts[host] = next
 	if old == nil || !old.Service.equal(next.Service) {
-		m.version++
+		m.hosts[host] = next
 		ch.full(reason)
 		return
 	}
 	if endpointsMapEqual(old.Endpoints, next.Endpoints) {
+		// Keep the old entry: unchanged endpoint slices keep their identity, which lets the
+		// pusher skip comparing their ClusterLoadAssignments.
 		return
 	}
-	m.version++
+	m.hosts[host] = next
 	if m.opts.Regress.On(regress.FullPushOnEndpointReappear) && !sameServiceAccounts(old.Endpoints, next.Endpoints) {
 		// Istio ≤ 1.15: a changed service-account set (0→N endpoints always changes it) was
 		// treated as a config change and forced a full push.
@@ -446,4 +481,22 @@ func sameServiceAccounts(a, b map[uint32][]Endpoint) bool {
 		return s
 	}
 	return maps.Equal(set(a), set(b))
+}
+
+func index[V any](idx map[string]map[string]V, ns, key string, v V) {
+	m := idx[ns]
+	if m == nil {
+		m = map[string]V{}
+		idx[ns] = m
+	}
+	m[key] = v
+}
+
+func unindex[V any](idx map[string]map[string]V, ns, key string) {
+	if m := idx[ns]; m != nil {
+		delete(m, key)
+		if len(m) == 0 {
+			delete(idx, ns)
+		}
+	}
 }

@@ -91,12 +91,18 @@ func TestRegressFullPushOnEndpointReappear(t *testing.T) {
 }
 
 func TestDuplicateHostOldestWins(t *testing.T) {
-	m := New(quiet())
+	var skips []Skip
+	opts := quiet()
+	opts.OnSkip = func(s Skip) { skips = append(skips, s) }
+	m := New(opts)
 	t0 := time.Unix(1000, 0)
 	m.SetServiceEntry("ns", "new", t0.Add(time.Hour), mustConvert(t, "new", se("dup.test", "10.0.0.2")))
 	m.SetServiceEntry("ns", "old", t0, mustConvert(t, "old", se("dup.test", "10.0.0.1")))
 	e := m.Entry("dup.test")
 	require.Equal(t, "ServiceEntry/ns/old", e.Service.Source)
+	require.Len(t, skips, 1, "the losing definition is reported once")
+	require.Equal(t, "duplicate host", skips[0].Reason)
+	require.Equal(t, "ServiceEntry/ns/new", skips[0].Object)
 	m.DeleteServiceEntry("ns", "old")
 	require.Equal(t, "ServiceEntry/ns/new", m.Entry("dup.test").Service.Source, "the other definition takes over")
 }
@@ -211,6 +217,15 @@ func TestKubeServiceEndpointSlicesAndPods(t *testing.T) {
 	eps = m.Entry("echo.app.svc.cluster.local").Endpoints[80]
 	require.Equal(t, "echo-sa", eps[0].ServiceAccount)
 	require.Equal(t, "echo", eps[0].Labels["app"])
+	require.True(t, eps[0].Healthy)
+
+	// The Pod goes unready before the EndpointSlice controller notices: EDS, unhealthy at once.
+	ch = m.SetPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "echo-1", Namespace: "app", Labels: map[string]string{"app": "echo"}},
+		Spec:   corev1.PodSpec{ServiceAccountName: "echo-sa"},
+		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}}})
+	require.False(t, ch.Full)
+	require.Contains(t, ch.Hosts, "echo.app.svc.cluster.local")
+	require.False(t, m.Entry("echo.app.svc.cluster.local").Endpoints[80][0].Healthy)
 
 	ch = m.DeleteEndpointSlice("app", "echo-abc")
 	require.False(t, ch.Full)

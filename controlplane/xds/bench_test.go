@@ -3,6 +3,7 @@ package xds
 import (
 	"fmt"
 	"math/rand"
+	"os"
 	"sort"
 	"sync"
 	"testing"
@@ -119,6 +120,14 @@ func BenchmarkEDSConvergence100Clients(b *testing.B) {
 		}
 		mu.Lock()
 		target = ""
+		if os.Getenv("MESHCHAOS_BENCH_TRACE") != "" {
+			it := lat[len(lat)-clients:]
+			worst := it[0]
+			for _, d := range it {
+				worst = max(worst, d)
+			}
+			fmt.Printf("iteration %d: worst %s\n", i, worst)
+		}
 		mu.Unlock()
 	}
 	b.StopTimer()

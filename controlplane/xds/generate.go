@@ -27,7 +27,6 @@ package xds
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 	"time"
 
@@ -57,6 +56,9 @@ type Resources struct {
 	Listeners    map[string]types.Resource // Envoy listeners
 	Routes       map[string]types.Resource
 	APIListeners map[string]types.Resource // proxyless gRPC listeners
+
+	// claSources: the model endpoint slice each CLA was built from (identity = unchanged).
+	claSources map[string][]model.Endpoint
 }
 
 // ListenerName is the Envoy outbound listener for a port.
@@ -86,7 +88,7 @@ func Generate(entries []*model.Entry) (*Resources, []Invalid) {
 	r := &Resources{
 		Clusters: map[string]types.Resource{}, Endpoints: map[string]types.Resource{},
 		Listeners: map[string]types.Resource{}, Routes: map[string]types.Resource{},
-		APIListeners: map[string]types.Resource{},
+		APIListeners: map[string]types.Resource{}, claSources: map[string][]model.Endpoint{},
 	}
 	var bad []Invalid
 	add := func(m map[string]types.Resource, typ, name string, res types.Resource) {
@@ -115,6 +117,7 @@ func Generate(entries []*model.Entry) (*Resources, []Invalid) {
 			add(r.Clusters, "Cluster", cn, BuildCluster(e, p))
 			if s.Resolution == model.ResolutionStatic {
 				add(r.Endpoints, "ClusterLoadAssignment", cn, BuildCLA(e, p))
+				r.claSources[cn] = e.Endpoints[p.Number]
 			}
 			if !httpLike(p.Protocol) {
 				continue
@@ -324,14 +327,4 @@ func mustAny(m proto.Message) *anypb.Any {
 		panic(fmt.Sprintf("marshal %T: %v", m, err)) // static config types: cannot fail
 	}
 	return a
-}
-
-// sortedKeys is used for deterministic output in dumps and tests.
-func sortedKeys(m map[string]types.Resource) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -47,6 +47,9 @@ type Pusher struct {
 	lastPush map[string]time.Time // type URL → start of the latest push that changed it
 	pushMu   sync.Mutex           // one push in flight
 
+	// pushed: the model endpoint slice behind each CLA in the cache (push goroutine only).
+	pushed map[string][]model.Endpoint
+
 	// scopes is the quadratic-scope regression's per-service copy of the registry.
 	scopes map[string][]*model.Service
 }
@@ -186,7 +189,7 @@ func (p *Pusher) fullPush(start time.Time) {
 	p.markPushed(start, resourcev3.ClusterType, resourcev3.ListenerType, resourcev3.RouteType, resourcev3.EndpointType)
 	// EDS first so clusters warm with their endpoints already there; then CDS, LDS, RDS. A full
 	// push resends CDS/LDS/RDS to every proxy (SetResources marks every resource changed).
-	p.updateEndpoints(res.Endpoints, true)
+	p.updateEndpoints(res.Endpoints, res.claSources, true)
 	p.caches.Clusters.SetResources(res.Clusters)
 	p.caches.Listeners.SetResources(res.Listeners)
 	p.caches.APIListeners.SetResources(res.APIListeners)
@@ -195,6 +198,7 @@ func (p *Pusher) fullPush(start time.Time) {
 
 func (p *Pusher) edsPush(start time.Time, hosts map[string]struct{}) {
 	next := map[string]types.Resource{}
+	sources := map[string][]model.Endpoint{}
 	for h := range hosts {
 		e := p.model.Entry(h)
 		if e == nil || e.Service.Resolution != model.ResolutionStatic {
@@ -208,19 +212,28 @@ func (p *Pusher) edsPush(start time.Time, hosts map[string]struct{}) {
 				continue
 			}
 			next[cla.ClusterName] = cla
+			sources[cla.ClusterName] = e.Endpoints[port.Number]
 		}
 	}
 	p.markPushed(start, resourcev3.EndpointType)
-	p.updateEndpoints(next, false)
+	p.updateEndpoints(next, sources, false)
 }
 
 // updateEndpoints writes CLAs that differ from the cache's; all means next is the complete set
 // (absent ones are deleted).
-func (p *Pusher) updateEndpoints(next map[string]types.Resource, all bool) {
+func (p *Pusher) updateEndpoints(next map[string]types.Resource, sources map[string][]model.Endpoint, all bool) {
 	cur := p.caches.Endpoints.GetResources()
+	if p.pushed == nil {
+		p.pushed = map[string][]model.Endpoint{}
+	}
 	changed := map[string]types.Resource{}
 	for name, r := range next {
-		if old, ok := cur[name]; !ok || !proto.Equal(old, r) {
+		old, ok := cur[name]
+		if ok && sameSlice(p.pushed[name], sources[name]) {
+			continue // built from the very same model endpoints: unchanged
+		}
+		p.pushed[name] = sources[name]
+		if !ok || !proto.Equal(old, r) {
 			changed[name] = r
 		}
 	}
@@ -229,6 +242,7 @@ func (p *Pusher) updateEndpoints(next map[string]types.Resource, all bool) {
 		for name := range cur {
 			if _, ok := next[name]; !ok {
 				deleted = append(deleted, name)
+				delete(p.pushed, name)
 			}
 		}
 	}
@@ -241,7 +255,9 @@ func (p *Pusher) updateEndpoints(next map[string]types.Resource, all bool) {
 }
 
 // buildScopes is the quadratic-scope regression: every service gets its own copy of the whole
-// registry (Istio 1.6 kept such per-service scopes), O(n²) memory, rebuilt on every full push.
+// registry (Istio 1.6 kept such per-service scopes), O(n²) memory, rebuilt on every full push and
+// retained until the next. As in the incident, the generated config is unchanged: the bug is the
+// memory (and the time to build it), which is what the experiments measure.
 func (p *Pusher) buildScopes(entries []*model.Entry) {
 	all := make([]*model.Service, len(entries))
 	for i, e := range entries {
@@ -265,4 +281,13 @@ func (p *Pusher) ScopeSize() int {
 		n += len(s)
 	}
 	return n
+}
+
+// sameSlice reports whether a and b are the same slice (same backing array and length); model
+// entries are immutable, so that means the same endpoints.
+func sameSlice(a, b []model.Endpoint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	return len(a) == 0 || &a[0] == &b[0]
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -11,6 +12,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
@@ -101,14 +103,15 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		},
 		DeltaStreamClosedFunc: func(id int64, _ *core.Node) { s.close(id) },
 		StreamRequestFunc: func(id int64, r *discovery.DiscoveryRequest) error {
-			s.request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), r.GetVersionInfo(), r.GetErrorDetail(), r.GetResourceNames(), false)
+			s.request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), r.GetVersionInfo(), r.GetErrorDetail(), r.GetResourceNames(), nil, false)
 			return nil
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, _ *discovery.DiscoveryRequest, r *discovery.DiscoveryResponse) {
 			s.response(id, r.GetTypeUrl(), r.GetVersionInfo(), r.GetNonce())
 		},
 		StreamDeltaRequestFunc: func(id int64, r *discovery.DeltaDiscoveryRequest) error {
-			s.request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), "", r.GetErrorDetail(), r.GetResourceNamesSubscribe(), true)
+			s.request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), "", r.GetErrorDetail(),
+				r.GetResourceNamesSubscribe(), r.GetResourceNamesUnsubscribe(), true)
 			return nil
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discovery.DeltaDiscoveryRequest, r *discovery.DeltaDiscoveryResponse) {
@@ -140,7 +143,7 @@ func (st *streamState) typ(t string) *typeState {
 	return ts
 }
 
-func (s *Server) request(id int64, node *core.Node, typeURL, nonce, version string, errDetail interface{ GetMessage() string }, names []string, delta bool) {
+func (s *Server) request(id int64, node *core.Node, typeURL, nonce, version string, errDetail *rpcstatus.Status, names, unsub []string, delta bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.streams[id]
@@ -152,14 +155,19 @@ func (s *Server) request(id int64, node *core.Node, typeURL, nonce, version stri
 	}
 	ts := st.typ(typeURL)
 	if delta {
-		ts.names = append(ts.names, names...)
+		for _, n := range names {
+			if !slices.Contains(ts.names, n) {
+				ts.names = append(ts.names, n)
+			}
+		}
+		ts.names = slices.DeleteFunc(ts.names, func(n string) bool { return slices.Contains(unsub, n) })
 	} else {
 		ts.names = names
 	}
 	if nonce == "" || nonce != ts.sentNonce {
 		return
 	}
-	if errDetail != nil && errDetail.GetMessage() != "" {
+	if errDetail != nil {
 		// A NACK: count and log it; the proxy keeps its previous config and the next push
 		// carries on. Never retried in a loop.
 		ts.nacks++

@@ -44,10 +44,12 @@ type Client struct {
 }
 
 // Dial opens an ADS stream to addr as node id. The returned error is the stream's first error
-// (e.g. codes.Unavailable while the control plane's sync gate is closed).
-func Dial(ctx context.Context, addr, id string) (*Client, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
+// (e.g. codes.Unavailable while the control plane's sync gate is closed). opts are added to the
+// gRPC dial options (e.g. a dialer into a network namespace).
+func Dial(ctx context.Context, addr, id string, opts ...grpc.DialOption) (*Client, error) {
+	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256 << 20))}, opts...)
+	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}

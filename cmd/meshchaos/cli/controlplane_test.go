@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshchaos/meshchaos/controlplane/manifests"
+	"github.com/meshchaos/meshchaos/harness/cluster/apiserver"
+)
+
+func runCLI(ctx context.Context, out io.Writer, args ...string) error {
+	root := NewRoot()
+	root.SetArgs(args)
+	root.SetOut(out)
+	root.SetErr(io.Discard)
+	return root.ExecuteContext(ctx)
+}
+
+func TestControlPlaneBadInputIsExit2(t *testing.T) {
+	for _, args := range [][]string{
+		{"controlplane", "--regress", "no-such-bug"},
+		{"controlplane", "--log-level", "loud"},
+		{"controlplane", "--debounce", "-1s"},
+		{"controlplane", "--kubeconfig", "/nonexistent/kubeconfig"},
+	} {
+		err := runCLI(context.Background(), io.Discard, args...)
+		var ec ExitCoder
+		require.True(t, errors.As(err, &ec), "%v: %v", args, err)
+		require.Equal(t, 2, ec.ExitCode(), "%v: %v", args, err)
+	}
+}
+
+func TestControlPlaneCommandServes(t *testing.T) {
+	s := apiserver.StartForTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, manifests.InstallCRDs(ctx, s.RESTConfig()))
+
+	runCtx, stop := context.WithCancel(ctx)
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- runCLI(runCtx, pw, "controlplane", "--kubeconfig", s.KubeconfigPath(),
+			"--xds-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--log-level", "warn")
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	require.NoError(t, err)
+	m := regexp.MustCompile(`admin on (\S+)`).FindStringSubmatch(line)
+	require.NotNil(t, m, line)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + m[1] + "/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "control plane never became ready")
+		time.Sleep(50 * time.Millisecond)
+	}
+	go io.Copy(io.Discard, pr)
+	stop()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("controlplane did not stop on cancel")
+	}
+}
