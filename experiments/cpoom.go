@@ -259,6 +259,7 @@ func (x *cpoom) chaos(ctx context.Context, r *runner.Run) error {
 		return err
 	}
 	r.Profile(x.adminURL, x.cluster.Dialer(x.cpNode), 0, false)
+	r.ScrapeMetrics(x.adminURL+"/metrics", x.cluster.Dialer(x.cpNode), 500*time.Millisecond, keepCPMetric)
 	mem, err := observe.OpenCgroupMemory(filepath.Join("/sys/fs/cgroup/memory", x.cluster.PodCgroup(x.cpNode, x.cpPod)))
 	if err != nil {
 		return fmt.Errorf("control plane memory cgroup: %w", err)
@@ -323,7 +324,9 @@ func (x *cpoom) chaos(ctx context.Context, r *runner.Run) error {
 }
 
 func (x *cpoom) recovery(ctx context.Context, r *runner.Run) error {
-	return r.WaitTraffic(ctx)
+	err := r.WaitTraffic(ctx)
+	recordCPCounters(r)
+	return err
 }
 
 func (x *cpoom) teardown(ctx context.Context, r *runner.Run) error {

@@ -70,7 +70,14 @@ func TestCPOOMRestartBothWays(t *testing.T) {
 		back, rerr := results.Read(dir)
 		require.NoError(t, rerr)
 		assert.Equal(t, s.Verdict, back.Verdict)
-		assert.Empty(t, local.List(home), "teardown left no cluster state, namespace or cgroup")
+		cluster := ""
+		for _, e := range s.Events {
+			if e.Kind == "cluster.up" {
+				cluster = e.Object
+			}
+		}
+		require.NotEmpty(t, cluster, "the timeline names the cluster")
+		assert.Empty(t, local.Leftovers(home, cluster), "teardown left no process, namespace, mount, cgroup or state")
 		return s
 	}
 

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
+	"github.com/meshchaos/meshchaos/harness/runner"
 )
 
 func init() { register(newClusterCmd) }
@@ -51,7 +52,8 @@ func newClusterUpCmd() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			p := newProgress(cmd.ErrOrStderr())
+			p := runner.NewProgress(cmd.ErrOrStderr())
+			p.Phase("cluster up " + name)
 			c, err := local.Up(ctx, local.Config{Name: name, Nodes: nodes, ImagesDir: imagesDir, Logf: p.Logf})
 			p.Done()
 			if err != nil {
