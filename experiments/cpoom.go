@@ -54,13 +54,13 @@ type cpoom struct {
 	gate    bool
 	regress []string
 
-	cluster   *local.Cluster
-	cs        kubernetes.Interface
-	cpNode    int
-	gwNode    int
-	cpNS      string
-	cpPod     *corev1.Pod
-	adminURL  string
+	cluster    *local.Cluster
+	cs         kubernetes.Interface
+	cpNode     int
+	gwNode     int
+	cpNS       string
+	cpPod      *corev1.Pod
+	adminURL   string
 	gatewayIPs []string
 }
 
@@ -407,5 +407,3 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
-
-
