@@ -43,8 +43,11 @@ func recordCPCounters(r *runner.Run) {
 		return
 	}
 	var full, eds, refused float64
+	ready := -1.0
 	for _, m := range s.ControlPlaneStats.Metrics {
 		switch {
+		case m.Name == "meshchaos_controlplane_time_to_ready_seconds" && len(m.Samples) > 0:
+			ready = m.Samples[len(m.Samples)-1].Value
 		case m.Name == "meshchaos_controlplane_pushes_total" && m.Labels["kind"] == "full":
 			full += counterIncrease(m.Samples)
 		case m.Name == "meshchaos_controlplane_pushes_total" && m.Labels["kind"] == "eds":
@@ -57,4 +60,7 @@ func recordCPCounters(r *runner.Run) {
 		cp.Pushes = results.Pushes{Full: int64(full), EDS: int64(eds)}
 	})
 	r.Event("cp.streams-refused", "meshchaos-controlplane", fmt.Sprintf("%.0f xDS streams refused while the sync gate was closed", refused))
+	if ready >= 0 {
+		r.Event("cp.time-to-ready", "meshchaos-controlplane", fmt.Sprintf("%.2f s from the last start of the process to its sync gate opening (its own metric)", ready))
+	}
 }
