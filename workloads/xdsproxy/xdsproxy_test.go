@@ -497,3 +497,28 @@ func TestListenerIPOverride(t *testing.T) {
 	_, err = xdsproxy.New(xdsproxy.Options{XDSAddress: xds.Addr, NodeID: "n", ListenerIP: "not-an-ip"})
 	assert.Error(t, err)
 }
+
+func TestListenerWarmsUntilItsRoutesArrive(t *testing.T) {
+	xds := xdstest.Start(t)
+	a1 := backend(t, "a1")
+	addr := xdstest.FreeAddr(t)
+	res := world(addr, []string{a1}, []string{a1})
+	// Everything but the route config the listener reads over RDS.
+	xds.Set(t, "1", res[:5]...)
+	p := startProxy(t, xds, false)
+	eventually(t, "listener warming", func() bool { return p.Stats()["listener_manager.total_listeners_warming"] == 1 })
+	assert.False(t, p.Ready(), "not ready while a listener warms")
+	// A warming listener does not serve: the request gets no answer.
+	c := &http.Client{Timeout: 200 * time.Millisecond}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+	req.Host = "a.test"
+	if resp, err := c.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("warming listener answered %d", resp.StatusCode)
+	}
+
+	xds.Set(t, "2", res...)
+	eventually(t, "ready", p.Ready)
+	assert.Equal(t, "a1", get(t, addr, "a.test", "/").backend)
+	assert.EqualValues(t, 1, p.Stats()["listener_manager.total_listeners_active"])
+}
