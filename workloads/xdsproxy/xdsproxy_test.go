@@ -445,6 +445,19 @@ func TestDeltaUpdates(t *testing.T) {
 	}
 	assert.Contains(t, unsubscribed, "b", "the removed cluster's assignment is unsubscribed")
 
+	// A malformed assignment is NACKed by nonce with the error; the old endpoints stay.
+	bad := world(addr, []string{"not-an-ip:80"}, []string{v1})
+	xds.Set(t, "3b", bad[0], bad[2], bad[4], bad[5])
+	eventually(t, "delta NACK", func() bool {
+		for _, r := range xds.DeltaRequests() {
+			if r.GetTypeUrl() == resourcev3.EndpointType && r.GetResponseNonce() != "" && strings.Contains(r.GetErrorDetail().GetMessage(), "malformed IP address") {
+				return true
+			}
+		}
+		return false
+	})
+	assert.Equal(t, "v2", get(t, addr, "a.test", "/").backend, "old endpoints stay after a NACK")
+
 	// Delta keeps config across a server restart, too.
 	xds.Stop()
 	assert.Equal(t, 200, get(t, addr, "a.test", "/").code)
