@@ -1,11 +1,12 @@
 package xdsproxy_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -25,9 +26,57 @@ import (
 
 // The benchmarks run the proxy as its own process (this test binary re-executed), as it runs in a
 // pod, so its memory is its own and it does not share a Go runtime with the load generator.
-const childEnv = "XDSPROXY_BENCH_CHILD_XDS"
+const (
+	childEnv   = "XDSPROXY_BENCH_CHILD_XDS"
+	backendEnv = "XDSPROXY_BENCH_BACKEND"
+)
+
+// runBackend serves a tiny HTTP answer on loopback and prints its address: the backend runs in
+// its own process too, so "direct" crosses processes like an app calling another pod does.
+func runBackend() {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	fmt.Println(ln.Addr().String())
+	go func() { io.Copy(io.Discard, os.Stdin); os.Exit(0) }() // exit with the parent
+	http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }))
+}
+
+func startBackend(b *testing.B) string {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), backendEnv+"=1")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("start backend process: %v", err)
+	}
+	b.Cleanup(func() {
+		stdin.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		b.Fatalf("backend process: %v", err)
+	}
+	return strings.TrimSpace(addr)
+}
 
 func TestMain(m *testing.M) {
+	if os.Getenv(backendEnv) != "" {
+		runBackend()
+		return
+	}
 	if xds := os.Getenv(childEnv); xds != "" {
 		runChild(xds, os.Getenv("XDSPROXY_BENCH_CHILD_ADMIN"))
 		return
@@ -185,13 +234,10 @@ func attack(b *testing.B, url, host string, d time.Duration, all, round *vegeta.
 // BenchmarkProxy500rps measures what xdsproxy adds at 500 requests/s over keep-alive
 // connections (Vegeta, loopback), against calling the backend directly, interleaving the two in
 // rounds so machine noise hits both; and the proxy process's memory at rest (100 services × 10
-// endpoints configured) and under that load.
+// endpoints configured) and under that load. Proxy and backend each run in their own process.
 func BenchmarkProxy500rps(b *testing.B) {
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte("ok"))
-	}))
-	defer backend.Close()
-	backendAddr := strings.TrimPrefix(backend.URL, "http://")
+	backendAddr := startBackend(b)
+	backendURL := "http://" + backendAddr
 	xds := xdstest.Start(b)
 	listener := xdstest.FreeAddr(b)
 	xds.Set(b, "1", benchWorld(listener, backendAddr, 100, 10)...)
@@ -202,7 +248,7 @@ func BenchmarkProxy500rps(b *testing.B) {
 		time.Sleep(time.Second)
 		restRSS, restHeap := c.rssBytes(b), c.heapBytes(b)
 		// Warm both paths (connections, pools), unrecorded.
-		attack(b, backend.URL+"/", host, time.Second, nil, nil)
+		attack(b, backendURL+"/", host, time.Second, nil, nil)
 		attack(b, "http://"+listener+"/", host, time.Second, nil, nil)
 
 		d := benchDuration()
@@ -218,7 +264,7 @@ func BenchmarkProxy500rps(b *testing.B) {
 		}
 		for range rounds {
 			rd, rp := &vegeta.Metrics{}, &vegeta.Metrics{}
-			attack(b, backend.URL+"/", host, d/rounds, direct, rd)
+			attack(b, backendURL+"/", host, d/rounds, direct, rd)
 			attack(b, "http://"+listener+"/", host, d/rounds, proxied, rp, sample)
 			rd.Close()
 			rp.Close()
