@@ -165,10 +165,16 @@ func (g *Group) AddProcess(pid int) error {
 	return errors.Join(errs...)
 }
 
-// Period is the CFS period SetCPUQuota uses.
-const Period = 100 * time.Millisecond
+// Period is the CFS period SetCPUQuota uses, unless the quota would fall below the kernel's
+// 1 ms minimum; then the period grows (up to MaxPeriod) to keep the ratio.
+const (
+	Period    = 100 * time.Millisecond
+	MaxPeriod = time.Second
+	minQuota  = 1000 // µs
+)
 
 // SetCPUQuota limits the group to cpus CPUs (0.1 = 10 % of one CPU); cpus <= 0 clears the limit.
+// The smallest limit is 0.001 CPU (1 ms per second).
 func (g *Group) SetCPUQuota(cpus float64) error {
 	d, ok := g.dir("cpu")
 	if !ok {
@@ -178,8 +184,12 @@ func (g *Group) SetCPUQuota(cpus float64) error {
 	quota := int64(-1)
 	if cpus > 0 {
 		quota = int64(cpus * float64(period))
-		if quota < 1000 {
-			quota = 1000 // the kernel's minimum quota is 1 ms
+		if quota < minQuota {
+			period = int64(float64(minQuota) / cpus)
+			if period > MaxPeriod.Microseconds() {
+				period = MaxPeriod.Microseconds()
+			}
+			quota = minQuota
 		}
 	}
 	if isV2(d) {
@@ -188,6 +198,11 @@ func (g *Group) SetCPUQuota(cpus float64) error {
 			v = strconv.FormatInt(quota, 10)
 		}
 		return os.WriteFile(filepath.Join(d, "cpu.max"), []byte(fmt.Sprintf("%s %d", v, period)), 0o644)
+	}
+	// The kernel checks the ratio on each write; lift the old quota first so a period change
+	// can never be refused against it.
+	if err := os.WriteFile(filepath.Join(d, "cpu.cfs_quota_us"), []byte("-1"), 0o644); err != nil {
+		return err
 	}
 	if err := os.WriteFile(filepath.Join(d, "cpu.cfs_period_us"), []byte(strconv.FormatInt(period, 10)), 0o644); err != nil {
 		return err

@@ -48,6 +48,12 @@ func TestCPUQuotaThrottlesAndClears(t *testing.T) {
 	require.NoError(t, err)
 	assert.Greater(t, during.ThrottledPeriods-before.ThrottledPeriods, int64(3), "a spinning process over its quota is throttled")
 
+	// Below 1 ms per 100 ms the period stretches instead of the quota being clamped.
+	require.NoError(t, g.SetCPUQuota(0.002))
+	q, err = g.CPUQuota()
+	require.NoError(t, err)
+	assert.InDelta(t, 0.002, q, 0.0001)
+
 	require.NoError(t, g.SetCPUQuota(0))
 	q, err = g.CPUQuota()
 	require.NoError(t, err)

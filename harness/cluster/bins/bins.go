@@ -3,6 +3,7 @@
 package bins
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -54,17 +55,24 @@ func Path(name string) (string, error) {
 // All returns the paths of every named binary, or one error listing all that are missing.
 func All(names ...string) (map[string]string, error) {
 	out := make(map[string]string, len(names))
-	var missing []string
+	var missing, overridden []string
 	for _, n := range names {
 		p, err := Path(n)
 		if err != nil {
 			missing = append(missing, n)
+			if os.Getenv(EnvVar(n)) != "" {
+				overridden = append(overridden, err.Error())
+			}
 			continue
 		}
 		out[n] = p
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("missing binaries: %s: run 'make bins' (or set MESHCHAOS_BIN_DIR / KUBEBUILDER_ASSETS)", strings.Join(missing, ", "))
+		msg := fmt.Sprintf("missing binaries: %s: run 'make bins' (or set MESHCHAOS_BIN_DIR / KUBEBUILDER_ASSETS)", strings.Join(missing, ", "))
+		if len(overridden) > 0 {
+			msg += "; " + strings.Join(overridden, "; ")
+		}
+		return nil, errors.New(msg)
 	}
 	return out, nil
 }

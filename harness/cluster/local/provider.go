@@ -248,6 +248,4 @@ func (p *Provider) LoadImageArchive(ctx context.Context, archive string, _ ...st
 	return p.cluster.LoadImageArchive(ctx, archive)
 }
 
-
-
 func newDeployment() *appsv1.Deployment { return &appsv1.Deployment{} }

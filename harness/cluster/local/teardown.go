@@ -79,7 +79,10 @@ func (l layout) exists() bool {
 // its shims, then the API, then mounts, cgroups, namespaces and files.
 func teardown(ctx context.Context, l layout, logf func(string, ...any)) error {
 	var errs []error
+	last := time.Now()
 	add := func(what string, err error) {
+		logf("[down] %s: %s", what, time.Since(last).Round(time.Millisecond))
+		last = time.Now()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", what, err))
 		}
@@ -98,12 +101,13 @@ func teardown(ctx context.Context, l layout, logf func(string, ...any)) error {
 	// 3. containerd, its shims, and anything else whose command line names the state dir.
 	_, err = killRecordedMatching(l, func(n string) bool { return strings.HasSuffix(n, "containerd") })
 	add("stop containerd", err)
-	add("stop shims", proc.KillPids(proc.FindByMarker(l.marker()), 5*time.Second))
-	// 4. The API.
-	_, err = proc.KillRecorded(l.cpDir(), l.marker(), 10*time.Second)
+	add("stop shims", proc.KillPids(shims(l), 5*time.Second))
+	// 4. The API. Its data is disposable: no need to wait for a graceful shutdown.
+	_, err = proc.KillRecorded(l.cpDir(), l.marker(), time.Second)
 	add("stop kube-apiserver and etcd", err)
 	_, err = proc.KillRecorded(l.logDir(), l.marker(), 10*time.Second)
 	add("stop remaining components", err)
+	add("stop strays", proc.KillPids(proc.FindByMarker(l.marker()), 2*time.Second))
 	// 5. Mounts under the state dir: container rootfs, pod volumes, pod network namespaces.
 	add("unmount", unmountUnder(l.dir()))
 	// 6. cgroups.
@@ -155,6 +159,18 @@ func sandboxIDs(l layout) map[string]bool {
 		}
 	}
 	return ids
+}
+
+// shims lists the containerd shims of the cluster's nodes (their command line names the node's
+// containerd socket, under the state dir).
+func shims(l layout) []int {
+	var out []int
+	for _, pid := range proc.FindByMarker(l.marker()) {
+		if proc.Mentions(pid, "containerd-shim") {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 func killRecordedMatching(l layout, match func(name string) bool) ([]int, error) {

@@ -173,12 +173,11 @@ func KillRecorded(dir, marker string, grace time.Duration) ([]int, error) {
 			os.Remove(f)
 			continue
 		}
-		if err := killPid(pid, grace); err != nil {
-			errs = append(errs, err)
-			continue
-		}
 		killed = append(killed, pid)
 		os.Remove(f)
+	}
+	if err := KillPids(killed, grace); err != nil {
+		errs = append(errs, err)
 	}
 	return killed, errors.Join(errs...)
 }
@@ -210,32 +209,35 @@ func FindByMarker(marker string) []int {
 	return pids
 }
 
-// KillPids ends the given processes (SIGTERM, SIGKILL after grace).
+// KillPids ends the given processes: SIGTERM to all, SIGKILL to those still alive after grace.
+// They are signalled together so one slow process does not hold up the rest.
 func KillPids(pids []int, grace time.Duration) error {
-	var errs []error
 	for _, pid := range pids {
-		if err := killPid(pid, grace); err != nil {
-			errs = append(errs, err)
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	var alive []int
+	for _, pid := range pids {
+		if !waitGone(ctx, pid) {
+			alive = append(alive, pid)
+		}
+	}
+	var errs []error
+	for _, pid := range alive {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	for _, pid := range alive {
+		if !waitGone(ctx2, pid) {
+			errs = append(errs, fmt.Errorf("pid %d still running after SIGKILL", pid))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func killPid(pid int, grace time.Duration) error {
-	_ = syscall.Kill(pid, syscall.SIGTERM)
-	ctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	if waitGone(ctx, pid) {
-		return nil
-	}
-	_ = syscall.Kill(pid, syscall.SIGKILL)
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel2()
-	if waitGone(ctx2, pid) {
-		return nil
-	}
-	return fmt.Errorf("pid %d still running after SIGKILL", pid)
-}
+func killPid(pid int, grace time.Duration) error { return KillPids([]int{pid}, grace) }
 
 // waitGone polls until pid no longer exists (or is a zombie nobody reaps, which is as good).
 func waitGone(ctx context.Context, pid int) bool {
