@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -534,4 +535,26 @@ func TestListenerWarmsUntilItsRoutesArrive(t *testing.T) {
 	eventually(t, "ready", p.Ready)
 	assert.Equal(t, "a1", get(t, addr, "a.test", "/").backend)
 	assert.EqualValues(t, 1, p.Stats()["listener_manager.total_listeners_active"])
+}
+
+func TestOnlyHealthyEndpointsGetTraffic(t *testing.T) {
+	xds := xdstest.Start(t)
+	good, sick := backend(t, "good"), backend(t, "sick")
+	addr := xdstest.FreeAddr(t)
+	cla := xdstest.CLA("a", good, sick)
+	cla.Endpoints[0].LbEndpoints[1].HealthStatus = corev3.HealthStatus_UNHEALTHY
+	listener := xdstest.InlineHTTPListener("L", addr, xdstest.RouteConfig("r", xdstest.VirtualHost("all", []string{"*"}, xdstest.PrefixRoute("/", "a"))))
+	xds.Set(t, "1", xdstest.EDSCluster("a", "a"), cla, listener)
+	p := startProxy(t, xds, false)
+	eventually(t, "ready", p.Ready)
+	for range 6 {
+		assert.Equal(t, "good", get(t, addr, "x", "/").backend, "unhealthy endpoints get no traffic")
+	}
+
+	// Draining counts as unhealthy too; with no healthy endpoint left the answer is UH.
+	cla = xdstest.CLA("a", good, sick)
+	cla.Endpoints[0].LbEndpoints[0].HealthStatus = corev3.HealthStatus_DRAINING
+	cla.Endpoints[0].LbEndpoints[1].HealthStatus = corev3.HealthStatus_UNHEALTHY
+	xds.Set(t, "2", xdstest.EDSCluster("a", "a"), cla, listener)
+	eventually(t, "no healthy endpoint", func() bool { return get(t, addr, "x", "/").flag == respflags.NoHealthyUpstream })
 }
