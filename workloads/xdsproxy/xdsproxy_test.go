@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -445,6 +446,19 @@ func TestDeltaUpdates(t *testing.T) {
 	}
 	assert.Contains(t, unsubscribed, "b", "the removed cluster's assignment is unsubscribed")
 
+	// A malformed assignment is NACKed by nonce with the error; the old endpoints stay.
+	bad := world(addr, []string{"not-an-ip:80"}, []string{v1})
+	xds.Set(t, "3b", bad[0], bad[2], bad[4], bad[5])
+	eventually(t, "delta NACK", func() bool {
+		for _, r := range xds.DeltaRequests() {
+			if r.GetTypeUrl() == resourcev3.EndpointType && r.GetResponseNonce() != "" && strings.Contains(r.GetErrorDetail().GetMessage(), "malformed IP address") {
+				return true
+			}
+		}
+		return false
+	})
+	assert.Equal(t, "v2", get(t, addr, "a.test", "/").backend, "old endpoints stay after a NACK")
+
 	// Delta keeps config across a server restart, too.
 	xds.Stop()
 	assert.Equal(t, 200, get(t, addr, "a.test", "/").code)
@@ -496,4 +510,51 @@ func TestListenerIPOverride(t *testing.T) {
 
 	_, err = xdsproxy.New(xdsproxy.Options{XDSAddress: xds.Addr, NodeID: "n", ListenerIP: "not-an-ip"})
 	assert.Error(t, err)
+}
+
+func TestListenerWarmsUntilItsRoutesArrive(t *testing.T) {
+	xds := xdstest.Start(t)
+	a1 := backend(t, "a1")
+	addr := xdstest.FreeAddr(t)
+	res := world(addr, []string{a1}, []string{a1})
+	// Everything but the route config the listener reads over RDS.
+	xds.Set(t, "1", res[:5]...)
+	p := startProxy(t, xds, false)
+	eventually(t, "listener warming", func() bool { return p.Stats()["listener_manager.total_listeners_warming"] == 1 })
+	assert.False(t, p.Ready(), "not ready while a listener warms")
+	// A warming listener does not serve: the request gets no answer.
+	c := &http.Client{Timeout: 200 * time.Millisecond}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+	req.Host = "a.test"
+	if resp, err := c.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("warming listener answered %d", resp.StatusCode)
+	}
+
+	xds.Set(t, "2", res...)
+	eventually(t, "ready", p.Ready)
+	assert.Equal(t, "a1", get(t, addr, "a.test", "/").backend)
+	assert.EqualValues(t, 1, p.Stats()["listener_manager.total_listeners_active"])
+}
+
+func TestOnlyHealthyEndpointsGetTraffic(t *testing.T) {
+	xds := xdstest.Start(t)
+	good, sick := backend(t, "good"), backend(t, "sick")
+	addr := xdstest.FreeAddr(t)
+	cla := xdstest.CLA("a", good, sick)
+	cla.Endpoints[0].LbEndpoints[1].HealthStatus = corev3.HealthStatus_UNHEALTHY
+	listener := xdstest.InlineHTTPListener("L", addr, xdstest.RouteConfig("r", xdstest.VirtualHost("all", []string{"*"}, xdstest.PrefixRoute("/", "a"))))
+	xds.Set(t, "1", xdstest.EDSCluster("a", "a"), cla, listener)
+	p := startProxy(t, xds, false)
+	eventually(t, "ready", p.Ready)
+	for range 6 {
+		assert.Equal(t, "good", get(t, addr, "x", "/").backend, "unhealthy endpoints get no traffic")
+	}
+
+	// Draining counts as unhealthy too; with no healthy endpoint left the answer is UH.
+	cla = xdstest.CLA("a", good, sick)
+	cla.Endpoints[0].LbEndpoints[0].HealthStatus = corev3.HealthStatus_DRAINING
+	cla.Endpoints[0].LbEndpoints[1].HealthStatus = corev3.HealthStatus_UNHEALTHY
+	xds.Set(t, "2", xdstest.EDSCluster("a", "a"), cla, listener)
+	eventually(t, "no healthy endpoint", func() bool { return get(t, addr, "x", "/").flag == respflags.NoHealthyUpstream })
 }
