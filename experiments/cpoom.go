@@ -38,7 +38,7 @@ func init() {
 			{Name: "gateways", Default: "3", Kind: "int", Help: "gateway replicas; each reconnects to the restarted control plane on its own jittered backoff, as a fleet of Envoys does"},
 			{Name: "serviceEntries", Default: "3000", Kind: "int", Help: "ServiceEntries preloaded (a fresh control plane needs seconds to sync them)"},
 			{Name: "cpMemoryLimit", Default: "256Mi", Kind: "quantity", Help: "the control plane's memory limit"},
-			{Name: "cpCPULimit", Default: "250m", Kind: "string", Help: "the control plane's CPU limit: under it a restarted control plane needs seconds to work through its initial state, as istiod did in the incident (\"\" for none)"},
+			{Name: "cpCPULimit", Default: "100m", Kind: "string", Help: "the control plane's CPU limit: under it a restarted control plane needs seconds to work through its initial state, as istiod did in the incident (\"\" for none)"},
 			{Name: "kubeProxyCPU", Default: "0.002", Kind: "float", Help: "CPU quota of kube-proxy on the gateway's node while throttled"},
 			{Name: "throttleWindow", Default: "30s", Kind: "duration", Help: "how long kube-proxy stays throttled"},
 			{Name: "nodes", Default: "2", Kind: "int", Help: "cluster nodes: the control plane on node 1, gateway and backends on node 2"},
