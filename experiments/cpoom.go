@@ -264,7 +264,8 @@ func (x *cpoom) chaos(ctx context.Context, r *runner.Run) error {
 	if err != nil {
 		return fmt.Errorf("control plane memory cgroup: %w", err)
 	}
-	r.WatchMemory(mem, 0.8)
+	// 70 % leaves the profiler time to capture the heap under the CPU limit before the kill.
+	r.WatchMemory(mem, 0.7)
 	gw := &gatewayWatch{ips: x.gatewayIPs, dial: x.cluster.Dialer(x.gwNode), every: 100 * time.Millisecond}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan struct{})
@@ -295,7 +296,9 @@ func (x *cpoom) chaos(ctx context.Context, r *runner.Run) error {
 
 	// Drive the control plane over its limit: the kernel, not us, must kill it.
 	limitMiB, _ := parseQuantityMiB(x.p["cpMemoryLimit"])
-	if err := x.post(ctx, fmt.Sprintf("%s/debug/ballast?mb=%d&step=8&every=50ms", x.adminURL, 2*limitMiB)); err != nil {
+	// 40 MiB/s: fast enough to kill within seconds, slow enough that the heap profile taken at
+	// 70 % of the limit completes before the kernel strikes.
+	if err := x.post(ctx, fmt.Sprintf("%s/debug/ballast?mb=%d&step=4&every=100ms", x.adminURL, 2*limitMiB)); err != nil {
 		return fmt.Errorf("start the memory ballast: %w", err)
 	}
 	r.Event("chaos.injected", "cp-memory", fmt.Sprintf("ballast growing towards %d MiB against a %s limit", 2*limitMiB, x.p["cpMemoryLimit"]))

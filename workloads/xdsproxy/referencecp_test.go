@@ -1,7 +1,5 @@
-//go:build referencecp
-
-// This test needs the reference control plane (issue 3, package controlplane). It was written
-// and passed against branch issue3-controlplane; remove the build constraint once that is on main.
+// Traffic through xdsproxy configured by the reference control plane (package controlplane),
+// on a real kube-apiserver.
 
 package xdsproxy_test
 
