@@ -127,6 +127,26 @@ type recvResult[T any] struct {
 	err  error
 }
 
+// pumpRecv moves a stream's Recv results onto a channel, so a session can select on them
+// together with its context; it stops after the first error or when ctx ends.
+func pumpRecv[T any](ctx context.Context, recv func() (T, error)) <-chan recvResult[T] {
+	ch := make(chan recvResult[T], 1)
+	go func() {
+		for {
+			resp, err := recv()
+			select {
+			case ch <- recvResult[T]{resp, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return ch
+}
+
 func (c *xdsClient) sotwSession(ctx context.Context) (gotResponse bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -135,20 +155,7 @@ func (c *xdsClient) sotwSession(ctx context.Context) (gotResponse bool, err erro
 		return false, fmt.Errorf("open ADS stream: %w", err)
 	}
 	c.p.stats.streams.Add(1)
-	recv := make(chan recvResult[*discoveryv3.DiscoveryResponse], 1)
-	go func() {
-		for {
-			resp, err := stream.Recv()
-			select {
-			case recv <- recvResult[*discoveryv3.DiscoveryResponse]{resp, err}:
-			case <-sctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
+	recv := pumpRecv(sctx, stream.Recv)
 	subs := map[string]*sotwSub{}
 	for _, t := range xdsTypes {
 		subs[t] = &sotwSub{}
@@ -281,20 +288,7 @@ func (c *xdsClient) deltaSession(ctx context.Context) (gotResponse bool, err err
 		return false, fmt.Errorf("open delta ADS stream: %w", err)
 	}
 	c.p.stats.streams.Add(1)
-	recv := make(chan recvResult[*discoveryv3.DeltaDiscoveryResponse], 1)
-	go func() {
-		for {
-			resp, err := stream.Recv()
-			select {
-			case recv <- recvResult[*discoveryv3.DeltaDiscoveryResponse]{resp, err}:
-			case <-sctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
+	recv := pumpRecv(sctx, stream.Recv)
 	subs := map[string]*deltaSub{}
 	for _, t := range xdsTypes {
 		subs[t] = &deltaSub{}
