@@ -83,6 +83,7 @@ type termProgress struct {
 	start   time.Time
 	phase   string
 	traffic *traffic.Progress
+	done    bool // after Done, lines still print but the status line is not drawn again
 }
 
 func (p *termProgress) Phase(name string) {
@@ -107,6 +108,9 @@ func (p *termProgress) Logf(format string, args ...any) {
 }
 
 func (p *termProgress) redraw() {
+	if p.done {
+		return
+	}
 	line := fmt.Sprintf("%s  %s", elapsed(p.start), p.phase)
 	if t := p.traffic; t != nil && t.Duration > 0 {
 		frac := min(1, t.Elapsed.Seconds()/t.Duration.Seconds())
@@ -120,5 +124,6 @@ func (p *termProgress) redraw() {
 func (p *termProgress) Done() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.done = true
 	fmt.Fprint(p.w, "\r\x1b[2K")
 }

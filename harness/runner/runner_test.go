@@ -401,3 +401,13 @@ func TestProgressTerminalBar(t *testing.T) {
 	out := b.String()
 	assert.Contains(t, out, "\r\x1b[2K00:00  load  ["+strings.Repeat("█", 12)+strings.Repeat("░", 12)+"]  50%  500 req  0 err")
 }
+
+func TestProgressTerminalStaysQuietAfterDone(t *testing.T) {
+	var b bytes.Buffer
+	p := &termProgress{w: &b, start: time.Now()}
+	p.Phase("cluster up")
+	p.Done()
+	b.Reset()
+	p.Logf("teardown step")
+	assert.Equal(t, "\r\x1b[2K[00:00] teardown step\n", b.String(), "a line, and no status line redrawn after Done")
+}

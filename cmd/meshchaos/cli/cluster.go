@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -97,7 +98,8 @@ func showCluster(ctx context.Context, cmd *cobra.Command, c *local.Cluster) {
 	if err != nil {
 		return
 	}
-	out := cmd.OutOrStdout()
+	out := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
+	defer out.Flush()
 	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err == nil {
 		fmt.Fprintln(out, "NODE\tSTATUS\tIP\tNETNS")
@@ -124,7 +126,8 @@ func showCluster(ctx context.Context, cmd *cobra.Command, c *local.Cluster) {
 			fmt.Fprintf(out, "%s/%s\t%s\t%s\t%s\n", p.Namespace, p.Name, p.Status.Phase, p.Status.PodIP, p.Spec.NodeName)
 		}
 	}
-	fmt.Fprintf(out, "Try: KUBECONFIG=%s kubectl get pods -A   (Ctrl-C tears the cluster down)\n", c.KubeconfigPath())
+	out.Flush()
+	fmt.Fprintf(cmd.OutOrStdout(), "Try: KUBECONFIG=%s kubectl get pods -A   (Ctrl-C tears the cluster down)\n", c.KubeconfigPath())
 }
 
 func newClusterDownCmd() *cobra.Command {

@@ -201,9 +201,8 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	return c, nil
 }
 
-func (c *Cluster) step(format string, args ...any) {
-	c.cfg.Logf("[%5.1fs] "+format, append([]any{time.Since(c.started).Seconds()}, args...)...)
-}
+// step reports a bring-up step; the caller's progress display adds the time.
+func (c *Cluster) step(format string, args ...any) { c.cfg.Logf(format, args...) }
 
 func (c *Cluster) startControllers(paths map[string]string) error {
 	kcfg := filepath.Join(c.l.cpDir(), "kubeconfig-incluster")
