@@ -269,17 +269,11 @@ func (s *Server) waitHTTP(ctx context.Context, p *proc.Process, url string, tc *
 // URL is the apiserver's address as seen from its own network namespace.
 func (s *Server) URL() string { return s.url }
 
-// Token is the cluster admin's bearer token.
-func (s *Server) Token() string { return s.pki.Token }
-
 // CACertPath is the CA that signed the serving certificate (kube-root-ca.crt for pods).
 func (s *Server) CACertPath() string { return s.pki.CACert }
 
 // SAKeyPath is the service-account signing key (for kube-controller-manager).
 func (s *Server) SAKeyPath() string { return s.pki.SAKey }
-
-// Dir is the server's state directory.
-func (s *Server) Dir() string { return s.opts.Dir }
 
 // KubeconfigPath is a kubeconfig for URL.
 func (s *Server) KubeconfigPath() string { return s.kubecfg }

@@ -368,28 +368,6 @@ func (c *Cluster) LoadImageArchive(ctx context.Context, path string) error {
 	return loadArchive(ctx, c.l, path)
 }
 
-// Processes lists the cluster's component processes by name with their pids, for reports.
-func (c *Cluster) Processes() map[string]int {
-	out := map[string]int{"etcd": pidOf(c.l.cpDir(), "etcd"), "kube-apiserver": pidOf(c.l.cpDir(), "kube-apiserver")}
-	for _, p := range []*proc.Process{c.kcm, c.sched} {
-		out[p.Spec.Name] = p.Pid()
-	}
-	for _, n := range c.nodes {
-		for _, p := range []*proc.Process{n.containerd, n.kubelet, n.kubeProxy} {
-			if p != nil {
-				out[p.Spec.Name] = p.Pid()
-			}
-		}
-	}
-	return out
-}
-
-func pidOf(dir, name string) int {
-	b, _ := os.ReadFile(proc.PidPath(dir, name))
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return pid
-}
-
 // Down stops everything the cluster started and removes its state. Safe to call twice.
 func (c *Cluster) Down(ctx context.Context) error {
 	var err error

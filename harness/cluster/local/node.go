@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/meshchaos/meshchaos/harness/cgroup"
-	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/cluster/internal/proc"
 	"github.com/meshchaos/meshchaos/workloads/images"
 )
@@ -212,6 +211,3 @@ func (n *node) stop() {
 		}
 	}
 }
-
-// nodeBinaries are what every node runs.
-var nodeBinaries = []string{bins.Kubelet, bins.KubeProxy}

@@ -237,8 +237,6 @@ func KillPids(pids []int, grace time.Duration) error {
 	return errors.Join(errs...)
 }
 
-func killPid(pid int, grace time.Duration) error { return KillPids([]int{pid}, grace) }
-
 // waitGone polls until pid no longer exists (or is a zombie nobody reaps, which is as good).
 func waitGone(ctx context.Context, pid int) bool {
 	for {
