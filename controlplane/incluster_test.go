@@ -22,7 +22,7 @@ import (
 	"github.com/meshchaos/meshchaos/controlplane/internal/adsclient"
 	"github.com/meshchaos/meshchaos/controlplane/manifests"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
-	"github.com/meshchaos/meshchaos/workloads/images"
+	"github.com/meshchaos/meshchaos/images"
 )
 
 // TestInCluster deploys the control plane with its manifests into a real local cluster (image

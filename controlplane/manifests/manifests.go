@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
-	"github.com/meshchaos/meshchaos/workloads/images"
+	"github.com/meshchaos/meshchaos/images"
 )
 
 // CRDs is the YAML of the ServiceEntry and WorkloadEntry CRDs (istio.io/api v1.31.1).

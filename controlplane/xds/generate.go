@@ -46,7 +46,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meshchaos/meshchaos/controlplane/model"
-	"github.com/meshchaos/meshchaos/controlplane/respflags"
+	"github.com/meshchaos/meshchaos/results/respflags"
 )
 
 // Resources is one generation of the whole config, by type, keyed by resource name.

@@ -28,7 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/meshchaos/meshchaos/controlplane/model"
-	"github.com/meshchaos/meshchaos/controlplane/respflags"
+	"github.com/meshchaos/meshchaos/results/respflags"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
-	"github.com/meshchaos/meshchaos/workloads/images"
+	"github.com/meshchaos/meshchaos/images"
 )
 
 // TestKubeProxyThrottleDelaysRuleRemoval reproduces the incident's precondition on a real

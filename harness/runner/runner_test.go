@@ -21,11 +21,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/meshchaos/meshchaos/controlplane/respflags"
 	"github.com/meshchaos/meshchaos/harness/internal/memhog"
 	"github.com/meshchaos/meshchaos/harness/observe"
 	"github.com/meshchaos/meshchaos/harness/traffic"
 	"github.com/meshchaos/meshchaos/results"
+	"github.com/meshchaos/meshchaos/results/respflags"
 )
 
 func TestMain(m *testing.M) {

@@ -7,7 +7,7 @@ import (
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
-	"github.com/meshchaos/meshchaos/controlplane/respflags"
+	"github.com/meshchaos/meshchaos/results/respflags"
 )
 
 // results300k is five minutes at 1000 rps, 1 % flagged 503s.

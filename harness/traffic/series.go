@@ -10,8 +10,8 @@ import (
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
-	"github.com/meshchaos/meshchaos/controlplane/respflags"
 	"github.com/meshchaos/meshchaos/results"
+	"github.com/meshchaos/meshchaos/results/respflags"
 )
 
 // IsError reports whether a Vegeta result counts as an error: no response (transport error,

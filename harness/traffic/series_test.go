@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
-	"github.com/meshchaos/meshchaos/controlplane/respflags"
 	"github.com/meshchaos/meshchaos/results"
+	"github.com/meshchaos/meshchaos/results/respflags"
 )
 
 func TestWindow(t *testing.T) {

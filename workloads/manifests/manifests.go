@@ -17,7 +17,7 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/meshchaos/meshchaos/workloads/images"
+	"github.com/meshchaos/meshchaos/images"
 )
 
 //go:embed *.yaml.tmpl
@@ -53,7 +53,7 @@ type Substrate struct {
 	Name string
 	// PullPolicy of every meshchaos image.
 	PullPolicy string
-	// ImageRef names the image of a catalog entry (workloads/images).
+	// ImageRef names the image of a catalog entry (images).
 	ImageRef func(name string) string
 	// Proxy is the gateway and sidecar; EnvoyImage is used when it is Envoy.
 	Proxy      Proxy

@@ -15,7 +15,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/meshchaos/meshchaos/controlplane/respflags"
+	"github.com/meshchaos/meshchaos/results/respflags"
 )
 
 // Options configure the app.

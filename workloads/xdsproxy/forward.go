@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/meshchaos/meshchaos/controlplane/respflags"
+	"github.com/meshchaos/meshchaos/results/respflags"
 )
 
 // Envoy's local reply bodies for the flags experiments count.

@@ -28,8 +28,8 @@ import (
 
 	"github.com/meshchaos/meshchaos/controlplane"
 	cpmanifests "github.com/meshchaos/meshchaos/controlplane/manifests"
-	"github.com/meshchaos/meshchaos/controlplane/respflags"
 	"github.com/meshchaos/meshchaos/harness/cluster/apiserver"
+	"github.com/meshchaos/meshchaos/results/respflags"
 	"github.com/meshchaos/meshchaos/workloads/echo"
 	"github.com/meshchaos/meshchaos/workloads/xdsproxy"
 	"github.com/meshchaos/meshchaos/workloads/xdstest"

@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/meshchaos/meshchaos/controlplane/respflags"
+	"github.com/meshchaos/meshchaos/results/respflags"
 	"github.com/meshchaos/meshchaos/workloads/xdsproxy"
 	"github.com/meshchaos/meshchaos/workloads/xdstest"
 )

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/meshchaos/meshchaos/workloads/images"
+	"github.com/meshchaos/meshchaos/images"
 )
 
 func init() { register(newImagesCmd) }

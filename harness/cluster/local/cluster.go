@@ -32,7 +32,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/cluster/internal/proc"
 	"github.com/meshchaos/meshchaos/harness/netns"
-	"github.com/meshchaos/meshchaos/workloads/images"
+	"github.com/meshchaos/meshchaos/images"
 )
 
 // Config describes a cluster to bring up.

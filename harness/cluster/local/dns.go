@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/meshchaos/meshchaos/workloads/images"
+	"github.com/meshchaos/meshchaos/images"
 )
 
 // corefile serves cluster.local from the API and nothing else: pods have no outside network,

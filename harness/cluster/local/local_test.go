@@ -21,8 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/meshchaos/meshchaos/images"
 	"github.com/meshchaos/meshchaos/workloads/echo"
-	"github.com/meshchaos/meshchaos/workloads/images"
 )
 
 func TestValidateName(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/meshchaos/meshchaos/harness/cgroup"
 	"github.com/meshchaos/meshchaos/harness/cluster/internal/proc"
-	"github.com/meshchaos/meshchaos/workloads/images"
+	"github.com/meshchaos/meshchaos/images"
 )
 
 // node is one Kubernetes node: its own network namespace, containerd, kubelet and kube-proxy.

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/e2e-framework/support"
 	"sigs.k8s.io/yaml"
 
-	"github.com/meshchaos/meshchaos/workloads/images"
+	"github.com/meshchaos/meshchaos/images"
 )
 
 // KubernetesVersion is the version `make bins` builds; the provider runs only that one.
