@@ -260,7 +260,11 @@ func (x *cpoom) chaos(ctx context.Context, r *runner.Run) error {
 	}
 	r.Profile(x.adminURL, x.cluster.Dialer(x.cpNode), 0, false)
 	r.ScrapeMetrics(x.adminURL+"/metrics", x.cluster.Dialer(x.cpNode), 500*time.Millisecond, keepCPMetric)
-	mem, err := observe.OpenCgroupMemory(filepath.Join("/sys/fs/cgroup/memory", x.cluster.PodCgroup(x.cpNode, x.cpPod)))
+	g, err := x.cluster.PodCgroup(x.cpPod)
+	if err != nil {
+		return err
+	}
+	mem, err := observe.OpenCgroupMemory(filepath.Join("/sys/fs/cgroup/memory", g.Path))
 	if err != nil {
 		return fmt.Errorf("control plane memory cgroup: %w", err)
 	}
@@ -275,11 +279,11 @@ func (x *cpoom) chaos(ctx context.Context, r *runner.Run) error {
 	if err := sleep(ctx, x.p.Duration("steady")); err != nil {
 		return err
 	}
-	g, err := x.cluster.KubeProxyCgroup(x.gwNode)
+	kp, err := x.cluster.KubeProxyCgroup(x.gwNode)
 	if err != nil {
 		return err
 	}
-	throttle := &chaos.KubeProxyThrottle{Node: x.cluster.Nodes()[x.gwNode-1], Group: g, CPUs: x.p.Float("kubeProxyCPU")}
+	throttle := &chaos.KubeProxyThrottle{Node: x.cluster.Nodes()[x.gwNode-1], Group: kp, CPUs: x.p.Float("kubeProxyCPU")}
 	ev, err := throttle.Inject(ctx)
 	if err != nil {
 		return err

@@ -24,7 +24,7 @@ import (
 )
 
 // DialContext dials a connection (e.g. into a network namespace).
-type DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+type DialContext = func(ctx context.Context, network, addr string) (net.Conn, error)
 
 // ProfileKind is a pprof profile type served under /debug/pprof/.
 type ProfileKind string

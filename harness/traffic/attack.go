@@ -21,7 +21,7 @@ import (
 
 // DialContext dials a connection; the local substrate passes one that enters a pod's or a node's
 // network namespace, so the load comes from inside the cluster network.
-type DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+type DialContext = func(ctx context.Context, network, addr string) (net.Conn, error)
 
 // Target is one request the attack sends, round-robin with the others.
 type Target struct {

@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/meshchaos/meshchaos/harness/cgroup"
+	"github.com/meshchaos/meshchaos/harness/cluster"
 	"github.com/meshchaos/meshchaos/harness/cluster/apiserver"
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/cluster/internal/proc"
@@ -348,7 +349,7 @@ func (c *Cluster) NodeNetns(k int) string {
 
 // Dialer dials from inside node k's namespace: ClusterIPs (through kube-proxy's rules), pod IPs
 // and node IPs are reachable, as from a process on that node.
-func (c *Cluster) Dialer(k int) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func (c *Cluster) Dialer(k int) cluster.DialFunc {
 	return netns.Dialer(c.NodeNetns(k))
 }
 
@@ -457,10 +458,14 @@ func imageTarballs(dir string) ([]string, error) {
 	return out, nil
 }
 
-// PodCgroup is the cgroup (a path in each hierarchy, e.g. for the memory controller under
-// /sys/fs/cgroup/memory) of a pod on node k. It outlives container restarts, so a memory watch
-// on it follows a control plane across OOM kills. The layout is kubelet's cgroupfs one.
-func (c *Cluster) PodCgroup(k int, pod *corev1.Pod) string {
+// PodCgroup is the cgroup of a pod (the same path in each hierarchy, e.g. for the memory
+// controller under /sys/fs/cgroup/memory). It outlives container restarts, so a memory watch on
+// it follows a control plane across OOM kills. The layout is kubelet's cgroupfs one.
+func (c *Cluster) PodCgroup(pod *corev1.Pod) (*cgroup.Group, error) {
+	k := c.nodeIndex(pod.Spec.NodeName)
+	if k == 0 {
+		return nil, fmt.Errorf("pod %s/%s: node %q is not a node of cluster %s", pod.Namespace, pod.Name, pod.Spec.NodeName, c.Name())
+	}
 	class := ""
 	switch pod.Status.QOSClass {
 	case corev1.PodQOSBurstable:
@@ -468,5 +473,62 @@ func (c *Cluster) PodCgroup(k int, pod *corev1.Pod) string {
 	case corev1.PodQOSBestEffort:
 		class = "besteffort"
 	}
-	return filepath.Join(c.l.nodeCgroup(k), "kubepods", class, "pod"+string(pod.UID))
+	return cgroup.Open(filepath.Join(c.l.nodeCgroup(k), "kubepods", class, "pod"+string(pod.UID)))
+}
+
+// PodsCgroup is kubelet's kubepods cgroup on node k: every pod of the node.
+func (c *Cluster) PodsCgroup(k int) (*cgroup.Group, error) {
+	if k < 1 || k > c.l.nodes {
+		return nil, fmt.Errorf("no node %d (cluster has %d)", k, c.l.nodes)
+	}
+	return cgroup.Open(filepath.Join(c.l.nodeCgroup(k), "kubepods"))
+}
+
+// NodeExec runs argv in node k's network namespace (nsenter, not `ip netns exec`, which would
+// remount /sys).
+func (c *Cluster) NodeExec(ctx context.Context, k int, argv ...string) ([]byte, error) {
+	if k < 1 || k > c.l.nodes {
+		return nil, fmt.Errorf("no node %d (cluster has %d)", k, c.l.nodes)
+	}
+	args := append([]string{"--net=" + c.l.nodeNetnsPath(k), "--"}, argv...)
+	out, err := exec.CommandContext(ctx, "nsenter", args...).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return out, fmt.Errorf("%s on node %d: %w: %s", strings.Join(argv, " "), k, err, strings.TrimSpace(string(ee.Stderr)))
+		}
+		return out, fmt.Errorf("%s on node %d: %w", strings.Join(argv, " "), k, err)
+	}
+	return out, nil
+}
+
+// nodeIndex is the 1-based index of the named node, 0 if it is not one of this cluster's.
+func (c *Cluster) nodeIndex(name string) int {
+	for k := 1; k <= c.l.nodes; k++ {
+		if c.l.nodeName(k) == name {
+			return k
+		}
+	}
+	return 0
+}
+
+var _ cluster.Cluster = (*Cluster)(nil)
+
+// Substrate is the local substrate as a cluster.Provider: clusters in network namespaces on this
+// host, state under Home, every tarball of ImagesDir loaded at start.
+type Substrate struct {
+	Home      string
+	ImagesDir string
+}
+
+// Name implements cluster.Provider.
+func (Substrate) Name() string { return "local" }
+
+// Up implements cluster.Provider.
+func (s Substrate) Up(ctx context.Context, spec cluster.Spec) (cluster.Cluster, error) {
+	c, err := Up(ctx, Config{Name: spec.Name, Nodes: spec.Nodes, Home: s.Home, ImagesDir: s.ImagesDir, Logf: spec.Logf})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meshchaos/meshchaos/harness/cgroup"
+	"github.com/meshchaos/meshchaos/harness/cluster"
 	"github.com/meshchaos/meshchaos/harness/cluster/internal/proc"
 	"github.com/meshchaos/meshchaos/images"
 )
@@ -184,7 +185,7 @@ func (n *node) startKubelet(path string) error {
 }
 
 // NodeLabel carries a node's number (1, 2, …): experiments pin pods with a nodeSelector on it.
-const NodeLabel = "meshchaos.io/node"
+const NodeLabel = cluster.NodeLabel
 
 func (n *node) startKubeProxy(path string) error {
 	g, err := cgroup.Create(n.l.kubeProxyCgroup(n.k))

@@ -1,0 +1,66 @@
+// Package cluster is the substrate seam: what an experiment needs from a Kubernetes cluster, whoever
+// provides it. The local substrate (harness/cluster/local, network namespaces on this host) is one
+// Provider; kind and existing clusters are others. Experiments name only this package, never an
+// implementation: the CLI picks the provider and hands it down.
+package cluster
+
+import (
+	"context"
+	"net"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/meshchaos/meshchaos/harness/cgroup"
+)
+
+// NodeLabel is set on every node to its 1-based index ("1", "2", …); workloads pin to a node with
+// a nodeSelector on it, on every substrate.
+const NodeLabel = "meshchaos.io/node"
+
+// DialFunc opens a connection as a process on a node would: pod IPs and ClusterIPs are reachable.
+type DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// Spec is what an experiment asks of a cluster.
+type Spec struct {
+	// Name is unique on the host; providers refuse a name in use.
+	Name string
+	// Nodes is the number of worker nodes, 1-based in every method below.
+	Nodes int
+	// Logf reports progress.
+	Logf func(format string, args ...any)
+}
+
+// Provider brings clusters up.
+type Provider interface {
+	// Name is the substrate's name in summaries: "local", "kind", "existing".
+	Name() string
+	// Up creates a cluster with every image the harness needs already loaded, and waits until
+	// its nodes are Ready.
+	Up(ctx context.Context, s Spec) (Cluster, error)
+}
+
+// Cluster is a running cluster.
+type Cluster interface {
+	// Name is the cluster's name.
+	Name() string
+	// RESTConfig reaches the apiserver from this process.
+	RESTConfig() *rest.Config
+	// Nodes lists node names, node 1 first.
+	Nodes() []string
+	// Dialer dials from node k.
+	Dialer(k int) DialFunc
+	// NodeExec runs a command in node k's environment (its network namespace, or its container)
+	// and returns its standard output.
+	NodeExec(ctx context.Context, k int, argv ...string) ([]byte, error)
+	// KubeProxyCgroup is the cgroup of node k's kube-proxy.
+	KubeProxyCgroup(k int) (*cgroup.Group, error)
+	// PodsCgroup is the parent cgroup of every pod on node k (kubelet's kubepods).
+	PodsCgroup(k int) (*cgroup.Group, error)
+	// PodCgroup is the cgroup of a pod; it outlives container restarts.
+	PodCgroup(pod *corev1.Pod) (*cgroup.Group, error)
+	// LoadImageArchive imports an image tarball into every node.
+	LoadImageArchive(ctx context.Context, path string) error
+	// Down removes the cluster and everything it started. Safe to call twice.
+	Down(ctx context.Context) error
+}
