@@ -49,13 +49,17 @@ var Metrics = []Metric{
 	{Name: "latency p90", Unit: "ms", Gated: true, MinDelta: 1, Value: trafficMetric(func(t *Traffic) float64 { return t.LatencyMs.P90 })},
 	{Name: "latency p99", Unit: "ms", Gated: true, MinDelta: 2, Value: trafficMetric(func(t *Traffic) float64 { return t.LatencyMs.P99 })},
 	{Name: "latency max", Unit: "ms", Value: trafficMetric(func(t *Traffic) float64 { return t.LatencyMs.Max })},
-	{Name: "full pushes", Gated: true, Value: cpMetric(func(c *ControlPlaneStats) (float64, bool) { return float64(c.Pushes.Full), true })},
-	{Name: "eds pushes", Value: cpMetric(func(c *ControlPlaneStats) (float64, bool) { return float64(c.Pushes.EDS), true })},
-	{Name: "push latency p99", Unit: "ms", Gated: true, MinDelta: 2, Value: cpMetric(func(c *ControlPlaneStats) (float64, bool) {
-		if c.PushLatencyMs == nil {
+	{Name: "full pushes", Gated: true, Value: cpMetric(func(c *ControlPlaneStats) (float64, bool) {
+		if c.Pushes == nil {
 			return 0, false
 		}
-		return c.PushLatencyMs.P99, true
+		return float64(c.Pushes.Full), true
+	})},
+	{Name: "eds pushes", Value: cpMetric(func(c *ControlPlaneStats) (float64, bool) {
+		if c.Pushes == nil {
+			return 0, false
+		}
+		return float64(c.Pushes.EDS), true
 	})},
 	{Name: "peak heap", Unit: "MiB", Gated: true, MinDelta: 1, Value: cpMetric(func(c *ControlPlaneStats) (float64, bool) {
 		return float64(c.PeakHeapBytes) / (1 << 20), c.PeakHeapBytes > 0

@@ -25,7 +25,7 @@ func sample() *Summary {
 				RelativeTo: map[string]RelativeWindow{"chaos.injected": {StartAfterSeconds: 0.1, EndAfterSeconds: 1.9}}},
 			Series: series,
 		},
-		ControlPlaneStats: &ControlPlaneStats{Restarts: 1, OOMKills: 1, Pushes: Pushes{Full: 3, EDS: 10}, PeakHeapBytes: 100 << 20,
+		ControlPlaneStats: &ControlPlaneStats{Restarts: 1, OOMKills: 1, Pushes: &Pushes{Full: 3, EDS: 10}, PeakHeapBytes: 100 << 20,
 			MemoryLimit: 128 << 20,
 			Memory:      []Sample{{At: start, Value: 50 << 20}, {At: start.Add(2 * time.Second), Value: 110 << 20}, {At: start.Add(3 * time.Second), Value: 10 << 20}},
 			Profiles:    []Profile{{File: "pprof/001-heap-before-oom.pb.gz", Kind: "heap", Reason: "before-oom", At: start.Add(2 * time.Second), InUseBytes: 100 << 20, Top: []AllocSite{{Function: "main.grow", InUseBytes: 90 << 20, Flat: true}}}},

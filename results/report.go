@@ -161,7 +161,21 @@ No errors.
 {{with .S.ControlPlaneStats}}
 ## Control plane
 
-Restarts {{.Restarts}}, OOM kills {{.OOMKills}}, pushes full {{.Pushes.Full}} / EDS {{.Pushes.EDS}}, peak heap {{mib .PeakHeapBytes}}{{if .MemoryLimit}}, memory limit {{mib .MemoryLimit}}{{end}}.
+Restarts {{.Restarts}}, OOM kills {{.OOMKills}}, pushes {{with .Pushes}}full {{.Full}} / EDS {{.EDS}}{{else}}not measured{{end}}, peak heap {{mib .PeakHeapBytes}}{{if .MemoryLimit}}, memory limit {{mib .MemoryLimit}}{{end}}.
+{{end}}{{with .S.Workloads}}
+| Workload role | Restarts | OOM kills | Ready / NotReady transitions |
+|---|---|---|---|
+{{- range $role, $w := .}}
+| {{$role}} | {{$w.Restarts}} | {{$w.OOMKills}} | {{$w.Ready}} / {{$w.NotReady}} |
+{{- end}}
+{{end}}{{with .S.Measurements}}
+## Measurements
+
+| Measurement | Role | Usable | Samples | Failures | Last failure |
+|---|---|---|---|---|---|
+{{- range .}}
+| {{.Name}} | {{.Role}} | {{if .OK}}yes{{else}}**no**{{end}} | {{.Samples}} | {{.Failures}} | {{cell .Error}} |
+{{- end}}
 {{end}}{{if .Profiles}}
 | Profile | Kind | Reason | In use | Top in-use allocation sites |
 |---|---|---|---|---|
@@ -223,7 +237,7 @@ code{font-size:.85em}
 {{if $.Flags}}<tr><th>Response flag</th>{{range $.Flags}}<td class="num"><b>{{index . 0}}</b>: {{index . 1}}</td>{{end}}</tr>{{end}}</table>
 {{end}}
 {{with .S.ControlPlaneStats}}<h2>Control plane</h2>
-<table><tr><th>Restarts</th><td class="num">{{.Restarts}}</td><th>OOM kills</th><td class="num">{{.OOMKills}}</td><th>Pushes full / EDS</th><td class="num">{{.Pushes.Full}} / {{.Pushes.EDS}}</td><th>Peak heap</th><td class="num">{{mib .PeakHeapBytes}}</td>{{if .MemoryLimit}}<th>Limit</th><td class="num">{{mib .MemoryLimit}}</td>{{end}}</tr></table>
+<table><tr><th>Restarts</th><td class="num">{{.Restarts}}</td><th>OOM kills</th><td class="num">{{.OOMKills}}</td><th>Pushes full / EDS</th><td class="num">{{with .Pushes}}{{.Full}} / {{.EDS}}{{else}}not measured{{end}}</td><th>Peak heap</th><td class="num">{{mib .PeakHeapBytes}}</td>{{if .MemoryLimit}}<th>Limit</th><td class="num">{{mib .MemoryLimit}}</td>{{end}}</tr></table>
 {{end}}
 {{if .Profiles}}<table><tr><th>Profile</th><th>Kind</th><th>Reason</th><th>At</th><th>In use</th><th>Top in-use allocation sites</th></tr>
 {{range .Profiles}}<tr><td><a href="{{.File}}">{{.File}}</a></td><td>{{.Kind}}</td><td>{{.Reason}}</td><td>{{time .At}}</td><td class="num">{{if .InUseBytes}}{{mib .InUseBytes}}{{end}}</td><td>{{if .ShowTop}}{{range .Top}}{{mib .InUseBytes}} <code>{{.Function}}</code><br>{{end}}{{end}}</td></tr>

@@ -68,6 +68,10 @@ type Summary struct {
 	Phases            []Phase            `json:"phases,omitempty"`
 	Traffic           *Traffic           `json:"traffic,omitempty"`
 	ControlPlaneStats *ControlPlaneStats `json:"controlPlaneStats,omitempty"`
+	// Workloads are the pod figures of other roles than the control plane (e.g. "app").
+	Workloads map[string]*WorkloadStats `json:"workloads,omitempty"`
+	// Measurements say how each measurement fared: a failed scrape is shown, not hidden.
+	Measurements []Measurement `json:"measurements,omitempty"`
 	Events            []Event            `json:"events"`
 	Checks            []Check            `json:"checks"`
 	Verdict           Verdict            `json:"verdict"`
@@ -141,13 +145,35 @@ type Second struct {
 type ControlPlaneStats struct {
 	Restarts      int       `json:"restarts"`
 	OOMKills      int       `json:"oomKills"`
-	Pushes        Pushes    `json:"pushes"`
-	PushLatencyMs *Latency  `json:"pushLatencyMs,omitempty"`
+	// Pushes is nil when the control plane's push counters were never scraped.
+	Pushes        *Pushes   `json:"pushes,omitempty"`
 	PeakHeapBytes int64     `json:"peakHeapBytes"`
 	MemoryLimit   int64     `json:"memoryLimitBytes,omitempty"`
 	Memory        []Sample  `json:"memory,omitempty"` // memory in use over time (cgroup or metrics)
 	Profiles      []Profile `json:"profiles,omitempty"`
 	Metrics       []Series  `json:"metrics,omitempty"` // scraped control-plane metrics
+}
+
+// WorkloadStats are a role's pod figures.
+type WorkloadStats struct {
+	Restarts int `json:"restarts"`
+	OOMKills int `json:"oomKills"`
+	// Ready and NotReady count readiness transitions.
+	Ready    int `json:"ready"`
+	NotReady int `json:"notReady"`
+}
+
+// Measurement is how one measurement fared over the run.
+type Measurement struct {
+	Name string `json:"name"`
+	Role string `json:"role,omitempty"`
+	// OK is false when the measurement produced nothing usable; checks built on it then give
+	// verdict error.
+	OK bool `json:"ok"`
+	// Samples and Failures count successful and failed reads (scrapes, polls).
+	Samples  int    `json:"samples"`
+	Failures int    `json:"failures"`
+	Error    string `json:"error,omitempty"` // the last failure
 }
 
 // Pushes counts xDS pushes by kind.
