@@ -213,3 +213,18 @@ func (t *OOMTrigger) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// readOOMKills reads the kernel's count of OOM kills in a memory cgroup (v1 memory.oom_control,
+// v2 memory.events); ok is false for readers that are not cgroups or kernels without the count.
+func readOOMKills(r MemoryReader) (int64, bool) {
+	c, isCgroup := r.(*CgroupMemory)
+	if !isCgroup {
+		return 0, false
+	}
+	file := "memory.oom_control"
+	if c.V2 {
+		file = "memory.events"
+	}
+	n, err := statValue(filepath.Join(c.Dir, file), "oom_kill")
+	return n, err == nil
+}

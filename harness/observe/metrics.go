@@ -32,6 +32,7 @@ type Scraper struct {
 	series map[string]*results.Series
 	order  []string
 	errs   int
+	ok     int
 }
 
 // NewScraper scrapes url (e.g. "http://127.0.0.1:15014/metrics"). dial may be nil.
@@ -50,6 +51,9 @@ func (s *Scraper) Scrape(ctx context.Context) error {
 		return err
 	}
 	s.Record(time.Now().UTC(), families)
+	s.mu.Lock()
+	s.ok++
+	s.mu.Unlock()
 	return nil
 }
 
@@ -215,6 +219,13 @@ func (s *Scraper) Max(name string, labels map[string]string) (float64, bool) {
 		m = max(m, x.Value)
 	}
 	return m, true
+}
+
+// Scrapes counts successful scrapes.
+func (s *Scraper) Scrapes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ok
 }
 
 // Failures counts failed scrapes.

@@ -120,24 +120,87 @@ func LatencyP99(op results.Op, ms float64) Check {
 	return Metric("latency p99", trafficValue(func(t *results.Traffic) float64 { return t.LatencyMs.P99 }), op, ms, "ms")
 }
 
-// OOMKills checks the control plane's OOM kills (≥ 1 proves an OOM chaos happened).
+// measured returns an error unless a measurement of that name and role was usable; the error
+// carries the measurement's last failure.
+func measured(s *results.Summary, name, role string) error {
+	for _, m := range s.Measurements {
+		if m.Name == name && m.Role == role {
+			if m.OK {
+				return nil
+			}
+			return fmt.Errorf("the %s measurement of the %s was not usable (%d failures; last: %s)", name, role, m.Failures, m.Error)
+		}
+	}
+	return fmt.Errorf("the %s of the %s were not measured", name, role)
+}
+
+// cpMeasured is cpValue for a figure that needs the named measurement of the control plane.
+func cpMeasured(name string, f func(c *results.ControlPlaneStats) float64) func(s *results.Summary) (float64, error) {
+	return func(s *results.Summary) (float64, error) {
+		if err := measured(s, name, "control-plane"); err != nil {
+			return 0, err
+		}
+		return cpValue(f)(s)
+	}
+}
+
+// OOMKills checks the control plane's OOM kills (≥ 1 proves an OOM chaos happened), as its pods'
+// statuses or its memory cgroup's kernel counter report them.
 func OOMKills(op results.Op, n float64) Check {
-	return Metric("control-plane OOM kills", cpValue(func(c *results.ControlPlaneStats) float64 { return float64(c.OOMKills) }), op, n, "")
+	return Metric("control-plane OOM kills", func(s *results.Summary) (float64, error) {
+		if err := measured(s, "pods", "control-plane"); err != nil {
+			if merr := measured(s, "memory", "control-plane"); merr != nil {
+				return 0, errors.Join(err, merr)
+			}
+		}
+		return cpValue(func(c *results.ControlPlaneStats) float64 { return float64(c.OOMKills) })(s)
+	}, op, n, "")
 }
 
 // Restarts checks the control plane's container restarts.
 func Restarts(op results.Op, n float64) Check {
-	return Metric("control-plane restarts", cpValue(func(c *results.ControlPlaneStats) float64 { return float64(c.Restarts) }), op, n, "")
+	return Metric("control-plane restarts", cpMeasured("pods", func(c *results.ControlPlaneStats) float64 { return float64(c.Restarts) }), op, n, "")
+}
+
+// pushes reads the push counters; they are absent when the metrics were never scraped.
+func pushes(f func(p *results.Pushes) float64) func(s *results.Summary) (float64, error) {
+	return func(s *results.Summary) (float64, error) {
+		if err := measured(s, "metrics", "control-plane"); err != nil {
+			return 0, err
+		}
+		if s.ControlPlaneStats == nil || s.ControlPlaneStats.Pushes == nil {
+			return 0, errors.New("the control plane's push counters were not among its scraped metrics")
+		}
+		return f(s.ControlPlaneStats.Pushes), nil
+	}
 }
 
 // FullPushes checks the number of full xDS pushes.
 func FullPushes(op results.Op, n float64) Check {
-	return Metric("full pushes", cpValue(func(c *results.ControlPlaneStats) float64 { return float64(c.Pushes.Full) }), op, n, "")
+	return Metric("full pushes", pushes(func(p *results.Pushes) float64 { return float64(p.Full) }), op, n, "")
 }
 
-// PeakHeap checks the control plane's peak in-use heap in MiB.
+// EDSPushes checks the number of incremental (endpoint-only) pushes.
+func EDSPushes(op results.Op, n float64) Check {
+	return Metric("EDS pushes", pushes(func(p *results.Pushes) float64 { return float64(p.EDS) }), op, n, "")
+}
+
+// PeakHeap checks the control plane's peak in-use heap in MiB (from profiles or its metrics).
 func PeakHeap(op results.Op, mib float64) Check {
-	return Metric("control-plane peak heap", cpValue(func(c *results.ControlPlaneStats) float64 {
-		return float64(c.PeakHeapBytes) / (1 << 20)
-	}), op, mib, "MiB")
+	return Metric("control-plane peak heap", func(s *results.Summary) (float64, error) {
+		if s.ControlPlaneStats == nil || s.ControlPlaneStats.PeakHeapBytes == 0 {
+			return 0, errors.New("the control plane's heap was not measured (no profile, no heap metric)")
+		}
+		return float64(s.ControlPlaneStats.PeakHeapBytes) / (1 << 20), nil
+	}, op, mib, "MiB")
+}
+
+// WorkloadRestarts checks the container restarts of a workload role (e.g. the app's).
+func WorkloadRestarts(role string, op results.Op, n float64) Check {
+	return Metric(role+" restarts", func(s *results.Summary) (float64, error) {
+		if err := measured(s, "pods", role); err != nil {
+			return 0, err
+		}
+		return float64(s.Workloads[role].Restarts), nil
+	}, op, n, "")
 }

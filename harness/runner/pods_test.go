@@ -40,7 +40,7 @@ func TestExecuteCountsOOMKillsFromPodWatcher(t *testing.T) {
 			}, metav1.CreateOptions{}); err != nil {
 				return err
 			}
-			return r.WatchPods(cs, "default", "app=cp")
+			return r.Measure(&observe.Pods{Client: cs, Namespace: "default", Selector: "app=cp", As: observe.RoleControlPlane})
 		},
 		Phases: []Phase{{Name: "chaos", Do: func(ctx context.Context, r *Run) error {
 			r.Event("chaos.injected", "cp-0", "memory hog")

@@ -14,8 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/meshchaos/meshchaos/harness/observe"
 	"github.com/meshchaos/meshchaos/harness/traffic"
 	"github.com/meshchaos/meshchaos/results"
@@ -28,7 +26,6 @@ const (
 	EventPhaseEnd     = "phase.end"
 	EventTrafficStart = "traffic.start"
 	EventTrafficStop  = "traffic.stop"
-	EventMemoryHigh   = "cp.memory-high"
 	EventProfile      = "pprof.captured"
 )
 
@@ -77,15 +74,7 @@ type Run struct {
 	attack     *traffic.Attack
 	attackDone chan struct{} // closed when the attack has ended; attackErr is then set
 	attackErr  error
-	pods       *observe.PodWatcher
-	scraper    *observe.Scraper
-	profiler   *observe.Profiler
-	cpuProf    bool
-	memory     []results.Sample
-	memLimit   int64
-	lastMem    time.Time
-	cp         results.ControlPlaneStats
-	cpSet      bool
+	measures   []observe.Measurement
 }
 
 // Execute runs the experiment and writes its run directory. The returned summary's verdict is
@@ -197,7 +186,7 @@ func (r *Run) phase(ctx context.Context, name string, do func(context.Context, *
 		// One set per boundary: after setup (the baseline) and after every phase; the teardown
 		// takes the control plane away.
 		if name != "teardown" {
-			r.captureProfiles(ctx, "after "+name)
+			r.phaseEnded(ctx, name)
 		}
 		detail := ""
 		if err != nil {
@@ -314,110 +303,30 @@ func (r *Run) WaitTraffic(ctx context.Context) error {
 	}
 }
 
-// WatchPods records pod events (restarts, OOM kills, readiness) of the pods matching selector in
-// namespace and counts them into the control-plane stats.
-func (r *Run) WatchPods(client kubernetes.Interface, namespace, selector string) error {
-	w := observe.NewPodWatcher(client, namespace, selector, r.RecordEvent)
-	if err := w.Start(r.bgCtx); err != nil {
-		return err
+// Measure starts measurements; they run until the phases end and fill the summary. A
+// measurement that cannot start is an error of the phase that asked for it.
+func (r *Run) Measure(ms ...observe.Measurement) error {
+	for _, m := range ms {
+		if err := m.Start(r.bgCtx, r); err != nil {
+			return fmt.Errorf("start measurement %s (%s): %w", m.Name(), m.Role(), err)
+		}
+		r.mu.Lock()
+		r.measures = append(r.measures, m)
+		r.mu.Unlock()
 	}
-	r.mu.Lock()
-	r.pods = w
-	r.mu.Unlock()
+	r.flush()
 	return nil
 }
 
-// ScrapeMetrics scrapes a Prometheus endpoint every interval; keep selects metric families (nil:
-// all). Peak heap comes from go_memstats_heap_inuse_bytes when the endpoint has it.
-func (r *Run) ScrapeMetrics(url string, dial observe.DialContext, interval time.Duration, keep func(string) bool) {
-	s := observe.NewScraper(url, dial)
-	s.Keep = keep
+func (r *Run) phaseEnded(ctx context.Context, phase string) {
 	r.mu.Lock()
-	r.scraper = s
+	ms := append([]observe.Measurement(nil), r.measures...)
 	r.mu.Unlock()
-	r.background(func(ctx context.Context) {
-		failures := 0
-		s.Run(ctx, interval, func(err error) {
-			if failures++; failures == 1 {
-				r.Logf("scrape metrics: %v (further failures are counted, not shown)", err)
-			}
-		})
-	})
-}
-
-// Profile captures pprof profiles from baseURL at every phase boundary and, when every > 0, on
-// that schedule; cpu adds a CPU profile at phase boundaries.
-func (r *Run) Profile(baseURL string, dial observe.DialContext, every time.Duration, cpu bool) *observe.Profiler {
-	p := observe.NewProfiler(baseURL, r.Dir(), dial)
-	r.mu.Lock()
-	r.profiler, r.cpuProf = p, cpu
-	r.mu.Unlock()
-	if every > 0 {
-		r.background(func(ctx context.Context) {
-			p.Every(ctx, every, func(err error) { r.Logf("scheduled profile: %v", err) })
-		})
-	}
-	return p
-}
-
-func (r *Run) captureProfiles(ctx context.Context, reason string) {
-	r.mu.Lock()
-	p, cpu := r.profiler, r.cpuProf
-	r.mu.Unlock()
-	if p == nil {
-		return
-	}
-	if _, err := p.CaptureSet(ctx, reason, cpu); err != nil {
-		r.Logf("profile at %s: %v", reason, err)
-	}
-}
-
-// WatchMemory follows the control plane's memory (its cgroup) into the memory series and, when it
-// crosses fraction of the limit, records an event and captures a heap profile before the OOM
-// killer can strike.
-func (r *Run) WatchMemory(mem observe.MemoryReader, fraction float64) {
-	trig := &observe.OOMTrigger{
-		Memory:   mem,
-		Fraction: fraction,
-		Fire: func(ctx context.Context, m observe.MemoryUsage) {
-			r.mu.Lock()
-			p := r.profiler
-			r.mu.Unlock()
-			if p != nil {
-				if _, err := p.Capture(ctx, observe.Heap, "before-oom"); err != nil {
-					r.Logf("heap profile before OOM: %v", err)
-				}
-			}
-			r.Event(EventMemoryHigh, "", fmt.Sprintf("%.1f MiB of %.1f MiB (%.0f %%)", float64(m.WorkingSet)/(1<<20), float64(m.Limit)/(1<<20), 100*m.Fraction()))
-		},
-		Sample: func(m observe.MemoryUsage) {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			// Four samples a second are plenty for the chart; the trigger polls faster.
-			if m.At.Sub(r.lastMem) >= 250*time.Millisecond {
-				r.lastMem = m.At
-				r.memory = append(r.memory, results.Sample{At: m.At.UTC(), Value: float64(m.WorkingSet)})
-			}
-			if m.Limit > 0 {
-				r.memLimit = m.Limit
-			}
-		},
-	}
-	r.background(func(ctx context.Context) {
-		if err := trig.Run(ctx); err != nil {
-			r.Logf("memory watch: %v", err)
+	for _, m := range ms {
+		if h, ok := m.(observe.PhaseHook); ok {
+			h.PhaseEnded(ctx, phase, r)
 		}
-	})
-}
-
-// ControlPlane lets the experiment fill control-plane figures the observers cannot know (pushes
-// by kind, push latency from the control plane's own metrics).
-func (r *Run) ControlPlane(fn func(cp *results.ControlPlaneStats)) {
-	r.mu.Lock()
-	fn(&r.cp)
-	r.cpSet = true
-	r.mu.Unlock()
-	r.flush()
+	}
 }
 
 // Summary is the summary as measured so far (traffic and control-plane stats included).
@@ -437,30 +346,9 @@ func (r *Run) fill(s *results.Summary) {
 			s.Traffic = &t
 		}
 	}
-	cp := r.cp
-	has := r.cpSet || r.pods != nil || r.profiler != nil || r.scraper != nil || len(r.memory) > 0
-	if !has {
-		return
+	for _, m := range r.measures {
+		m.Gather(s)
 	}
-	if r.pods != nil {
-		st := r.pods.Stats()
-		cp.Restarts, cp.OOMKills = st.Restarts, st.OOMKills
-	}
-	cp.Memory = append([]results.Sample(nil), r.memory...)
-	cp.MemoryLimit = r.memLimit
-	if r.profiler != nil {
-		cp.Profiles = r.profiler.Profiles()
-		for _, p := range cp.Profiles {
-			cp.PeakHeapBytes = max(cp.PeakHeapBytes, p.InUseBytes)
-		}
-	}
-	if r.scraper != nil {
-		if v, ok := r.scraper.Max("go_memstats_heap_inuse_bytes", nil); ok {
-			cp.PeakHeapBytes = max(cp.PeakHeapBytes, int64(v))
-		}
-		cp.Metrics = r.scraper.Series()
-	}
-	s.ControlPlaneStats = &cp
 }
 
 // eventTimes picks the instants an error window is measured from: the first event of each kind

@@ -23,6 +23,7 @@ import (
 
 	"github.com/meshchaos/meshchaos/harness/internal/memhog"
 	"github.com/meshchaos/meshchaos/harness/observe"
+	"github.com/meshchaos/meshchaos/harness/subject"
 	"github.com/meshchaos/meshchaos/harness/traffic"
 	"github.com/meshchaos/meshchaos/results"
 	"github.com/meshchaos/meshchaos/results/respflags"
@@ -111,9 +112,12 @@ func TestExecuteOOMIncidentRunDir(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			r.Profile("http://"+cpAddr, nil, 0, false)
-			r.WatchMemory(mem, 0.8)
-			return nil
+			prof := &observe.Profiles{BaseURL: "http://" + cpAddr, RunDir: r.Dir()}
+			return r.Measure(prof, &observe.Memory{Reader: mem, Fraction: 0.8, BeforeOOM: func(ctx context.Context) {
+				if err := prof.Capture(ctx, observe.Heap, "before-oom"); err != nil {
+					r.Logf("heap profile before OOM: %v", err)
+				}
+			}})
 		},
 		Phases: []Phase{
 			{Name: "steady", Do: func(ctx context.Context, r *Run) error {
@@ -143,7 +147,6 @@ func TestExecuteOOMIncidentRunDir(t *testing.T) {
 					return err
 				}
 				r.Event(observe.PodRestarted, "memhog", "restart count 1")
-				r.ControlPlane(func(s *results.ControlPlaneStats) { s.OOMKills, s.Restarts = 1, 1 })
 				time.Sleep(2 * time.Second)
 				px.set("")
 				r.Event("chaos.cleared", "memhog", "proxies have their clusters again")
@@ -336,20 +339,21 @@ func TestExecutePassingRun(t *testing.T) {
 	reg.MustRegister(collectors.NewGoCollector(), pushes)
 	metrics := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	defer metrics.Close()
+	pushes.WithLabelValues("full")
 	exp := Experiment{Name: "steady", Phases: []Phase{{Name: "load", Do: func(ctx context.Context, r *Run) error {
-		r.ScrapeMetrics(metrics.URL, nil, 200*time.Millisecond, func(f string) bool {
-			return f == "go_memstats_heap_inuse_bytes" || f == "xds_pushes_total"
-		})
+		if err := r.Measure(testCPMetrics(metrics.URL)); err != nil {
+			return err
+		}
 		if err := r.StartTraffic(traffic.Options{Targets: []traffic.Target{{URL: srv.URL}}, Rate: 50, Duration: 2 * time.Second}); err != nil {
 			return err
 		}
-		pushes.WithLabelValues("eds").Add(3)
-		if err := r.WaitTraffic(ctx); err != nil {
+		// The counter grows after a first scrape has seen it at 0.
+		if err := waitFor(ctx, func() bool { return scraped(r.Summary()) > 0 }); err != nil {
 			return err
 		}
-		r.ControlPlane(func(cp *results.ControlPlaneStats) { cp.Pushes.EDS = 3 })
-		return nil
-	}}}, Checks: []Check{ErrorRate(results.LE, 0), ErrorWindow(results.LE, 0), StatusRate("5xx", results.LE, 0), FullPushes(results.LE, 0), PeakHeap(results.LE, 1024)}}
+		pushes.WithLabelValues("eds").Add(3)
+		return r.WaitTraffic(ctx)
+	}}}, Checks: []Check{ErrorRate(results.LE, 0), ErrorWindow(results.LE, 0), StatusRate("5xx", results.LE, 0), FullPushes(results.LE, 0), EDSPushes(results.EQ, 3), PeakHeap(results.LE, 1024)}}
 	dir := t.TempDir()
 	s, err := Execute(context.Background(), exp, Options{Dir: dir, Progress: NewProgress(&bytes.Buffer{})})
 	require.NoError(t, err)
@@ -360,13 +364,14 @@ func TestExecutePassingRun(t *testing.T) {
 	}
 	require.NotNil(t, s.ControlPlaneStats)
 	assert.Positive(t, s.ControlPlaneStats.PeakHeapBytes, "peak heap from go_memstats_heap_inuse_bytes")
-	assert.EqualValues(t, 3, s.ControlPlaneStats.Pushes.EDS)
+	require.NotNil(t, s.ControlPlaneStats.Pushes)
+	assert.EqualValues(t, 3, s.ControlPlaneStats.Pushes.EDS, "the increase of the scraped counter")
 	var names []string
 	for _, m := range s.ControlPlaneStats.Metrics {
 		names = append(names, m.Name)
 		assert.GreaterOrEqual(t, len(m.Samples), 5, "scraped every 200 ms for 2 s: %s", m.Name)
 	}
-	assert.ElementsMatch(t, []string{"go_memstats_heap_inuse_bytes", "xds_pushes_total"}, names)
+	assert.ElementsMatch(t, []string{"go_memstats_heap_inuse_bytes", "xds_pushes_total", "xds_pushes_total"}, names, "full and eds")
 }
 
 func TestStatusRate(t *testing.T) {
@@ -410,4 +415,70 @@ func TestProgressTerminalStaysQuietAfterDone(t *testing.T) {
 	b.Reset()
 	p.Logf("teardown step")
 	assert.Equal(t, "\r\x1b[2K[00:00] teardown step\n", b.String(), "a line, and no status line redrawn after Done")
+}
+
+func testCPMetrics(url string) *observe.ControlPlaneMetrics {
+	return &observe.ControlPlaneMetrics{URL: url, Interval: 200 * time.Millisecond, Measures: map[subject.Measure]subject.Metric{
+		subject.FullPushes: {Name: "xds_pushes_total", Labels: map[string]string{"type": "full"}},
+		subject.EDSPushes:  {Name: "xds_pushes_total", Labels: map[string]string{"type": "eds"}},
+		subject.HeapInUse:  {Name: "go_memstats_heap_inuse_bytes"},
+	}}
+}
+
+// scraped is how many scrapes of the control plane's metrics succeeded so far.
+func scraped(s results.Summary) int {
+	for _, m := range s.Measurements {
+		if m.Name == "metrics" {
+			return m.Samples
+		}
+	}
+	return 0
+}
+
+func waitFor(ctx context.Context, cond func() bool) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return errors.New("condition not met within 10 s")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// TestExecuteUnscrapedPushesAreAnError: a control plane whose metrics cannot be scraped must not
+// pass a push check on a zero it never read; the summary and report show the failed scrapes.
+func TestExecuteUnscrapedPushesAreAnError(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	url := dead.URL + "/metrics"
+	dead.Close()
+	exp := Experiment{Name: "unscraped", Phases: []Phase{{Name: "load", Do: func(ctx context.Context, r *Run) error {
+		if err := r.Measure(testCPMetrics(url)); err != nil {
+			return err
+		}
+		return waitFor(ctx, func() bool {
+			for _, m := range r.Summary().Measurements {
+				if m.Failures >= 2 {
+					return true
+				}
+			}
+			return false
+		})
+	}}}, Checks: []Check{FullPushes(results.LE, 0)}}
+	dir := t.TempDir()
+	s, err := Execute(context.Background(), exp, Options{Dir: dir, Progress: NewProgress(&bytes.Buffer{})})
+	require.NoError(t, err)
+	assert.Equal(t, results.VerdictError, s.Verdict)
+	assert.Contains(t, s.Error, "metrics measurement of the control-plane was not usable")
+	require.Len(t, s.Measurements, 1)
+	assert.False(t, s.Measurements[0].OK)
+	assert.GreaterOrEqual(t, s.Measurements[0].Failures, 2)
+	assert.Contains(t, s.Measurements[0].Error, "connect")
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	require.NoError(t, err)
+	assert.Contains(t, string(md), "| metrics | control-plane | **no** |")
 }

@@ -1,0 +1,137 @@
+package subject
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	cpmanifests "github.com/meshchaos/meshchaos/controlplane/manifests"
+	"github.com/meshchaos/meshchaos/controlplane/regress"
+	"github.com/meshchaos/meshchaos/harness/cluster"
+	"github.com/meshchaos/meshchaos/harness/kube"
+)
+
+// Reference is the reference sync-gated control plane (controlplane/), optionally with
+// regression switches that re-create historical bugs.
+type Reference struct {
+	switches []string
+	ns       string
+	xds      string
+}
+
+// reference's fixed names (controlplane/manifests).
+const (
+	refName      = "meshchaos-controlplane"
+	refXDSPort   = "15010"
+	refAdminPort = "15014"
+)
+
+// NewReference returns the reference control plane with the named regression switches.
+func NewReference(switches []string) (*Reference, error) {
+	if _, err := regress.Parse(switches); err != nil {
+		return nil, fmt.Errorf("--cp reference:%s: %w", strings.Join(switches, ","), err)
+	}
+	return &Reference{switches: switches, ns: "meshchaos-system"}, nil
+}
+
+var (
+	_ ControlPlane = (*Reference)(nil)
+	_ Ballaster    = (*Reference)(nil)
+)
+
+// Name implements ControlPlane.
+func (r *Reference) Name() string {
+	if len(r.switches) == 0 {
+		return "reference"
+	}
+	return "reference:" + strings.Join(r.switches, ",")
+}
+
+// gated reports whether the sync gate is on (every build but the ungated switch).
+func (r *Reference) gated() bool {
+	for _, s := range r.switches {
+		if s == string(regress.Ungated) {
+			return false
+		}
+	}
+	return true
+}
+
+// Deploy implements ControlPlane: CRDs, then the control plane pinned and limited as asked.
+func (r *Reference) Deploy(ctx context.Context, c cluster.Cluster, p Placement) error {
+	cfg := c.RESTConfig()
+	if err := kube.InstallCRDs(ctx, cfg, cpmanifests.CRDs); err != nil {
+		return fmt.Errorf("install the Istio CRDs: %w", err)
+	}
+	y, err := cpmanifests.ControlPlane(cpmanifests.Params{Namespace: r.ns, SyncGate: r.gated(), Regress: r.switches, MemoryLimit: p.MemoryLimit})
+	if err != nil {
+		return err
+	}
+	muts := []kube.Mutator{kube.CPULimit(refName, p.CPULimit)}
+	if p.Node > 0 {
+		muts = append(muts, kube.PinToNode(cluster.NodeLabel, fmt.Sprint(p.Node)))
+	}
+	if err := kube.Apply(ctx, cfg, y, muts...); err != nil {
+		return fmt.Errorf("deploy the reference control plane: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if err := kube.WaitDeploymentReady(ctx, cs, r.ns, refName, 3*time.Minute); err != nil {
+		return err
+	}
+	svc, err := cs.CoreV1().Services(r.ns).Get(ctx, refName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("the control plane's Service: %w", err)
+	}
+	r.xds = net.JoinHostPort(svc.Spec.ClusterIP, refXDSPort)
+	return nil
+}
+
+// Namespace implements ControlPlane.
+func (r *Reference) Namespace() string { return r.ns }
+
+// Selector implements ControlPlane.
+func (r *Reference) Selector() string { return "app=" + refName }
+
+// Container implements ControlPlane.
+func (r *Reference) Container() string { return refName }
+
+// XDSAddress implements ControlPlane.
+func (r *Reference) XDSAddress() string { return r.xds }
+
+// AdminURL implements ControlPlane.
+func (r *Reference) AdminURL(pod *corev1.Pod) string {
+	return "http://" + net.JoinHostPort(pod.Status.PodIP, refAdminPort)
+}
+
+// MetricsPath implements ControlPlane.
+func (r *Reference) MetricsPath() string { return "/metrics" }
+
+// PprofPath implements ControlPlane.
+func (r *Reference) PprofPath() string { return "/debug/pprof" }
+
+// Metrics implements ControlPlane.
+func (r *Reference) Metrics() map[Measure]Metric {
+	return map[Measure]Metric{
+		FullPushes:       {Name: "meshchaos_controlplane_pushes_total", Labels: map[string]string{"kind": "full"}},
+		EDSPushes:        {Name: "meshchaos_controlplane_pushes_total", Labels: map[string]string{"kind": "eds"}},
+		StreamsRefused:   {Name: "meshchaos_controlplane_xds_streams_refused_total"},
+		ConnectedProxies: {Name: "pilot_xds"},
+		HeapInUse:        {Name: "go_memstats_heap_inuse_bytes"},
+		TimeToReady:      {Name: "meshchaos_controlplane_time_to_ready_seconds"},
+	}
+}
+
+// BallastURL implements Ballaster: 4 MiB every 100 ms (40 MiB/s), fast enough to reach a limit in
+// seconds, slow enough for a heap profile taken on the way up to complete.
+func (r *Reference) BallastURL(pod *corev1.Pod, mib int) string {
+	return fmt.Sprintf("%s/debug/ballast?mb=%d&step=4&every=100ms", r.AdminURL(pod), mib)
+}

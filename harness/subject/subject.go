@@ -1,0 +1,111 @@
+// Package subject is the control-plane-under-test seam: what the harness needs from an xDS
+// control plane to deploy it, find it, reach its xDS and admin ports, and read what it measures.
+// The reference sync-gated control plane (controlplane/) is one implementation; istiod and others
+// are further ones. Experiments speak only this interface, so the same experiment runs against
+// any of them.
+package subject
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/meshchaos/meshchaos/harness/cluster"
+)
+
+// Measure is a quantity the harness reads from a control plane's metrics, whatever the control
+// plane calls it.
+type Measure string
+
+// Measures the harness reads. Counters unless said otherwise.
+const (
+	// FullPushes counts full pushes (every proxy gets every type).
+	FullPushes Measure = "full-pushes"
+	// EDSPushes counts incremental, endpoint-only pushes.
+	EDSPushes Measure = "eds-pushes"
+	// StreamsRefused counts xDS streams refused while the control plane was not ready.
+	StreamsRefused Measure = "streams-refused"
+	// ConnectedProxies is a gauge of the proxies connected over xDS.
+	ConnectedProxies Measure = "connected-proxies"
+	// HeapInUse is a gauge of the process's in-use heap in bytes.
+	HeapInUse Measure = "heap-inuse"
+	// TimeToReady is a gauge: seconds from the process's start to its readiness.
+	TimeToReady Measure = "time-to-ready"
+)
+
+// Metric locates a measure among a control plane's Prometheus metrics: the family's name and
+// the labels a series must carry (other labels are summed over).
+type Metric struct {
+	Name   string
+	Labels map[string]string
+}
+
+// Matches reports whether a series with these labels belongs to the metric.
+func (m Metric) Matches(name string, labels map[string]string) bool {
+	if name != m.Name {
+		return false
+	}
+	for k, v := range m.Labels {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Placement is where and how the control plane runs.
+type Placement struct {
+	// Node pins the control plane's pods to node k (0: anywhere).
+	Node int
+	// MemoryLimit and CPULimit are Kubernetes quantities ("" leaves the control plane's own).
+	MemoryLimit, CPULimit string
+	// Logf reports progress.
+	Logf func(format string, args ...any)
+}
+
+// ControlPlane is a control plane under test.
+type ControlPlane interface {
+	// Name is how --cp names it, e.g. "reference:ungated".
+	Name() string
+	// Deploy installs the control plane (and the CRDs it serves) and waits until it is ready.
+	Deploy(ctx context.Context, c cluster.Cluster, p Placement) error
+	// Namespace and Selector find its pods; Container is the container that serves xDS.
+	Namespace() string
+	Selector() string
+	Container() string
+	// XDSAddress is the host:port proxies dial (through its Service, after Deploy).
+	XDSAddress() string
+	// AdminURL is the base URL of a pod's admin port (metrics, pprof), e.g. http://10.244.0.5:15014.
+	AdminURL(pod *corev1.Pod) string
+	// MetricsPath is the Prometheus endpoint under AdminURL; PprofPath the pprof base ("" none).
+	MetricsPath() string
+	PprofPath() string
+	// Metrics maps the measures it exposes to its metric names; a missing measure is not measured.
+	Metrics() map[Measure]Metric
+}
+
+// Ballaster is a control plane with a chaos hook that grows its own heap on request (the
+// reference control plane's /debug/ballast). Memory-pressure chaos uses it when present and
+// falls back to configuration load otherwise.
+type Ballaster interface {
+	// BallastURL is the URL that starts the growth towards mib MiB on pod.
+	BallastURL(pod *corev1.Pod, mib int) string
+}
+
+// Parse turns --cp into a control plane: "reference" or "reference:<switch>[,<switch>…]".
+func Parse(name string) (ControlPlane, error) {
+	kind, rest, _ := strings.Cut(name, ":")
+	switch kind {
+	case "reference":
+		var sw []string
+		for _, s := range strings.Split(rest, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				sw = append(sw, s)
+			}
+		}
+		return NewReference(sw)
+	}
+	return nil, fmt.Errorf("--cp %q: unknown control plane; use reference or reference:<switch>[,<switch>] ('meshchaos controlplane --help' lists the switches)", name)
+}
