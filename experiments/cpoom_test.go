@@ -10,7 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
+	"github.com/meshchaos/meshchaos/harness/experiment"
 	"github.com/meshchaos/meshchaos/harness/runner"
+	"github.com/meshchaos/meshchaos/harness/subject"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -20,25 +22,38 @@ func TestResolveParams(t *testing.T) {
 	v, err := d.Resolve([]string{"rate=10", "cpMemoryLimit=1Gi"})
 	require.NoError(t, err)
 	assert.Equal(t, 10, v.Int("rate"))
-	assert.Equal(t, "1Gi", v["cpMemoryLimit"])
+	assert.Equal(t, int64(1<<30), v.Bytes("cpMemoryLimit"))
 	assert.Equal(t, 60*time.Second, v.Duration("duration"))
-	for _, bad := range []string{"bogus=1", "rate=fast", "rate", "duration=1", "cpMemoryLimit=lots", "kubeProxyCPU=-1"} {
-		_, err := d.Resolve([]string{bad})
-		assert.Error(t, err, bad)
-	}
-	_, err = d.Resolve([]string{"bogus=1"})
-	assert.ErrorContains(t, err, "known parameters: rate")
+	assert.Equal(t, "100m", v["cpCPULimit"])
 
+	// Each bad value is refused with what is allowed.
+	for bad, want := range map[string]string{
+		"rate=0":             "rate=\"0\": want a whole number from 1 to 10000 rps",
+		"rate=fast":          "want a whole number from 1 to 10000",
+		"cpCPULimit=abc":     "cpCPULimit=\"abc\": want a quantity from 10m to 64",
+		"duration=-1s":       "duration=\"-1s\": want a duration from 5s to 2h0m0s",
+		"duration=1":         "want a duration",
+		"cpMemoryLimit=lots": "want a quantity from 32Mi to 64Gi",
+		"kubeProxyCPU=-1":    "want a number from 0.001 to 4 CPUs",
+		"nodes=9":            "want a whole number from 1 to 8",
+		"bogus=1":            "unknown parameter; known parameters: rate",
+		"rate":               "use name=value",
+		"hosts=5000":         "hosts=5000: at most serviceEntries (3000)",
+		"steady=60s":         "must be shorter than duration",
+		"cpMemoryLimit=":     "needs a memory limit",
+	} {
+		_, err := d.Resolve([]string{bad})
+		if assert.Error(t, err, bad) {
+			assert.Contains(t, err.Error(), want, bad)
+		}
+	}
 	for _, cp := range []string{"istiod", "reference:no-such-switch"} {
-		_, err := d.Build(Env{Substrate: "local", ControlPlane: cp}, v)
+		_, err := subject.Parse(cp)
 		assert.Error(t, err, cp)
 	}
-	_, err = d.Build(Env{Substrate: "kind", ControlPlane: "reference"}, v)
-	assert.Error(t, err)
-	gate, sw, err := controlPlaneFlags("reference:ungated,quadratic-scope")
+	ref, err := subject.Parse("reference:ungated,quadratic-scope")
 	require.NoError(t, err)
-	assert.False(t, gate)
-	assert.Equal(t, []string{"ungated", "quadratic-scope"}, sw)
+	assert.Equal(t, "reference:ungated,quadratic-scope", ref.Name())
 }
 
 // TestCPOOMRestartBothWays is the harness's honesty test: at a small scale the experiment must
@@ -59,7 +74,9 @@ func TestCPOOMRestartBothWays(t *testing.T) {
 	run := func(cp string) results.Summary {
 		v, err := d.Resolve(sets)
 		require.NoError(t, err)
-		exp, err := d.Build(Env{Substrate: "local", ControlPlane: cp, ImagesDir: imagesDir, Home: home}, v)
+		sut, err := subject.Parse(cp)
+		require.NoError(t, err)
+		exp, err := d.Build(experiment.Env{Substrate: local.Substrate{Home: home, ImagesDir: imagesDir}, ControlPlane: sut}, v)
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()

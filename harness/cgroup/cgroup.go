@@ -135,6 +135,13 @@ func has(list []string, s string) bool {
 	return false
 }
 
+// Dir is the group's directory in the hierarchy carrying controller (the unified one if none
+// does), "" when no hierarchy has it.
+func (g *Group) Dir(controller string) string {
+	d, _ := g.dir(controller)
+	return d
+}
+
 // dir returns the group's directory in the hierarchy carrying controller (v2 if none does).
 func (g *Group) dir(controller string) (string, bool) {
 	for _, h := range g.hs {

@@ -15,7 +15,9 @@ import (
 
 	"github.com/meshchaos/meshchaos/experiments"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
+	"github.com/meshchaos/meshchaos/harness/experiment"
 	"github.com/meshchaos/meshchaos/harness/runner"
+	"github.com/meshchaos/meshchaos/harness/subject"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -39,10 +41,10 @@ func newListCmd() *cobra.Command {
 func printCatalog(out io.Writer, params bool) {
 	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	for _, d := range experiments.List() {
-		fmt.Fprintf(w, "%s\t%s\n", d.Name, d.Description)
+		fmt.Fprintf(w, "%s\t%s\n", d.Name, d.Summary)
 		if params {
 			for _, p := range d.Params {
-				fmt.Fprintf(w, "\t  --set %s=%s\t%s\n", p.Name, p.Default, p.Help)
+				fmt.Fprintf(w, "\t  --set %s=%s\t%s (%s)\n", p.Name, p.Default, p.Help, p.Range())
 			}
 		}
 	}
@@ -72,12 +74,17 @@ func newRunCmd() *cobra.Command {
 			if err != nil {
 				return Usagef("%v", err)
 			}
-			if substrate == "local" {
-				if err := local.Preflight(); err != nil {
-					return WithExitCode(2, err)
-				}
+			sut, err := subject.Parse(cp)
+			if err != nil {
+				return Usagef("%v", err)
 			}
-			exp, err := def.Build(experiments.Env{Substrate: substrate, ControlPlane: cp, ImagesDir: imagesDir}, vals)
+			if substrate != "local" {
+				return Usagef("--substrate %s: only the local substrate runs experiments today (kind and existing clusters are coming)", substrate)
+			}
+			if err := local.Preflight(); err != nil {
+				return WithExitCode(2, err)
+			}
+			exp, err := def.Build(experiment.Env{Substrate: local.Substrate{Home: local.Home(), ImagesDir: imagesDir}, ControlPlane: sut}, vals)
 			if err != nil {
 				return Usagef("%v", err)
 			}

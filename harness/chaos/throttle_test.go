@@ -43,7 +43,7 @@ func TestKubeProxyThrottleDelaysRuleRemoval(t *testing.T) {
 			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	rules := ProxyRules{Netns: c.NodeNetns(1)}
+	rules := ProxyRules{Cluster: c, Node: 1}
 
 	// removalLag starts a pod, waits for its rule, deletes the pod and times the rule's removal.
 	removalLag := func(name string) time.Duration {
@@ -77,7 +77,7 @@ func TestKubeProxyThrottleDelaysRuleRemoval(t *testing.T) {
 	baseline := removalLag("base")
 	g, err := c.KubeProxyCgroup(1)
 	require.NoError(t, err)
-	th := &KubeProxyThrottle{Node: "n1", Group: g, CPUs: 0.002}
+	th := &CPUThrottle{Target: "kube-proxy/n1", Group: g, CPUs: 0.002}
 	ev, err := th.Inject(ctx)
 	require.NoError(t, err)
 	assert.InDelta(t, 0.002, ev.Values["quotaCPUs"], 0.0001)

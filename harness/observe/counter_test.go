@@ -1,4 +1,4 @@
-package experiments
+package observe
 
 import (
 	"testing"
@@ -16,8 +16,8 @@ func TestCounterIncreaseAcrossRestart(t *testing.T) {
 		}
 		return out
 	}
-	assert.Equal(t, 0.0, counterIncrease(s(5)))
-	assert.Equal(t, 3.0, counterIncrease(s(5, 6, 8)))
+	assert.Equal(t, 0.0, CounterIncrease(s(5)))
+	assert.Equal(t, 3.0, CounterIncrease(s(5, 6, 8)))
 	// 5 → 8 (+3), restart, 2 → 4 (+2 +2)
-	assert.Equal(t, 7.0, counterIncrease(s(5, 8, 2, 4)))
+	assert.Equal(t, 7.0, CounterIncrease(s(5, 8, 2, 4)))
 }

@@ -1,0 +1,286 @@
+// Package experiment is the experiment kit: a declarative Definition (parameters, the mesh it
+// needs, its fault sequence, its checks) and one generic lifecycle for all of them:
+// setup (mesh up, routes proven, measurements started) → steady (traffic) → chaos (the faults,
+// each with evidence, cleared at the end) → recovery (traffic ends) → teardown. An experiment
+// reads like a test story; everything it names is a small value from the harness packages.
+package experiment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/meshchaos/meshchaos/harness/chaos"
+	"github.com/meshchaos/meshchaos/harness/cluster"
+	"github.com/meshchaos/meshchaos/harness/mesh"
+	"github.com/meshchaos/meshchaos/harness/observe"
+	"github.com/meshchaos/meshchaos/harness/params"
+	"github.com/meshchaos/meshchaos/harness/runner"
+	"github.com/meshchaos/meshchaos/harness/subject"
+	"github.com/meshchaos/meshchaos/harness/traffic"
+)
+
+// Definition is one experiment of the catalog.
+type Definition struct {
+	Name    string
+	Summary string
+	// Params are its parameters; the kit reads the common ones it finds there (params.Rate,
+	// params.Length, params.Steady, params.Nodes, params.CPMemory, params.CPCPU).
+	Params params.Set
+	// Validate checks rules between parameters, before anything starts.
+	Validate func(v params.Values) error
+	// Mesh describes the mesh it needs (the control plane under test is filled in by the kit).
+	Mesh func(v params.Values) mesh.Spec
+	// Hosts is how many generated hosts the traffic targets (through every gateway pod).
+	Hosts func(v params.Values) int
+	// Chaos is the fault sequence; injectors started with State.Inject are cleared when it ends.
+	Chaos func(ctx context.Context, s *State) error
+	// Checks are the SLOs and the proof that the chaos happened.
+	Checks func(v params.Values) []runner.Check
+}
+
+// Env is what the CLI hands every experiment.
+type Env struct {
+	// Substrate provides the cluster.
+	Substrate cluster.Provider
+	// ControlPlane is the control plane under test (subject.Parse of --cp).
+	ControlPlane subject.ControlPlane
+}
+
+// Resolve validates --set assignments and the rules between parameters: all before anything
+// starts, so bad input costs no cluster.
+func (d Definition) Resolve(sets []string) (params.Values, error) {
+	v, err := d.Params.Resolve(sets)
+	if err != nil {
+		return nil, err
+	}
+	if d.Validate != nil {
+		if err := d.Validate(v); err != nil {
+			return nil, fmt.Errorf("--set: %w", err)
+		}
+	}
+	if _, ok := d.Params.Lookup(params.Steady.Name); ok && v.Duration(params.Steady.Name) >= v.Duration(params.Length.Name) {
+		return nil, fmt.Errorf("--set steady=%s must be shorter than duration=%s", v[params.Steady.Name], v[params.Length.Name])
+	}
+	if d.Mesh != nil {
+		spec := d.Mesh(v)
+		spec.ControlPlane = placeholder{}
+		if err := spec.Validate(); err != nil {
+			return nil, fmt.Errorf("--set: %w", err)
+		}
+	}
+	return v, nil
+}
+
+// placeholder lets a mesh spec be validated before a control plane is chosen.
+type placeholder struct{ subject.ControlPlane }
+
+// State is what the fault sequence works with: the run, the mesh, the parameters.
+type State struct {
+	*runner.Run
+	Mesh   *mesh.Mesh
+	Params params.Values
+	CP     subject.ControlPlane
+	// CPPod is the control plane's pod as it was when the chaos began.
+	CPPod *corev1.Pod
+	// Profiles captures the control plane's pprof profiles (nil when it has no pprof).
+	Profiles *observe.Profiles
+	// Memory reads the control plane's memory cgroup.
+	Memory *observe.CgroupMemory
+
+	active []chaos.Injector
+}
+
+// Inject applies a fault and puts its evidence on the timeline; it is cleared when the chaos
+// phase ends, unless cleared before with Clear.
+func (s *State) Inject(ctx context.Context, inj chaos.Injector) error {
+	ev, err := inj.Inject(ctx)
+	if err != nil {
+		return fmt.Errorf("inject %s: %w", inj.Name(), err)
+	}
+	s.active = append(s.active, inj)
+	s.Event("chaos.injected", inj.Name(), ev.Summary)
+	return nil
+}
+
+// Clear removes a fault now and records what it did.
+func (s *State) Clear(ctx context.Context, inj chaos.Injector) error {
+	for i, a := range s.active {
+		if a == inj {
+			s.active = append(s.active[:i], s.active[i+1:]...)
+			break
+		}
+	}
+	ev, err := inj.Clear(ctx)
+	if err != nil {
+		s.Event("chaos.error", inj.Name(), err.Error())
+		return fmt.Errorf("clear %s: %w", inj.Name(), err)
+	}
+	s.Event("chaos.cleared", inj.Name(), ev.Summary)
+	return nil
+}
+
+// clearAll clears every fault still in force, newest first, even after an interrupt.
+func (s *State) clearAll() error {
+	var errs []error
+	for len(s.active) > 0 {
+		errs = append(errs, s.Clear(context.Background(), s.active[len(s.active)-1]))
+	}
+	return errors.Join(errs...)
+}
+
+// Sleep waits d or until ctx ends.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
+
+// Build turns a definition, its resolved parameters and the environment into a runnable
+// experiment with the kit's lifecycle.
+func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
+	if env.Substrate == nil || env.ControlPlane == nil {
+		return runner.Experiment{}, errors.New("experiment: a substrate and a control plane under test are required")
+	}
+	spec := d.Mesh(v)
+	spec.Name = shortName(d.Name)
+	spec.ControlPlane = env.ControlPlane
+	if err := spec.Validate(); err != nil {
+		return runner.Experiment{}, err
+	}
+	s := &State{Params: v, CP: env.ControlPlane}
+	var targets []traffic.Target
+	setup := func(ctx context.Context, r *runner.Run) error {
+		s.Run = r
+		if spec.Nodes == 1 && spec.Gateway.Node != 0 {
+			r.Event("note", "cluster", "1 node: the control plane and the data plane share it")
+		}
+		m, err := mesh.Up(ctx, env.Substrate, spec, r)
+		s.Mesh = m
+		if err != nil {
+			return err
+		}
+		if s.CPPod, err = m.ControlPlanePod(ctx); err != nil {
+			return err
+		}
+		targets = m.Targets(d.Hosts(v))
+		if err := m.WaitRoutes(ctx, targets, 2*time.Minute); err != nil {
+			return err
+		}
+		r.Event("gateway.ready", "gateway", fmt.Sprintf("%d replica(s) route %d hosts", len(m.GatewayIPs), d.Hosts(v)))
+		return r.Measure(s.standardMeasurements(spec)...)
+	}
+	steady := func(ctx context.Context, r *runner.Run) error {
+		if err := r.StartTraffic(traffic.Options{Name: "gateway", Targets: targets, Rate: v.Int(params.Rate.Name),
+			Duration: v.Duration(params.Length.Name), DialContext: s.Mesh.Cluster.Dialer(spec.Gateway.Node)}); err != nil {
+			return err
+		}
+		return Sleep(ctx, v.Duration(params.Steady.Name))
+	}
+	chaosPhase := func(ctx context.Context, r *runner.Run) error {
+		err := d.Chaos(ctx, s)
+		return errors.Join(err, s.clearAll())
+	}
+	return runner.Experiment{
+		Name: d.Name, Substrate: env.Substrate.Name(), ControlPlane: env.ControlPlane.Name(), Params: v.Map(),
+		Setup: setup,
+		Phases: []runner.Phase{
+			{Name: "steady", Do: steady},
+			{Name: "chaos", Do: chaosPhase},
+			{Name: "recovery", Do: func(ctx context.Context, r *runner.Run) error {
+				err := r.WaitTraffic(ctx)
+				s.recordCPFigures()
+				return err
+			}},
+		},
+		Teardown: func(ctx context.Context, r *runner.Run) error { return s.Mesh.Down(ctx) },
+		Checks:   d.Checks(v),
+	}, nil
+}
+
+// standardMeasurements follow the control plane: its pods, its metrics, its profiles and its
+// memory cgroup (with a heap profile before an OOM kill).
+func (s *State) standardMeasurements(spec mesh.Spec) []observe.Measurement {
+	cp, pod, c := s.CP, s.CPPod, s.Mesh.Cluster
+	dial := c.Dialer(max(spec.CP.Node, 1))
+	ms := []observe.Measurement{&observe.Pods{Client: s.Mesh.Client, Namespace: cp.Namespace(), Selector: cp.Selector(), As: observe.RoleControlPlane}}
+	if len(cp.Metrics()) > 0 {
+		ms = append(ms, &observe.ControlPlaneMetrics{URL: cp.AdminURL(pod) + cp.MetricsPath(), Dial: dial, Measures: cp.Metrics()})
+	}
+	if cp.PprofPath() != "" {
+		s.Profiles = &observe.Profiles{BaseURL: cp.AdminURL(pod), RunDir: s.Dir(), Dial: dial}
+		ms = append(ms, s.Profiles)
+	}
+	if len(s.Mesh.GatewayIPs) > 0 {
+		ms = append(ms, &observe.Proxies{IPs: s.Mesh.GatewayIPs, Dial: c.Dialer(max(spec.Gateway.Node, 1)), As: "gateway"})
+	}
+	if g, err := c.PodCgroup(pod); err == nil {
+		if mem, err := observe.OpenCgroupMemory(g.Dir("memory")); err == nil {
+			s.Memory = mem
+			// 70 % leaves the profiler time to capture the heap under a CPU limit before the kill.
+			ms = append(ms, &observe.Memory{Reader: mem, Fraction: 0.7, BeforeOOM: func(ctx context.Context) {
+				if s.Profiles != nil {
+					if err := s.Profiles.Capture(ctx, observe.Heap, "before-oom"); err != nil {
+						s.Logf("heap profile before OOM: %v", err)
+					}
+				}
+			}})
+		} else {
+			s.Logf("control plane memory cgroup: %v (memory not followed)", err)
+		}
+	}
+	return ms
+}
+
+// shortName is a cluster-name prefix from an experiment name ("cp-oom-restart" → "cpoo"): short,
+// since node network namespaces and links derive their names from it.
+func shortName(name string) string {
+	var b []rune
+	for _, r := range name {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			b = append(b, r)
+		}
+	}
+	if len(b) > 4 {
+		b = b[:4]
+	}
+	return string(b)
+}
+
+// recordCPFigures puts what the control plane says of itself on the timeline: xDS streams it
+// refused while not ready (a sync gate at work) and its own time to ready.
+func (s *State) recordCPFigures() {
+	sum := s.Summary()
+	if sum.ControlPlaneStats == nil {
+		return
+	}
+	series := sum.ControlPlaneStats.Metrics
+	if ref, ok := s.CP.Metrics()[subject.StreamsRefused]; ok {
+		var refused float64
+		found := false
+		for _, sr := range series {
+			if ref.Matches(sr.Name, sr.Labels) {
+				refused, found = refused+observe.CounterIncrease(sr.Samples), true
+			}
+		}
+		if found {
+			s.Event("cp.streams-refused", s.CP.Name(), fmt.Sprintf("%.0f xDS streams refused while the control plane was not ready", refused))
+		}
+	}
+	if ref, ok := s.CP.Metrics()[subject.TimeToReady]; ok {
+		if v, found := observe.Last(series, ref); found {
+			s.Event("cp.time-to-ready", s.CP.Name(), fmt.Sprintf("%.2f s from the last start of the process to ready (its own metric)", v))
+		}
+	}
+}

@@ -1,0 +1,265 @@
+// Package mesh stands a mesh up from a declarative Spec: a cluster from any substrate, the
+// control plane under test, backends, generated ServiceEntries (with the configuration they
+// should produce, for correctness oracles), gateways, and the route waits that prove traffic can
+// flow. Every experiment describes its mesh; none builds one by hand.
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/meshchaos/meshchaos/harness/cluster"
+	"github.com/meshchaos/meshchaos/harness/kube"
+	"github.com/meshchaos/meshchaos/harness/subject"
+	"github.com/meshchaos/meshchaos/harness/traffic"
+	wlmanifests "github.com/meshchaos/meshchaos/workloads/manifests"
+)
+
+// Spec describes a mesh.
+type Spec struct {
+	// Name prefixes the cluster's name (a process-unique suffix is added).
+	Name string
+	// Nodes is the cluster's size.
+	Nodes int
+	// ControlPlane is the control plane under test and CP where and how it runs.
+	ControlPlane subject.ControlPlane
+	CP           subject.Placement
+	// Backends are deployed first (echo servers).
+	Backends []Backend
+	// ServiceEntries are generated for a backend's pod addresses before the control plane starts.
+	ServiceEntries ServiceEntries
+	// Gateway is the ingress data plane; Replicas 0 deploys none.
+	Gateway Gateway
+}
+
+// Backend is a Deployment of echo servers.
+type Backend struct {
+	Name     string // "echo"
+	Replicas int
+	Node     int // pin to node k (0: anywhere)
+}
+
+// Gateway is a Deployment of gateway proxies connected to the control plane's xDS address.
+type Gateway struct {
+	Replicas int
+	Node     int
+}
+
+// Recorder is where a mesh reports its steps: the run's timeline and log.
+type Recorder interface {
+	Event(kind, object, detail string)
+	Logf(format string, args ...any)
+}
+
+// Mesh is a running mesh.
+type Mesh struct {
+	Spec    Spec
+	Cluster cluster.Cluster
+	Client  kubernetes.Interface
+	// BackendIPs are each backend's ready pod IPs.
+	BackendIPs map[string][]string
+	// Expected is the configuration the generated ServiceEntries should produce.
+	Expected Expected
+	// GatewayIPs are the gateway pods' IPs: traffic goes to each directly, since kept-alive
+	// connections through a Service could all stick to one replica and miss another's failure.
+	GatewayIPs []string
+}
+
+// Validate checks a spec before anything starts.
+func (s Spec) Validate() error {
+	var errs []error
+	if s.Nodes < 1 {
+		errs = append(errs, fmt.Errorf("nodes=%d: want at least 1", s.Nodes))
+	}
+	node := func(what string, k int) {
+		if k < 0 || k > s.Nodes {
+			errs = append(errs, fmt.Errorf("%s on node %d: the cluster has %d node(s)", what, k, s.Nodes))
+		}
+	}
+	node("control plane", s.CP.Node)
+	node("gateway", s.Gateway.Node)
+	names := map[string]bool{}
+	for _, b := range s.Backends {
+		node("backend "+b.Name, b.Node)
+		names[b.Name] = true
+	}
+	if s.ControlPlane == nil {
+		errs = append(errs, errors.New("no control plane under test"))
+	}
+	if s.ServiceEntries.Count > 0 && !names[s.ServiceEntries.Backend] {
+		errs = append(errs, fmt.Errorf("ServiceEntries point at backend %q, which the mesh does not deploy", s.ServiceEntries.Backend))
+	}
+	return errors.Join(errs...)
+}
+
+// Up brings the mesh up on a cluster from provider, in dependency order: cluster, backends,
+// ServiceEntries, control plane, gateways. On failure the returned Mesh (when non-nil) still
+// holds the cluster, for Down.
+func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder) (*Mesh, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	name := fmt.Sprintf("%s%d", spec.Name, os.Getpid()%100000)
+	rec.Logf("cluster %s: %d node(s) on the %s substrate", name, spec.Nodes, provider.Name())
+	c, err := provider.Up(ctx, cluster.Spec{Name: name, Nodes: spec.Nodes, Logf: rec.Logf})
+	if err != nil {
+		return nil, fmt.Errorf("bring the cluster up: %w", err)
+	}
+	m := &Mesh{Spec: spec, Cluster: c, BackendIPs: map[string][]string{}}
+	rec.Event("cluster.up", name, fmt.Sprintf("%d node(s)", spec.Nodes))
+	if m.Client, err = kubernetes.NewForConfig(c.RESTConfig()); err != nil {
+		return m, err
+	}
+	wl := workloadSubstrate(provider.Name())
+	for _, b := range spec.Backends {
+		if err := m.deploy(ctx, "echo", wlmanifests.Values{Substrate: wl, Name: b.Name, Replicas: b.Replicas}, b.Node); err != nil {
+			return m, fmt.Errorf("deploy backend %s: %w", b.Name, err)
+		}
+		if m.BackendIPs[b.Name], err = kube.PodIPs(ctx, m.Client, "default", "app="+b.Name); err != nil {
+			return m, err
+		}
+	}
+	if se := spec.ServiceEntries; se.Count > 0 {
+		if err := kube.InstallCRDs(ctx, c.RESTConfig(), crds()); err != nil {
+			return m, err
+		}
+		if m.Expected, err = se.Create(ctx, c.RESTConfig(), m.BackendIPs[se.Backend], rec.Logf); err != nil {
+			return m, err
+		}
+		rec.Event("config.loaded", "serviceentries", fmt.Sprintf("%d ServiceEntries, %d endpoints each", se.Count, len(m.BackendIPs[se.Backend])))
+	}
+	start := time.Now()
+	spec.CP.Logf = rec.Logf
+	if err := spec.ControlPlane.Deploy(ctx, c, spec.CP); err != nil {
+		return m, fmt.Errorf("deploy the control plane %s: %w", spec.ControlPlane.Name(), err)
+	}
+	rec.Event("cp.ready", spec.ControlPlane.Name(), fmt.Sprintf("first start ready in %s with %d ServiceEntries", time.Since(start).Round(100*time.Millisecond), spec.ServiceEntries.Count))
+	if g := spec.Gateway; g.Replicas > 0 {
+		// The gateway reaches the control plane through its Service, so through kube-proxy's
+		// rules on its node: the path the incidents' Envoys took.
+		if err := m.deploy(ctx, "gateway", wlmanifests.Values{Substrate: wl, Replicas: g.Replicas, XDSAddress: spec.ControlPlane.XDSAddress()}, g.Node); err != nil {
+			return m, fmt.Errorf("deploy the gateway: %w", err)
+		}
+		if m.GatewayIPs, err = kube.PodIPs(ctx, m.Client, "default", "app=gateway"); err != nil {
+			return m, err
+		}
+	}
+	return m, nil
+}
+
+// workloadSubstrate picks the data plane: xdsproxy on the local substrate, Envoy elsewhere.
+func workloadSubstrate(provider string) wlmanifests.Substrate {
+	if provider == "local" {
+		return wlmanifests.Local()
+	}
+	return wlmanifests.Kind(wlmanifests.DefaultEnvoyImage)
+}
+
+func (m *Mesh) deploy(ctx context.Context, manifest string, v wlmanifests.Values, node int) error {
+	y, err := wlmanifests.Render(manifest, v)
+	if err != nil {
+		return err
+	}
+	var muts []kube.Mutator
+	if node > 0 {
+		muts = append(muts, kube.PinToNode(cluster.NodeLabel, fmt.Sprint(node)))
+	}
+	if err := kube.Apply(ctx, m.Cluster.RESTConfig(), y, muts...); err != nil {
+		return err
+	}
+	name := v.Name
+	if name == "" {
+		name = manifest
+	}
+	return kube.WaitDeploymentReady(ctx, m.Client, "default", name, 2*time.Minute)
+}
+
+// ControlPlanePod returns the control plane's single pod.
+func (m *Mesh) ControlPlanePod(ctx context.Context) (*corev1.Pod, error) {
+	cp := m.Spec.ControlPlane
+	pods, err := m.Client.CoreV1().Pods(cp.Namespace()).List(ctx, metav1.ListOptions{LabelSelector: cp.Selector()})
+	if err != nil {
+		return nil, err
+	}
+	if len(pods.Items) != 1 {
+		return nil, fmt.Errorf("want 1 control-plane pod (%s in %s), found %d", cp.Selector(), cp.Namespace(), len(pods.Items))
+	}
+	return &pods.Items[0], nil
+}
+
+// Targets are every (gateway pod, host) pair for the first hosts generated ServiceEntries.
+func (m *Mesh) Targets(hosts int) []traffic.Target {
+	var out []traffic.Target
+	for _, h := range m.Expected.Hosts()[:min(hosts, len(m.Expected))] {
+		for _, ip := range m.GatewayIPs {
+			out = append(out, traffic.Target{Method: http.MethodGet, URL: "http://" + net.JoinHostPort(ip, "80") + "/",
+				Header: http.Header{"Host": []string{h}}})
+		}
+	}
+	return out
+}
+
+// WaitRoutes waits until every target answers 200 through the gateway: proof that the control
+// plane configured the data plane.
+func (m *Mesh) WaitRoutes(ctx context.Context, targets []traffic.Target, timeout time.Duration) error {
+	client := &http.Client{Transport: &http.Transport{DialContext: m.Cluster.Dialer(m.Spec.Gateway.Node)}, Timeout: 2 * time.Second}
+	defer client.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for _, t := range targets {
+		var last error
+		err := kube.Poll(ctx, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.URL, nil)
+			if err != nil {
+				return false, err
+			}
+			req.Host = t.Header.Get("Host")
+			resp, err := client.Do(req)
+			if err != nil {
+				last = err
+				return false, nil
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			last = fmt.Errorf("HTTP %d", resp.StatusCode)
+			return resp.StatusCode == http.StatusOK, nil
+		})
+		if err != nil {
+			return fmt.Errorf("gateway %s never routed %s within %s (last: %v): is the control plane serving its config?", t.URL, t.Header.Get("Host"), timeout, last)
+		}
+	}
+	return nil
+}
+
+// Down removes the cluster and everything in it.
+func (m *Mesh) Down(ctx context.Context) error {
+	if m == nil || m.Cluster == nil {
+		return nil
+	}
+	return m.Cluster.Down(ctx)
+}
+
+// Expected maps each generated host to the endpoints ("IP:port") the control plane should give
+// its cluster.
+type Expected map[string][]string
+
+// Hosts lists the hosts in generation order (se-0, se-1, …).
+func (e Expected) Hosts() []string {
+	out := make([]string, 0, len(e))
+	for h := range e {
+		out = append(out, h)
+	}
+	sort.Slice(out, func(i, j int) bool { return hostIndex(out[i]) < hostIndex(out[j]) })
+	return out
+}
