@@ -72,9 +72,9 @@ type Summary struct {
 	Workloads map[string]*WorkloadStats `json:"workloads,omitempty"`
 	// Measurements say how each measurement fared: a failed scrape is shown, not hidden.
 	Measurements []Measurement `json:"measurements,omitempty"`
-	Events            []Event            `json:"events"`
-	Checks            []Check            `json:"checks"`
-	Verdict           Verdict            `json:"verdict"`
+	Events       []Event       `json:"events"`
+	Checks       []Check       `json:"checks"`
+	Verdict      Verdict       `json:"verdict"`
 	// Error says why the verdict is error (setup failed, interrupted, still running).
 	Error string `json:"error,omitempty"`
 }
@@ -143,8 +143,8 @@ type Second struct {
 
 // ControlPlaneStats is what the observers saw of the control plane under test.
 type ControlPlaneStats struct {
-	Restarts      int       `json:"restarts"`
-	OOMKills      int       `json:"oomKills"`
+	Restarts int `json:"restarts"`
+	OOMKills int `json:"oomKills"`
 	// Pushes is nil when the control plane's push counters were never scraped.
 	Pushes        *Pushes   `json:"pushes,omitempty"`
 	PeakHeapBytes int64     `json:"peakHeapBytes"`
