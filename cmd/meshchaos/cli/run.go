@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshchaos/meshchaos/experiments"
+	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 	"github.com/meshchaos/meshchaos/harness/runner"
 	"github.com/meshchaos/meshchaos/results"
@@ -77,7 +78,11 @@ func newRunCmd() *cobra.Command {
 					return WithExitCode(2, err)
 				}
 			}
-			exp, err := def.Build(experiments.Env{Substrate: substrate, ControlPlane: cp, ImagesDir: imagesDir}, vals)
+			images, err := bins.ImagesDir(imagesDir)
+			if err != nil {
+				return WithExitCode(2, err)
+			}
+			exp, err := def.Build(experiments.Env{Substrate: substrate, ControlPlane: cp, ImagesDir: images}, vals)
 			if err != nil {
 				return Usagef("%v", err)
 			}
@@ -110,6 +115,6 @@ func newRunCmd() *cobra.Command {
 	cmd.Flags().StringVar(&cp, "cp", "reference", "control plane under test: reference, or reference:<switch>[,<switch>] to re-create a historical bug")
 	cmd.Flags().StringArrayVar(&sets, "set", nil, "experiment parameter name=value (repeatable; see 'meshchaos list')")
 	cmd.Flags().StringVar(&out, "out", "", "run directory (default runs/EXPERIMENT-CP-TIME)")
-	cmd.Flags().StringVar(&imagesDir, "images", defaultImagesDir(), "image tarballs (from 'make images')")
+	cmd.Flags().StringVar(&imagesDir, "images", "", "image tarballs (from 'make images'; "+imagesDefault+")")
 	return cmd
 }
