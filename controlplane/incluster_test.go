@@ -21,6 +21,7 @@ import (
 
 	"github.com/meshchaos/meshchaos/controlplane/internal/adsclient"
 	"github.com/meshchaos/meshchaos/controlplane/manifests"
+	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 	"github.com/meshchaos/meshchaos/images"
 )
@@ -33,9 +34,9 @@ func TestInCluster(t *testing.T) {
 		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
 	}
 	require.NoError(t, local.Preflight(), "the in-cluster test needs root, 'make deps' and 'make bins'")
-	imgs := os.Getenv("MESHCHAOS_IMAGES")
-	require.NotEmpty(t, imgs, "set MESHCHAOS_IMAGES to the output of 'make images' (make test does)")
-	_, err := os.Stat(filepath.Join(imgs, "controlplane.tar"))
+	imgs, err := bins.ImagesDir("")
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(imgs, "controlplane.tar"))
 	require.NoError(t, err, "no controlplane image: run 'make images'")
 	home, err := os.MkdirTemp("", "mc") // short: unix socket paths
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 	"github.com/meshchaos/meshchaos/images"
 )
@@ -26,13 +27,15 @@ func TestKubeProxyThrottleDelaysRuleRemoval(t *testing.T) {
 		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
 	}
 	require.NoError(t, local.Preflight())
+	imgs, err := bins.ImagesDir("")
+	require.NoError(t, err)
 	home, err := os.MkdirTemp("", "mc")
 	require.NoError(t, err)
 	defer os.RemoveAll(home)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	c, err := local.Up(ctx, local.Config{Name: fmt.Sprintf("kp%d", os.Getpid()%100000), Nodes: 1, Home: home,
-		ImagesDir: os.Getenv("MESHCHAOS_IMAGES"), Logf: t.Logf})
+		ImagesDir: imgs, Logf: t.Logf})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Down(context.Background())) }()
 	cs, err := kubernetes.NewForConfig(c.RESTConfig())

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -18,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 	"github.com/meshchaos/meshchaos/harness/runner"
 )
@@ -51,11 +51,15 @@ func newClusterUpCmd() *cobra.Command {
 			if err := local.Preflight(); err != nil {
 				return WithExitCode(2, err)
 			}
+			images, err := bins.ImagesDir(imagesDir)
+			if err != nil {
+				return WithExitCode(2, err)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			p := runner.NewProgress(cmd.ErrOrStderr())
 			p.Phase("cluster up " + name)
-			c, err := local.Up(ctx, local.Config{Name: name, Nodes: nodes, ImagesDir: imagesDir, Logf: p.Logf})
+			c, err := local.Up(ctx, local.Config{Name: name, Nodes: nodes, ImagesDir: images, Logf: p.Logf})
 			p.Done()
 			if err != nil {
 				if errors.Is(err, local.ErrNameInUse) {
@@ -76,22 +80,13 @@ func newClusterUpCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&name, "name", "meshchaos", "cluster name (unique on this host)")
 	cmd.Flags().IntVar(&nodes, "nodes", 1, "number of nodes")
-	cmd.Flags().StringVar(&imagesDir, "images", defaultImagesDir(), "directory of image tarballs to load (from 'make images')")
+	cmd.Flags().StringVar(&imagesDir, "images", "", "directory of image tarballs to load (from 'make images'; "+imagesDefault+")")
 	cmd.Flags().BoolVar(&show, "show", false, "print nodes and pods once ready")
 	return cmd
 }
 
-// defaultImagesDir is bin/images next to the meshchaos binary (make's layout).
-func defaultImagesDir() string {
-	if d := os.Getenv("MESHCHAOS_IMAGES"); d != "" {
-		return d
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return "bin/images"
-	}
-	return filepath.Join(filepath.Dir(exe), "images")
-}
+// imagesDefault says where --images defaults to; bins.ImagesDir resolves it.
+const imagesDefault = "default: $MESHCHAOS_IMAGES, else bin/images of the checkout around the working directory, else images/ beside meshchaos"
 
 func showCluster(ctx context.Context, cmd *cobra.Command, c *local.Cluster) {
 	cs, err := kubernetes.NewForConfig(c.RESTConfig())

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 )
 
@@ -135,8 +136,8 @@ func TestClusterCrashRecovery(t *testing.T) {
 		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
 	}
 	require.NoError(t, local.Preflight())
-	imagesDir := os.Getenv("MESHCHAOS_IMAGES")
-	require.NotEmpty(t, imagesDir, "set MESHCHAOS_IMAGES (make test does)")
+	imagesDir, err := bins.ImagesDir("")
+	require.NoError(t, err)
 	bin := buildCLI(t)
 	home, err := os.MkdirTemp("", "mc")
 	require.NoError(t, err)
@@ -149,7 +150,8 @@ func TestClusterCrashRecovery(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	up := exec.CommandContext(ctx, bin, "cluster", "up", "--name", name, "--images", imagesDir)
+	// No --images: the binary, built outside bin/ and run inside the checkout, finds bin/images itself.
+	up := exec.CommandContext(ctx, bin, "cluster", "up", "--name", name)
 	up.Env = env
 	stdout, err := up.StdoutPipe()
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshchaos/meshchaos/experiments"
+	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 	"github.com/meshchaos/meshchaos/harness/experiment"
 	"github.com/meshchaos/meshchaos/harness/runner"
@@ -84,7 +85,11 @@ func newRunCmd() *cobra.Command {
 			if err := local.Preflight(); err != nil {
 				return WithExitCode(2, err)
 			}
-			exp, err := def.Build(experiment.Env{Substrate: local.Substrate{Home: local.Home(), ImagesDir: imagesDir}, ControlPlane: sut}, vals)
+			images, err := bins.ImagesDir(imagesDir)
+			if err != nil {
+				return WithExitCode(2, err)
+			}
+			exp, err := def.Build(experiment.Env{Substrate: local.Substrate{Home: local.Home(), ImagesDir: images}, ControlPlane: sut}, vals)
 			if err != nil {
 				return Usagef("%v", err)
 			}
@@ -117,6 +122,6 @@ func newRunCmd() *cobra.Command {
 	cmd.Flags().StringVar(&cp, "cp", "reference", "control plane under test: reference, or reference:<switch>[,<switch>] to re-create a historical bug")
 	cmd.Flags().StringArrayVar(&sets, "set", nil, "experiment parameter name=value (repeatable; see 'meshchaos list')")
 	cmd.Flags().StringVar(&out, "out", "", "run directory (default runs/EXPERIMENT-CP-TIME)")
-	cmd.Flags().StringVar(&imagesDir, "images", defaultImagesDir(), "image tarballs (from 'make images')")
+	cmd.Flags().StringVar(&imagesDir, "images", "", "image tarballs (from 'make images'; "+imagesDefault+")")
 	return cmd
 }

@@ -42,6 +42,8 @@ type Options struct {
 	ExtraSANs []net.IP
 	// ExtraArgs are appended to kube-apiserver's flags.
 	ExtraArgs []string
+	// BinDir is searched first for etcd and kube-apiserver (see bins.Finder); empty: the usual places.
+	BinDir string
 	// Logf reports progress; nil is silent.
 	Logf func(format string, args ...any)
 }
@@ -59,7 +61,7 @@ type Server struct {
 
 // Start starts etcd and kube-apiserver and returns once /readyz answers ok.
 func Start(ctx context.Context, o Options) (*Server, error) {
-	paths, err := bins.All(bins.Etcd, bins.KubeAPIServer)
+	paths, err := bins.Finder{Dir: o.BinDir}.All(bins.Etcd, bins.KubeAPIServer)
 	if err != nil {
 		return nil, err
 	}

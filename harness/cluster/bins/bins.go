@@ -1,5 +1,8 @@
-// Package bins finds the executables the local substrate runs: etcd, the Kubernetes components,
-// and coredns. Users who already have binaries point at them; everyone else runs `make bins`.
+// Package bins finds what the local substrate runs: the executables (etcd, the Kubernetes
+// components, coredns) and the directory of image tarballs. Users who already have binaries point
+// at them; everyone else runs `make bins` and `make images`, whose output the lookup finds by
+// itself. It is the one place that knows the search order, so the CLI, the substrates and the
+// tests agree, and nothing has to set environment variables to pass a directory along.
 package bins
 
 import (
@@ -22,22 +25,47 @@ const (
 	CoreDNS               = "coredns"
 )
 
+// Environment variables the lookup reads.
+const (
+	// BinDirEnv names a directory holding the binaries.
+	BinDirEnv = "MESHCHAOS_BIN_DIR"
+	// KubebuilderAssetsEnv is controller-runtime's envtest directory (etcd, kube-apiserver).
+	KubebuilderAssetsEnv = "KUBEBUILDER_ASSETS"
+	// ImagesEnv names the directory of image tarballs.
+	ImagesEnv = "MESHCHAOS_IMAGES"
+)
+
 // EnvVar is the per-binary override, e.g. MESHCHAOS_KUBE_APISERVER for kube-apiserver.
 func EnvVar(name string) string {
 	return "MESHCHAOS_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
-// Path returns the path of the named binary. It looks, in order, at the binary's own variable
-// (EnvVar), $MESHCHAOS_BIN_DIR, $KUBEBUILDER_ASSETS, the repository's bin/ (found from the working
-// directory upwards), and $PATH.
-func Path(name string) (string, error) {
+// Finder looks binaries up. The zero value searches the environment and make's layout.
+type Finder struct {
+	// Dir, when set, is searched before everything else: the value of a flag or config field
+	// (e.g. the e2e-framework provider's WithPath). A binary missing from it is looked for in the
+	// usual places, so Dir may hold only some of them (like envtest's etcd and kube-apiserver).
+	Dir string
+}
+
+// Path returns the path of the named binary. It looks, in order, in f.Dir, at the binary's own
+// variable (EnvVar; set but not executable is an error), in $MESHCHAOS_BIN_DIR,
+// $KUBEBUILDER_ASSETS, the checkout's bin/ (found from the working directory upwards), the
+// directory of the running executable (bin/meshchaos sits beside the others), and $PATH.
+func (f Finder) Path(name string) (string, error) {
+	var tried []string
+	if f.Dir != "" {
+		if p := filepath.Join(f.Dir, name); executable(p) == nil {
+			return p, nil
+		}
+		tried = append(tried, f.Dir)
+	}
 	if p := os.Getenv(EnvVar(name)); p != "" {
 		if err := executable(p); err != nil {
 			return "", fmt.Errorf("%s=%s: %w", EnvVar(name), p, err)
 		}
 		return p, nil
 	}
-	var tried []string
 	for _, dir := range searchDirs() {
 		p := filepath.Join(dir, name)
 		if executable(p) == nil {
@@ -48,16 +76,16 @@ func Path(name string) (string, error) {
 	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
-	return "", fmt.Errorf("%s not found (looked in %s and $PATH): run 'make bins', or set %s or MESHCHAOS_BIN_DIR",
-		name, strings.Join(tried, ", "), EnvVar(name))
+	return "", fmt.Errorf("%s not found (looked in %s and $PATH): run 'make bins', or set %s or %s",
+		name, strings.Join(tried, ", "), EnvVar(name), BinDirEnv)
 }
 
 // All returns the paths of every named binary, or one error listing all that are missing.
-func All(names ...string) (map[string]string, error) {
+func (f Finder) All(names ...string) (map[string]string, error) {
 	out := make(map[string]string, len(names))
 	var missing, overridden []string
 	for _, n := range names {
-		p, err := Path(n)
+		p, err := f.Path(n)
 		if err != nil {
 			missing = append(missing, n)
 			if os.Getenv(EnvVar(n)) != "" {
@@ -68,7 +96,7 @@ func All(names ...string) (map[string]string, error) {
 		out[n] = p
 	}
 	if len(missing) > 0 {
-		msg := fmt.Sprintf("missing binaries: %s: run 'make bins' (or set MESHCHAOS_BIN_DIR / KUBEBUILDER_ASSETS)", strings.Join(missing, ", "))
+		msg := fmt.Sprintf("missing binaries: %s: run 'make bins' (or set %s / %s)", strings.Join(missing, ", "), BinDirEnv, KubebuilderAssetsEnv)
 		if len(overridden) > 0 {
 			msg += "; " + strings.Join(overridden, "; ")
 		}
@@ -77,18 +105,63 @@ func All(names ...string) (map[string]string, error) {
 	return out, nil
 }
 
+// Path is Finder{}.Path: the named binary, without an explicit directory.
+func Path(name string) (string, error) { return Finder{}.Path(name) }
+
+// All is Finder{}.All: every named binary, without an explicit directory.
+func All(names ...string) (map[string]string, error) { return Finder{}.All(names...) }
+
+// searchDirs are the directories Path tries after the per-binary variable, in order.
 func searchDirs() []string {
 	var dirs []string
-	for _, v := range []string{"MESHCHAOS_BIN_DIR", "KUBEBUILDER_ASSETS"} {
+	for _, v := range []string{BinDirEnv, KubebuilderAssetsEnv} {
 		if d := os.Getenv(v); d != "" {
 			dirs = append(dirs, d)
 		}
 	}
+	return append(dirs, layoutDirs()...)
+}
+
+// ImagesDir returns the directory of image tarballs (<name>.tar, from `make images`): explicit
+// (a --images flag or config field) if set, else $MESHCHAOS_IMAGES if set (either must exist), else
+// the checkout's bin/images (found from the working directory upwards, so a meshchaos binary
+// anywhere finds it when run inside the checkout), else images/ beside the running executable.
+// The result is absolute.
+func ImagesDir(explicit string) (string, error) {
+	const fix = "run 'make images' or pass --images / set " + ImagesEnv
+	if explicit != "" {
+		return existingDir(explicit, fix)
+	}
+	if d := os.Getenv(ImagesEnv); d != "" {
+		dir, err := existingDir(d, fix)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", ImagesEnv, err)
+		}
+		return dir, nil
+	}
+	var tried []string
+	for _, d := range layoutDirs() {
+		d = filepath.Join(d, "images")
+		if dir, err := existingDir(d, fix); err == nil {
+			return dir, nil
+		}
+		tried = append(tried, d)
+	}
+	if len(tried) == 0 {
+		return "", errors.New("no image directory: " + fix)
+	}
+	return "", fmt.Errorf("no image directory (looked in %s): %s", strings.Join(tried, ", "), fix)
+}
+
+// layoutDirs are where `make` puts its output, most specific first: the checkout's bin/, then the
+// directory of the running executable.
+func layoutDirs() []string {
+	var dirs []string
 	if root, ok := repoRoot(); ok {
 		dirs = append(dirs, filepath.Join(root, "bin"))
 	}
 	if exe, err := os.Executable(); err == nil {
-		dirs = append(dirs, filepath.Dir(exe)) // bin/meshchaos sits next to the others
+		dirs = append(dirs, filepath.Dir(exe))
 	}
 	return dirs
 }
@@ -110,6 +183,21 @@ func repoRoot() (string, bool) {
 		}
 		dir = parent
 	}
+}
+
+func existingDir(dir, fix string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("image directory %s: %w", dir, err)
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return "", fmt.Errorf("image directory %s does not exist: %s", abs, fix)
+	}
+	if !st.IsDir() {
+		return "", fmt.Errorf("image directory %s is not a directory: %s", abs, fix)
+	}
+	return abs, nil
 }
 
 func executable(p string) error {

@@ -45,8 +45,10 @@ type Config struct {
 	// Home holds the state directory (default Home()).
 	Home string
 	// ImagesDir holds image tarballs (<name>.tar); pause and coredns are required, every other
-	// tarball in it is loaded too.
+	// tarball in it is loaded too. Empty: bins.ImagesDir finds `make images`' output.
 	ImagesDir string
+	// BinDir is searched first for etcd and the Kubernetes binaries (see bins.Finder).
+	BinDir string
 	// Logf reports progress (default: silent).
 	Logf func(format string, args ...any)
 }
@@ -69,7 +71,10 @@ type Cluster struct {
 var ErrNameInUse = errors.New("cluster name in use")
 
 // Preflight checks what Up needs (Linux, root, binaries, tools) without changing anything.
-func Preflight() error {
+// It looks for the binaries where Up does with an empty Config.BinDir.
+func Preflight() error { return preflight(bins.Finder{}) }
+
+func preflight(f bins.Finder) error {
 	if runtime.GOOS != "linux" {
 		return errors.New("the local substrate needs Linux (it runs Kubernetes in network namespaces); use --substrate kind with Docker instead")
 	}
@@ -90,7 +95,7 @@ func Preflight() error {
 	if len(missing) > 0 {
 		return fmt.Errorf("missing %s: run 'make deps' (installs containerd, runc, containernetworking-plugins, iptables)", strings.Join(missing, ", "))
 	}
-	_, err := bins.All(bins.Etcd, bins.KubeAPIServer, bins.KubeControllerManager, bins.KubeScheduler, bins.Kubelet, bins.KubeProxy)
+	_, err := f.All(bins.Etcd, bins.KubeAPIServer, bins.KubeControllerManager, bins.KubeScheduler, bins.Kubelet, bins.KubeProxy)
 	return err
 }
 
@@ -109,10 +114,14 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	if err := Preflight(); err != nil {
+	finder := bins.Finder{Dir: cfg.BinDir}
+	if err := preflight(finder); err != nil {
 		return nil, err
 	}
 	l := layout{name: cfg.Name, home: cfg.Home, nodes: cfg.Nodes}
+	if cfg.ImagesDir, err = bins.ImagesDir(cfg.ImagesDir); err != nil {
+		return nil, err
+	}
 	imgs, err := imageTarballs(cfg.ImagesDir)
 	if err != nil {
 		return nil, err
@@ -130,7 +139,7 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 			c = nil
 		}
 	}()
-	paths, err := bins.All(bins.KubeControllerManager, bins.KubeScheduler, bins.Kubelet, bins.KubeProxy)
+	paths, err := finder.All(bins.KubeControllerManager, bins.KubeScheduler, bins.Kubelet, bins.KubeProxy)
 	if err != nil {
 		return c, err
 	}
@@ -149,7 +158,7 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	c.step("control plane: etcd, kube-apiserver")
 	c.api, err = apiserver.Start(ctx, apiserver.Options{
 		Dir: l.cpDir(), Netns: l.hubNetnsPath(), BindIP: hubIP(), Port: APIServerPort,
-		ServiceCIDR: ServiceCIDR, Logf: cfg.Logf,
+		ServiceCIDR: ServiceCIDR, BinDir: cfg.BinDir, Logf: cfg.Logf,
 	})
 	if err != nil {
 		return c, fmt.Errorf("start control plane: %w", err)
@@ -438,9 +447,6 @@ func processStartTime(pid int) string {
 }
 
 func imageTarballs(dir string) ([]string, error) {
-	if dir == "" {
-		return nil, errors.New("no images directory: run 'make images' and pass its output (bin/images)")
-	}
 	var out []string
 	for _, req := range []string{"pause", "coredns"} {
 		p := images.TarPath(dir, req)

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/images"
 	"github.com/meshchaos/meshchaos/workloads/echo"
 )
@@ -46,29 +47,31 @@ func TestLayoutKeepsClustersApart(t *testing.T) {
 	assert.Equal(t, "10.200.0.12", nodeIP(2).String())
 }
 
-func integration(t *testing.T) string {
+// integration skips under MESHCHAOS_SKIP_INTEGRATION=1, checks what a cluster needs, and
+// returns a fresh home and the images directory.
+func integration(t *testing.T) (home, imagesDir string) {
 	t.Helper()
 	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
 		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
 	}
 	require.NoError(t, Preflight(), "the local substrate's integration tests need root, 'make deps' and 'make bins'")
-	dir := os.Getenv("MESHCHAOS_IMAGES")
-	require.NotEmpty(t, dir, "set MESHCHAOS_IMAGES to the output of 'make images' (make test does)")
+	imagesDir, err := bins.ImagesDir("")
+	require.NoError(t, err)
 	// A short home keeps unix socket paths under the kernel's 108-byte limit.
-	home, err := os.MkdirTemp("", "mc")
+	home, err = os.MkdirTemp("", "mc")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(home) })
-	return home
+	return home, imagesDir
 }
 
 // TestLocalCluster brings a real 2-node cluster up and checks what experiments rely on.
 func TestLocalCluster(t *testing.T) {
-	home := integration(t)
+	home, imagesDir := integration(t)
 	name := fmt.Sprintf("t%d", os.Getpid()%100000)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
-	p := NewProvider(WithNodes(2), WithHome(home), WithImages(os.Getenv("MESHCHAOS_IMAGES")), WithLogf(t.Logf))
+	p := NewProvider(WithNodes(2), WithHome(home), WithImages(imagesDir), WithLogf(t.Logf))
 	p.WithName(name)
 	start := time.Now()
 	kubeconfig, err := p.Create(ctx)
@@ -168,11 +171,11 @@ func TestLocalCluster(t *testing.T) {
 	})
 
 	t.Run("second cluster does not collide; same name refused", func(t *testing.T) {
-		_, err := Up(ctx, Config{Name: name, Nodes: 1, Home: home, ImagesDir: os.Getenv("MESHCHAOS_IMAGES")})
+		_, err := Up(ctx, Config{Name: name, Nodes: 1, Home: home, ImagesDir: imagesDir})
 		require.ErrorIs(t, err, ErrNameInUse)
 		assert.Empty(t, Leftovers(home, name+"x"))
 
-		b, err := Up(ctx, Config{Name: name + "b", Nodes: 1, Home: home, ImagesDir: os.Getenv("MESHCHAOS_IMAGES"), Logf: t.Logf})
+		b, err := Up(ctx, Config{Name: name + "b", Nodes: 1, Home: home, ImagesDir: imagesDir, Logf: t.Logf})
 		require.NoError(t, err)
 		bcs, err := kubernetes.NewForConfig(b.RESTConfig())
 		require.NoError(t, err)

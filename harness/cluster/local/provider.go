@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/e2e-framework/support"
 	"sigs.k8s.io/yaml"
 
+	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/images"
 )
 
@@ -28,6 +29,7 @@ type Provider struct {
 	nodes     int
 	home      string
 	imagesDir string
+	binDir    string
 	logf      func(string, ...any)
 	cluster   *Cluster
 }
@@ -43,7 +45,8 @@ func WithNodes(n int) Option { return func(p *Provider) { p.nodes = n } }
 // WithHome sets the state root (default Home()).
 func WithHome(dir string) Option { return func(p *Provider) { p.home = dir } }
 
-// WithImages sets the directory of image tarballs loaded at start (default $MESHCHAOS_IMAGES).
+// WithImages sets the directory of image tarballs loaded at start (default: bins.ImagesDir finds
+// `make images`' output).
 func WithImages(dir string) Option { return func(p *Provider) { p.imagesDir = dir } }
 
 // WithLogf sets the progress reporter.
@@ -67,9 +70,6 @@ func (p *Provider) SetDefaults() support.E2EClusterProvider {
 	if p.nodes == 0 {
 		p.nodes = 1
 	}
-	if p.imagesDir == "" {
-		p.imagesDir = os.Getenv("MESHCHAOS_IMAGES")
-	}
 	if p.version == "" {
 		p.version = KubernetesVersion
 	}
@@ -83,11 +83,9 @@ func (p *Provider) WithName(name string) support.E2EClusterProvider { p.name = n
 // KubernetesVersion, since the binaries are built for that one.
 func (p *Provider) WithVersion(v string) support.E2EClusterProvider { p.version = v; return p }
 
-// WithPath implements support.E2EClusterProvider: the directory holding the Kubernetes binaries.
-func (p *Provider) WithPath(dir string) support.E2EClusterProvider {
-	os.Setenv("MESHCHAOS_BIN_DIR", dir)
-	return p
-}
+// WithPath implements support.E2EClusterProvider: the directory searched first for etcd and the
+// Kubernetes binaries (see bins.Finder).
+func (p *Provider) WithPath(dir string) support.E2EClusterProvider { p.binDir = dir; return p }
 
 // WithOpts implements support.E2EClusterProvider.
 func (p *Provider) WithOpts(opts ...support.ClusterOpts) support.E2EClusterProvider {
@@ -110,8 +108,12 @@ func (p *Provider) Create(ctx context.Context, args ...string) (string, error) {
 	if p.version != KubernetesVersion && p.version != strings.TrimPrefix(KubernetesVersion, "v") {
 		return "", fmt.Errorf("local provider runs Kubernetes %s (what 'make bins' builds), not %s", KubernetesVersion, p.version)
 	}
-	logf := p.logf
-	c, err := Up(ctx, Config{Name: p.name, Nodes: p.nodes, Home: p.home, ImagesDir: p.imagesDir, Logf: logf})
+	imagesDir, err := bins.ImagesDir(p.imagesDir)
+	if err != nil {
+		return "", err
+	}
+	p.imagesDir = imagesDir // LoadImage reads it too
+	c, err := Up(ctx, Config{Name: p.name, Nodes: p.nodes, Home: p.home, ImagesDir: imagesDir, BinDir: p.binDir, Logf: p.logf})
 	if err != nil {
 		return "", err
 	}
