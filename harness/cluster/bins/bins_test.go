@@ -9,10 +9,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// clean clears every variable the lookup reads and leaves $PATH empty, so only what a test sets
-// up is found (make test sets MESHCHAOS_BIN_DIR and MESHCHAOS_IMAGES).
+// clean clears every variable the lookup reads, leaves $PATH empty and moves out of the real
+// checkout (whose bin/ may hold everything), so only what a test sets up is found.
 func clean(t *testing.T, names ...string) {
 	t.Helper()
+	t.Chdir(t.TempDir())
 	for _, v := range []string{BinDirEnv, KubebuilderAssetsEnv, ImagesEnv} {
 		t.Setenv(v, "")
 	}
@@ -117,8 +118,7 @@ func TestPathOrderOfDirectories(t *testing.T) {
 
 func TestPathFallsBackToTheExecutablesDirectory(t *testing.T) {
 	const name = "meshchaos-bins-test-tool"
-	clean(t, name)
-	t.Chdir(t.TempDir()) // outside any checkout
+	clean(t, name) // outside any checkout
 	want := writeExe(t, exeDir(t, name))
 	p, err := Path(name)
 	require.NoError(t, err)
@@ -143,7 +143,6 @@ func TestPathRejectsNonExecutableOverride(t *testing.T) {
 func TestAllNamesEveryMissingBinary(t *testing.T) {
 	clean(t)
 	t.Setenv(BinDirEnv, t.TempDir())
-	t.Chdir(t.TempDir())
 	_, err := All("no-such-a", "no-such-b")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "no-such-a, no-such-b")
