@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 	"github.com/meshchaos/meshchaos/harness/experiment"
 	"github.com/meshchaos/meshchaos/harness/runner"
@@ -63,8 +64,8 @@ func TestCPOOMRestartBothWays(t *testing.T) {
 		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
 	}
 	require.NoError(t, local.Preflight())
-	imagesDir := os.Getenv("MESHCHAOS_IMAGES")
-	require.NotEmpty(t, imagesDir, "set MESHCHAOS_IMAGES to the output of 'make images' (make test does)")
+	imagesDir, err := bins.ImagesDir("")
+	require.NoError(t, err)
 	home, err := os.MkdirTemp("", "mc")
 	require.NoError(t, err)
 	defer os.RemoveAll(home)
