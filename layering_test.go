@@ -52,12 +52,7 @@ var rules = []rule{
 
 // knownViolations are allowed for now, each with its way out. The test logs them, and fails on
 // an entry that no longer occurs, so delete the entry together with the import.
-var knownViolations = []violation{
-	// experiments brings its cluster up with local.Up (and so depends on apiserver too); it is
-	// moving behind the substrate interface. Both entries go with that import.
-	{pkg: "experiments", dep: "harness/cluster/local"},
-	{pkg: "experiments", dep: "harness/cluster/apiserver"},
-}
+var knownViolations = []violation{}
 
 // pkg is one package of the module: its direct and its transitive dependencies inside the module.
 type pkg struct {

@@ -32,6 +32,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/cluster/apiserver"
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/cluster/internal/proc"
+	"github.com/meshchaos/meshchaos/harness/kube"
 	"github.com/meshchaos/meshchaos/harness/netns"
 	"github.com/meshchaos/meshchaos/images"
 )
@@ -196,7 +197,7 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err := deployDNS(ctx, cs); err != nil {
 		return c, fmt.Errorf("deploy CoreDNS: %w", err)
 	}
-	if err := WaitDeploymentReady(ctx, cs, "kube-system", "coredns", 90*time.Second); err != nil {
+	if err := kube.WaitDeploymentReady(ctx, cs, "kube-system", "coredns", 90*time.Second); err != nil {
 		return c, fmt.Errorf("CoreDNS: %w", err)
 	}
 

@@ -2,8 +2,6 @@ package local
 
 import (
 	"context"
-	"fmt"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -100,59 +98,4 @@ func deployDNS(ctx context.Context, cs kubernetes.Interface) error {
 		return err
 	}
 	return nil
-}
-
-// WaitDeploymentReady waits until every replica of a Deployment is available. On timeout the
-// error says what its pods are doing.
-func WaitDeploymentReady(ctx context.Context, cs kubernetes.Interface, ns, name string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		d, err := cs.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-		if err == nil && d.Spec.Replicas != nil && d.Status.ObservedGeneration >= d.Generation &&
-			d.Status.AvailableReplicas == *d.Spec.Replicas && d.Status.UpdatedReplicas == *d.Spec.Replicas {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("deployment %s/%s not available after %s: %s", ns, name, timeout, podStates(ctx, cs, ns, d))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-// podStates summarises the pods of a Deployment for an error message.
-func podStates(ctx context.Context, cs kubernetes.Interface, ns string, d *appsv1.Deployment) string {
-	if d == nil || d.Spec.Selector == nil {
-		return "deployment not found"
-	}
-	sel := metav1.FormatLabelSelector(d.Spec.Selector)
-	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
-	if err != nil {
-		return err.Error()
-	}
-	if len(pods.Items) == 0 {
-		return "no pods (scheduler or controller-manager not running?)"
-	}
-	var s string
-	for _, p := range pods.Items {
-		s += fmt.Sprintf("[%s %s node=%q", p.Name, p.Status.Phase, p.Spec.NodeName)
-		for _, c := range p.Status.Conditions {
-			if c.Status != corev1.ConditionTrue && c.Message != "" {
-				s += fmt.Sprintf(" %s: %s", c.Type, c.Message)
-			}
-		}
-		for _, st := range p.Status.ContainerStatuses {
-			if w := st.State.Waiting; w != nil {
-				s += fmt.Sprintf(" %s waiting: %s %s", st.Name, w.Reason, w.Message)
-			}
-			if t := st.LastTerminationState.Terminated; t != nil {
-				s += fmt.Sprintf(" %s last exit: %s (%d)", st.Name, t.Reason, t.ExitCode)
-			}
-		}
-		s += "] "
-	}
-	return s
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
+	"github.com/meshchaos/meshchaos/harness/kube"
 	"github.com/meshchaos/meshchaos/images"
 	"github.com/meshchaos/meshchaos/workloads/echo"
 )
@@ -242,7 +243,7 @@ func deployEcho(ctx context.Context, t *testing.T, cs kubernetes.Interface) *cor
 		}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	require.NoError(t, WaitDeploymentReady(ctx, cs, "default", "echo", 2*time.Minute))
+	require.NoError(t, kube.WaitDeploymentReady(ctx, cs, "default", "echo", 2*time.Minute))
 	return svc
 }
 

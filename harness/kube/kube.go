@@ -1,7 +1,8 @@
+// Package kube holds the Kubernetes helpers the harness needs, written once: apply of
+// multi-document YAML with mutators (pin to a node, limits), CRD installation, and waits built on
+// client-go's wait package (no hand-written polling loops elsewhere), with one pod and one
+// Deployment readiness rule.
 package kube
-
-// TEMPORARY: stands in for the harness/kube helpers being written on branch k-kube; deleted at
-// the merge.
 
 import (
 	"context"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -18,7 +20,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	cpmanifests "github.com/meshchaos/meshchaos/controlplane/manifests"
-	"github.com/meshchaos/meshchaos/harness/cluster/local"
 )
 
 type Mutator = func(*unstructured.Unstructured)
@@ -78,8 +79,60 @@ func MemoryLimit(container, qty string) func(*unstructured.Unstructured) {
 	return setLimit("memory", container, qty)
 }
 
+// WaitDeploymentReady waits until every replica of a Deployment is available. On timeout the
+// error says what its pods are doing.
 func WaitDeploymentReady(ctx context.Context, cs kubernetes.Interface, ns, name string, timeout time.Duration) error {
-	return local.WaitDeploymentReady(ctx, cs, ns, name, timeout)
+	var d *appsv1.Deployment
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		got, err := cs.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		d = got
+		return d.Spec.Replicas != nil && d.Status.ObservedGeneration >= d.Generation &&
+			d.Status.AvailableReplicas == *d.Spec.Replicas && d.Status.UpdatedReplicas == *d.Spec.Replicas, nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("deployment %s/%s not available after %s: %s", ns, name, timeout, podStates(context.WithoutCancel(ctx), cs, ns, d))
+	}
+	return nil
+}
+
+// podStates summarises the pods of a Deployment for an error message.
+func podStates(ctx context.Context, cs kubernetes.Interface, ns string, d *appsv1.Deployment) string {
+	if d == nil || d.Spec.Selector == nil {
+		return "deployment not found"
+	}
+	sel := metav1.FormatLabelSelector(d.Spec.Selector)
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return err.Error()
+	}
+	if len(pods.Items) == 0 {
+		return "no pods (scheduler or controller-manager not running?)"
+	}
+	var s string
+	for _, p := range pods.Items {
+		s += fmt.Sprintf("[%s %s node=%q", p.Name, p.Status.Phase, p.Spec.NodeName)
+		for _, c := range p.Status.Conditions {
+			if c.Status != corev1.ConditionTrue && c.Message != "" {
+				s += fmt.Sprintf(" %s: %s", c.Type, c.Message)
+			}
+		}
+		for _, st := range p.Status.ContainerStatuses {
+			if w := st.State.Waiting; w != nil {
+				s += fmt.Sprintf(" %s waiting: %s %s", st.Name, w.Reason, w.Message)
+			}
+			if t := st.LastTerminationState.Terminated; t != nil {
+				s += fmt.Sprintf(" %s last exit: %s (%d)", st.Name, t.Reason, t.ExitCode)
+			}
+		}
+		s += "] "
+	}
+	return s
 }
 
 func PodReady(p *corev1.Pod) (bool, time.Time) {
@@ -109,27 +162,23 @@ func PodIPs(ctx context.Context, cs kubernetes.Interface, ns, selector string) (
 }
 
 func WaitPod(ctx context.Context, cs kubernetes.Interface, ns, name string, timeout time.Duration, cond func(*corev1.Pod) (bool, error)) (*corev1.Pod, error) {
-	deadline := time.Now().Add(timeout)
-	for {
+	var last *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err == nil {
-			ok, cerr := cond(p)
-			if cerr != nil {
-				return nil, cerr
-			}
-			if ok {
-				return p, nil
-			}
+		if err != nil {
+			return false, nil // transient: the API may be busy
 		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("pod %s/%s: condition not met within %s", ns, name, timeout)
+		last = p
+		return cond(p)
+	})
+	if err != nil {
+		phase := "never read"
+		if last != nil {
+			phase = string(last.Status.Phase)
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+		return nil, fmt.Errorf("pod %s/%s: condition not met within %s (phase %s): %w", ns, name, timeout, phase, err)
 	}
+	return last, nil
 }
 
 func LastTermination(p *corev1.Pod, container string) *corev1.ContainerStateTerminated {
