@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshchaos/meshchaos/harness/kube"
+
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -70,10 +72,10 @@ func TestInCluster(t *testing.T) {
 	require.NoError(t, err)
 
 	// The control plane, as the harness deploys it.
-	require.NoError(t, manifests.InstallCRDs(ctx, cfg))
+	require.NoError(t, kube.InstallCRDs(ctx, cfg, manifests.CRDs))
 	data, err := manifests.ControlPlane(manifests.Params{SyncGate: true})
 	require.NoError(t, err)
-	require.NoError(t, manifests.Apply(ctx, cfg, data))
+	require.NoError(t, kube.Apply(ctx, cfg, data))
 
 	var cpIP string
 	waitFor(t, 2*time.Minute, "control plane pod Ready (its readiness probe is the sync gate)", func() bool {

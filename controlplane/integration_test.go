@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshchaos/meshchaos/harness/kube"
+
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -48,7 +50,7 @@ func startCluster(t testing.TB) *testCluster {
 	cfg := s.RESTConfig()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	require.NoError(t, manifests.InstallCRDs(ctx, cfg))
+	require.NoError(t, kube.InstallCRDs(ctx, cfg, manifests.CRDs))
 	ic, err := istioclient.NewForConfig(cfg)
 	require.NoError(t, err)
 	kc, err := kubernetes.NewForConfig(cfg)
@@ -221,8 +223,8 @@ func TestIntegration(t *testing.T) {
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		require.NoError(t, manifests.Apply(ctx, c.cfg, data))
-		require.NoError(t, manifests.Apply(ctx, c.cfg, data), "apply is idempotent")
+		require.NoError(t, kube.Apply(ctx, c.cfg, data))
+		require.NoError(t, kube.Apply(ctx, c.cfg, data), "apply is idempotent")
 	})
 
 	t.Run("Bulk", func(t *testing.T) { testBulk(t, c) })

@@ -1,14 +1,17 @@
-package manifests
+package manifests_test
 
 import (
 	"testing"
+
+	"github.com/meshchaos/meshchaos/controlplane/manifests"
+	"github.com/meshchaos/meshchaos/harness/kube"
 
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 func TestCRDsAreServiceEntryAndWorkloadEntry(t *testing.T) {
-	objs, err := Decode(CRDs)
+	objs, err := kube.Decode(manifests.CRDs)
 	require.NoError(t, err)
 	var names []string
 	for _, o := range objs {
@@ -26,9 +29,9 @@ func TestCRDsAreServiceEntryAndWorkloadEntry(t *testing.T) {
 }
 
 func TestControlPlaneManifests(t *testing.T) {
-	data, err := ControlPlane(Params{SyncGate: false, Regress: []string{"ungated", "quadratic-scope"}})
+	data, err := manifests.ControlPlane(manifests.Params{SyncGate: false, Regress: []string{"ungated", "quadratic-scope"}})
 	require.NoError(t, err)
-	objs, err := Decode(data)
+	objs, err := kube.Decode(data)
 	require.NoError(t, err)
 	kinds := map[string]*unstructured.Unstructured{}
 	for _, o := range objs {

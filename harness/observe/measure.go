@@ -20,10 +20,13 @@ type Role string
 // workload.
 const RoleControlPlane Role = "control-plane"
 
-// Sink is what a running measurement reports to: the run's timeline and log.
+// Sink is what a running measurement reports to: the run's timeline and log, and the run's
+// background work (which the run waits for before it writes its summary).
 type Sink interface {
 	RecordEvent(e results.Event)
 	Logf(format string, args ...any)
+	// Background runs fn until the measurement window ends (fn's ctx is then cancelled).
+	Background(fn func(ctx context.Context))
 }
 
 // Measurement is one thing the harness measures during a run.
@@ -31,7 +34,8 @@ type Measurement interface {
 	// Name and Role key the measurement in the summary.
 	Name() string
 	Role() Role
-	// Start begins measuring; background work ends with ctx.
+	// Start begins measuring; loops run through sink.Background, and anything else it starts
+	// ends with ctx.
 	Start(ctx context.Context, sink Sink) error
 	// Gather writes what was measured so far into s, including its own health.
 	Gather(s *results.Summary)
@@ -137,14 +141,16 @@ func (m *ControlPlaneMetrics) Start(ctx context.Context, sink Sink) error {
 	if iv <= 0 {
 		iv = 500 * time.Millisecond
 	}
-	go m.s.Run(ctx, iv, func(err error) {
-		m.mu.Lock()
-		first := m.lastErr == nil
-		m.lastErr = err
-		m.mu.Unlock()
-		if first {
-			sink.Logf("scrape %s: %v (further failures are counted in the summary)", m.URL, err)
-		}
+	sink.Background(func(ctx context.Context) {
+		m.s.Run(ctx, iv, func(err error) {
+			m.mu.Lock()
+			first := m.lastErr == nil
+			m.lastErr = err
+			m.mu.Unlock()
+			if first {
+				sink.Logf("scrape %s: %v (further failures are counted in the summary)", m.URL, err)
+			}
+		})
 	})
 	return nil
 }
@@ -367,14 +373,14 @@ func (m *Memory) Start(ctx context.Context, sink Sink) error {
 			}
 		},
 	}
-	go func() {
+	sink.Background(func(ctx context.Context) {
 		if err := trig.Run(ctx); err != nil {
 			m.mu.Lock()
 			m.err = err
 			m.mu.Unlock()
 			sink.Logf("memory watch: %v", err)
 		}
-	}()
+	})
 	return nil
 }
 

@@ -49,7 +49,7 @@ func (g *Proxies) Start(ctx context.Context, sink Sink) error {
 	if g.Every <= 0 {
 		g.Every = 100 * time.Millisecond
 	}
-	go g.run(ctx, sink)
+	sink.Background(func(ctx context.Context) { g.run(ctx, sink) })
 	return nil
 }
 

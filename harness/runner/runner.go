@@ -236,8 +236,8 @@ func (r *Run) RecordEvent(e results.Event) {
 	}
 }
 
-// background runs fn until the phases end.
-func (r *Run) background(fn func(ctx context.Context)) {
+// Background runs fn until the phases end; the run waits for it before the checks.
+func (r *Run) Background(fn func(ctx context.Context)) {
 	r.bg.Add(1)
 	go func() {
 		defer r.bg.Done()
@@ -269,7 +269,7 @@ func (r *Run) StartTraffic(o traffic.Options) error {
 	}
 	done := make(chan struct{})
 	r.attack, r.attackDone = a, done
-	r.background(func(ctx context.Context) {
+	r.Background(func(ctx context.Context) {
 		r.Event(EventTrafficStart, o.Name, fmt.Sprintf("%d rps for %s", o.Rate, o.Duration))
 		agg, err := a.Run(ctx)
 		detail := ""

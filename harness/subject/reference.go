@@ -73,7 +73,7 @@ func (r *Reference) Deploy(ctx context.Context, c cluster.Cluster, p Placement) 
 	if err != nil {
 		return err
 	}
-	muts := []kube.Mutator{kube.CPULimit(refName, p.CPULimit)}
+	muts := []kube.Mutator{kube.CPULimit(r.Container(), p.CPULimit)}
 	if p.Node > 0 {
 		muts = append(muts, kube.PinToNode(cluster.NodeLabel, fmt.Sprint(p.Node)))
 	}
@@ -102,7 +102,7 @@ func (r *Reference) Namespace() string { return r.ns }
 func (r *Reference) Selector() string { return "app=" + refName }
 
 // Container implements ControlPlane.
-func (r *Reference) Container() string { return refName }
+func (r *Reference) Container() string { return "controlplane" }
 
 // XDSAddress implements ControlPlane.
 func (r *Reference) XDSAddress() string { return r.xds }

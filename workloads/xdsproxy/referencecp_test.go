@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshchaos/meshchaos/harness/kube"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apinet "istio.io/api/networking/v1alpha3"
@@ -60,7 +62,7 @@ func TestGatewayReachesEchoByHostThroughReferenceCP(t *testing.T) {
 	ctx := context.Background()
 	s := apiserver.StartForTest(t)
 	cfg := s.RESTConfig()
-	require.NoError(t, cpmanifests.InstallCRDs(ctx, cfg))
+	require.NoError(t, kube.InstallCRDs(ctx, cfg, cpmanifests.CRDs))
 	kc, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
 	_, err = kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mesh"}}, metav1.CreateOptions{})

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshchaos/meshchaos/harness/kube"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshchaos/meshchaos/controlplane/manifests"
@@ -42,7 +44,7 @@ func TestControlPlaneCommandServes(t *testing.T) {
 	s := apiserver.StartForTest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	require.NoError(t, manifests.InstallCRDs(ctx, s.RESTConfig()))
+	require.NoError(t, kube.InstallCRDs(ctx, s.RESTConfig(), manifests.CRDs))
 
 	runCtx, stop := context.WithCancel(ctx)
 	pr, pw := io.Pipe()
