@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/meshchaos/meshchaos/harness/cgroup"
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 	"github.com/meshchaos/meshchaos/images"
@@ -93,4 +94,31 @@ func TestKubeProxyThrottleDelaysRuleRemoval(t *testing.T) {
 	q, err := g.CPUQuota()
 	require.NoError(t, err)
 	assert.Zero(t, q, "Clear lifts the quota")
+}
+
+// TestCPUThrottleRestoresTheQuotaItFound: a pod's cgroup may have its own CPU limit; clearing
+// the throttle must give that back, not lift every limit.
+func TestCPUThrottleRestoresTheQuotaItFound(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a cgroup")
+	}
+	g, err := cgroup.Create(fmt.Sprintf("/meshchaos-test-throttle-%d", os.Getpid()))
+	require.NoError(t, err)
+	defer g.Remove(5 * time.Second)
+	require.NoError(t, g.SetCPUQuota(0.5))
+	th := &CPUThrottle{Target: "test", Group: g, CPUs: 0.05}
+	ev, err := th.Inject(context.Background())
+	require.NoError(t, err)
+	assert.InDelta(t, 0.05, ev.Values["quotaCPUs"], 0.001)
+	got, err := g.CPUQuota()
+	require.NoError(t, err)
+	assert.InDelta(t, 0.05, got, 0.001)
+	_, err = th.Clear(context.Background())
+	require.NoError(t, err)
+	got, err = g.CPUQuota()
+	require.NoError(t, err)
+	assert.InDelta(t, 0.5, got, 0.001, "the limit the group had before")
+
+	_, err = (&CPUThrottle{Target: "test", Group: g}).Inject(context.Background())
+	assert.ErrorContains(t, err, "CPUs must be > 0")
 }

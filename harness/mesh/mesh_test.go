@@ -1,0 +1,61 @@
+package mesh
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshchaos/meshchaos/harness/subject"
+)
+
+func TestValidate(t *testing.T) {
+	cp, err := subject.Parse("reference")
+	require.NoError(t, err)
+	good := Spec{Nodes: 2, ControlPlane: cp, CP: subject.Placement{Node: 1},
+		Backends:       []Backend{{Name: "echo", Replicas: 2, Node: 2}},
+		ServiceEntries: ServiceEntries{Count: 10, Backend: "echo"},
+		Gateway:        Gateway{Replicas: 1, Node: 2}}
+	require.NoError(t, good.Validate())
+
+	bad := good
+	bad.Nodes = 1
+	assert.ErrorContains(t, bad.Validate(), "gateway on node 2: the cluster has 1 node(s)")
+	bad = good
+	bad.ServiceEntries.Backend = "nginx"
+	assert.ErrorContains(t, bad.Validate(), `backend "nginx", which the mesh does not deploy`)
+	bad = good
+	bad.ControlPlane = nil
+	assert.ErrorContains(t, bad.Validate(), "no control plane under test")
+}
+
+func TestServiceEntriesExpectTheirEndpoints(t *testing.T) {
+	objs, exp := ServiceEntries{Count: 12, Backend: "echo"}.Objects([]string{"10.244.1.2", "10.244.1.3"})
+	require.Len(t, objs, 12)
+	require.Len(t, exp, 12)
+	for i, se := range objs {
+		assert.Equal(t, fmt.Sprintf("se-%d", i), se.Name)
+		assert.Equal(t, "default", se.Namespace)
+		require.Equal(t, []string{Host(i)}, se.Spec.Hosts)
+		require.Len(t, se.Spec.Endpoints, 2)
+		assert.Equal(t, map[string]string{"app": "echo"}, se.Spec.Endpoints[0].Labels)
+		// The oracle: the endpoint addresses at the target port.
+		assert.Equal(t, []string{"10.244.1.2:8080", "10.244.1.3:8080"}, exp[Host(i)])
+	}
+	hosts := exp.Hosts()
+	assert.Equal(t, []string{"se-0.mesh.test", "se-1.mesh.test", "se-2.mesh.test"}, hosts[:3], "generation order, not string order")
+	assert.Equal(t, "se-11.mesh.test", hosts[11])
+}
+
+func TestTargetsEveryGatewayTimesHost(t *testing.T) {
+	_, exp := ServiceEntries{Count: 5, Backend: "echo"}.Objects([]string{"10.244.1.2"})
+	m := &Mesh{Expected: exp, GatewayIPs: []string{"10.244.1.5", "10.244.1.6"}}
+	ts := m.Targets(2)
+	require.Len(t, ts, 4)
+	assert.Equal(t, "http://10.244.1.5:80/", ts[0].URL)
+	assert.Equal(t, "se-0.mesh.test", ts[0].Header.Get("Host"))
+	assert.Equal(t, "http://10.244.1.6:80/", ts[1].URL)
+	assert.Equal(t, "se-1.mesh.test", ts[3].Header.Get("Host"))
+	assert.Len(t, m.Targets(99), 10, "no more hosts than were generated")
+}

@@ -1,0 +1,68 @@
+package params
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var testSet = Set{
+	Rate, Length, Steady, CPMemory, CPCPU,
+	FloatParam("cpus", 0.5, 0.001, 4, "CPUs", "quota"),
+	EnumParam("mode", "hold", []string{"none", "hold", "native"}, "start order"),
+}
+
+func TestResolveDefaultsAndTypes(t *testing.T) {
+	v, err := testSet.Resolve([]string{"rate=200", "cpMemoryLimit=512Mi", "cpCPULimit=250m", "mode=native", "duration=2m"})
+	require.NoError(t, err)
+	assert.Equal(t, 200, v.Int("rate"))
+	assert.Equal(t, int64(512<<20), v.Bytes("cpMemoryLimit"))
+	q, ok := v.Quantity("cpCPULimit")
+	require.True(t, ok)
+	assert.Equal(t, int64(250), q.MilliValue())
+	assert.Equal(t, "native", v.String("mode"))
+	assert.Equal(t, 2*time.Minute, v.Duration("duration"))
+	assert.Equal(t, 10*time.Second, v.Duration("steady"), "default")
+	assert.Equal(t, 0.5, v.Float("cpus"))
+	_, ok = v.Quantity("cpCPULimit-missing")
+	assert.False(t, ok)
+}
+
+func TestResolveRefusesOutOfRangeWithTheRange(t *testing.T) {
+	for set, want := range map[string]string{
+		"rate=0":             `rate="0": want a whole number from 1 to 10000 rps`,
+		"rate=10001":         "from 1 to 10000",
+		"rate=1.5":           "want a whole number",
+		"duration=-1s":       `duration="-1s": want a duration from 5s to 2h0m0s`,
+		"duration=3h":        "from 5s to 2h0m0s",
+		"cpCPULimit=abc":     `want a quantity from 10m to 64, or "" for none`,
+		"cpCPULimit=1m":      "from 10m to 64",
+		"cpMemoryLimit=1Mi":  "from 32Mi to 64Gi",
+		"cpMemoryLimit=1Ti":  "from 32Mi to 64Gi",
+		"cpus=0":             "want a number from 0.001 to 4 CPUs",
+		"mode=sidecar-first": "want one of none, hold, native",
+		"nope=1":             "unknown parameter; known parameters: rate",
+		"=1":                 "use name=value",
+	} {
+		_, err := testSet.Resolve([]string{set})
+		if assert.Error(t, err, set) {
+			assert.Contains(t, err.Error(), want, set)
+		}
+	}
+}
+
+func TestOptionalAllowsNone(t *testing.T) {
+	v, err := testSet.Resolve([]string{"cpCPULimit="})
+	require.NoError(t, err)
+	_, ok := v.Quantity("cpCPULimit")
+	assert.False(t, ok)
+	_, err = testSet.Resolve([]string{"rate="})
+	assert.Error(t, err, "rate is not optional")
+}
+
+func TestBadDefaultIsABugNotAPass(t *testing.T) {
+	_, err := Set{Rate.WithDefault("0")}.Resolve(nil)
+	assert.ErrorContains(t, err, "a bug in the experiment")
+}

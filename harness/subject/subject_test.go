@@ -1,0 +1,67 @@
+package subject
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/meshchaos/meshchaos/controlplane/metrics"
+)
+
+func TestParse(t *testing.T) {
+	cp, err := Parse("reference")
+	require.NoError(t, err)
+	assert.Equal(t, "reference", cp.Name())
+	assert.True(t, cp.(*Reference).gated())
+
+	cp, err = Parse("reference:ungated, we-stale-label")
+	require.NoError(t, err)
+	assert.Equal(t, "reference:ungated,we-stale-label", cp.Name())
+	assert.False(t, cp.(*Reference).gated())
+
+	_, err = Parse("reference:nope")
+	assert.ErrorContains(t, err, `unknown regression switch "nope"`)
+	_, err = Parse("istiod")
+	assert.ErrorContains(t, err, "use reference or reference:<switch>")
+}
+
+func TestMetricMatches(t *testing.T) {
+	m := Metric{Name: "pushes", Labels: map[string]string{"kind": "full"}}
+	assert.True(t, m.Matches("pushes", map[string]string{"kind": "full", "pod": "a"}), "other labels are summed over")
+	assert.False(t, m.Matches("pushes", map[string]string{"kind": "eds"}))
+	assert.False(t, m.Matches("pushes", nil))
+	assert.False(t, m.Matches("other", map[string]string{"kind": "full"}))
+	assert.True(t, Metric{Name: "pilot_xds"}.Matches("pilot_xds", nil))
+}
+
+// TestReferenceMetricsExist: every measure the reference maps is a metric the reference control
+// plane registers, with the labels it maps (a rename there must break here, not give an
+// experiment a silently missing measure).
+func TestReferenceMetricsExist(t *testing.T) {
+	m := metrics.New()
+	ref := &Reference{}
+	// Labelled series exist once a label value is used: use exactly the mapped labels (With
+	// panics on a label name the metric does not have).
+	for _, measure := range []Measure{FullPushes, EDSPushes} {
+		m.Pushes.With(prometheus.Labels(ref.Metrics()[measure].Labels)).Add(0)
+	}
+	fams, err := m.Registry.Gather()
+	require.NoError(t, err)
+	names := map[string]bool{}
+	for _, f := range fams {
+		names[f.GetName()] = true
+	}
+	for measure, metric := range ref.Metrics() {
+		assert.True(t, names[metric.Name], "%s: %s is not registered by the reference control plane", measure, metric.Name)
+	}
+}
+
+func TestReferenceURLs(t *testing.T) {
+	ref := &Reference{}
+	pod := &corev1.Pod{Status: corev1.PodStatus{PodIP: "10.244.0.5"}}
+	assert.Equal(t, "http://10.244.0.5:15014", ref.AdminURL(pod))
+	assert.Equal(t, "http://10.244.0.5:15014/debug/ballast?mb=512&step=4&every=100ms", ref.BallastURL(pod, 512))
+}
