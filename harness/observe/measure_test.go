@@ -23,8 +23,12 @@ type sink struct {
 	ctx    context.Context
 }
 
-func (s *sink) RecordEvent(e results.Event) { s.mu.Lock(); s.events = append(s.events, e); s.mu.Unlock() }
-func (s *sink) Logf(string, ...any)         {}
+func (s *sink) RecordEvent(e results.Event) {
+	s.mu.Lock()
+	s.events = append(s.events, e)
+	s.mu.Unlock()
+}
+func (s *sink) Logf(string, ...any) {}
 func (s *sink) Background(fn func(ctx context.Context)) {
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); fn(s.ctx) }()
