@@ -262,15 +262,34 @@ func podStates(ctx context.Context, cs kubernetes.Interface, ns string, d *appsv
 	return s
 }
 
+// ReadyCondition is the pod's Ready condition, nil before kubelet has reported one.
+func ReadyCondition(p *corev1.Pod) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == corev1.PodReady {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
 // PodReady is the one pod readiness rule: the Ready condition is True; it also returns when the
 // condition last changed (the API keeps whole seconds).
 func PodReady(p *corev1.Pod) (bool, time.Time) {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue, c.LastTransitionTime.Time
+	c := ReadyCondition(p)
+	if c == nil {
+		return false, time.Time{}
+	}
+	return c.Status == corev1.ConditionTrue, c.LastTransitionTime.Time
+}
+
+// NodeReady is the one node readiness rule: the Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
 		}
 	}
-	return false, time.Time{}
+	return false
 }
 
 // PodIPs lists the IPs of the ready pods matching selector, sorted; none is an error.

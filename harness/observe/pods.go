@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/meshchaos/meshchaos/harness/kube"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -148,15 +149,6 @@ func (w *PodWatcher) emit(e results.Event) {
 	}
 }
 
-func readyCondition(p *corev1.Pod) *corev1.PodCondition {
-	for i := range p.Status.Conditions {
-		if p.Status.Conditions[i].Type == corev1.PodReady {
-			return &p.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
 // diff turns the change from o to n into events.
 func (w *PodWatcher) diff(o, n *corev1.Pod) {
 	name := podName(n)
@@ -202,17 +194,19 @@ func (w *PodWatcher) diff(o, n *corev1.Pod) {
 			events = append(events, results.Event{At: at, Kind: PodRestarted, Object: obj, Detail: detail})
 		}
 	}
-	oc, nc := readyCondition(o), readyCondition(n)
-	wasReady := oc != nil && oc.Status == corev1.ConditionTrue
-	if nc != nil && (nc.Status == corev1.ConditionTrue) != wasReady && (oc != nil || nc.Status == corev1.ConditionTrue) {
+	oc, nc := kube.ReadyCondition(o), kube.ReadyCondition(n)
+	wasReady, _ := kube.PodReady(o)
+	isReady, since := kube.PodReady(n)
+	// A first condition that says NotReady is no transition.
+	if nc != nil && isReady != wasReady && (oc != nil || isReady) {
 		kind := PodNotReady
-		if nc.Status == corev1.ConditionTrue {
+		if isReady {
 			kind = PodReady
 			w.stats.Ready++
 		} else {
 			w.stats.NotReady++
 		}
-		events = append(events, results.Event{At: nc.LastTransitionTime.Time, Kind: kind, Object: name, Detail: nc.Reason})
+		events = append(events, results.Event{At: since, Kind: kind, Object: name, Detail: nc.Reason})
 	}
 	w.mu.Unlock()
 	for _, e := range events {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
+	"github.com/meshchaos/meshchaos/harness/kube"
 	"github.com/meshchaos/meshchaos/harness/runner"
 )
 
@@ -100,10 +101,8 @@ func showCluster(ctx context.Context, cmd *cobra.Command, c *local.Cluster) {
 		fmt.Fprintln(out, "NODE\tSTATUS\tIP\tNETNS")
 		for i, n := range nodes.Items {
 			status := "NotReady"
-			for _, cond := range n.Status.Conditions {
-				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-					status = "Ready"
-				}
+			if kube.NodeReady(&n) {
+				status = "Ready"
 			}
 			ip := ""
 			for _, a := range n.Status.Addresses {

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -268,44 +269,33 @@ func (c *Cluster) startNode(ctx context.Context, n *node, containerdPath string,
 // waitNodesReady waits for every node to report Ready, then lifts the not-ready taint kubelet
 // registers with (the node-lifecycle controller would, but it may lag a fresh node by seconds).
 func (c *Cluster) waitNodesReady(ctx context.Context, cs kubernetes.Interface, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	for k := 1; k <= c.l.nodes; k++ {
 		name := c.l.nodeName(k)
-		for {
+		err := kube.Poll(ctx, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
 			nd, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err == nil && nodeReady(nd) {
-				if err := removeNotReadyTaint(ctx, cs, nd); err != nil {
-					return err
-				}
-				break
+			if err == nil && kube.NodeReady(nd) {
+				return true, removeNotReadyTaint(ctx, cs, nd)
 			}
+			// A node component that died will not make the node Ready: say so at once.
 			for _, n := range c.nodes {
 				for _, p := range []*proc.Process{n.containerd, n.kubelet, n.kubeProxy} {
 					if e := p.ExitError(); e != nil {
-						return e
+						return false, e
 					}
 				}
 			}
-			if time.Now().After(deadline) {
+			return false, nil
+		})
+		if err != nil {
+			if wait.Interrupted(err) {
 				return fmt.Errorf("node %s not Ready after %s; kubelet log:\n%s", name, timeout, c.nodes[k-1].kubelet.Tail(15))
 			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(250 * time.Millisecond):
-			}
+			return err
 		}
 	}
 	return nil
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, cond := range n.Status.Conditions {
-		if cond.Type == corev1.NodeReady {
-			return cond.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func removeNotReadyTaint(ctx context.Context, cs kubernetes.Interface, n *corev1.Node) error {
