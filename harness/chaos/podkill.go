@@ -122,10 +122,8 @@ func (k *PodKill) waitKilled(ctx context.Context, victims []victim, before map[t
 			}
 			return time.Time{}, nil, fmt.Errorf("%s: %d of %d replacement pods appeared within %s: check the pods' controller (kubectl describe) and the namespace's quota", k.Name(), len(fresh), wantNew, timeout)
 		}
-		select {
-		case <-ctx.Done():
-			return time.Time{}, nil, fmt.Errorf("%s: waiting for the kill to take effect: %w", k.Name(), ctx.Err())
-		case <-time.After(pollEvery):
+		if err := pause(ctx, pollEvery); err != nil {
+			return time.Time{}, nil, fmt.Errorf("%s: waiting for the kill to take effect: %w", k.Name(), err)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshchaos/meshchaos/harness/cluster"
@@ -62,6 +63,34 @@ func podGone(ctx context.Context, c kubernetes.Interface, ns, name string, uid t
 		return false, fmt.Errorf("get pod %s/%s: %w", ns, name, err)
 	}
 	return p.UID != uid, nil
+}
+
+// deletePod deletes the pod at once and waits until it is gone.
+func deletePod(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod, timeout time.Duration) error {
+	zero := int64(0)
+	err := c.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete pod %s/%s: %w: delete it by hand (kubectl delete pod)", pod.Namespace, pod.Name, err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, pollEvery, timeout, true, func(ctx context.Context) (bool, error) {
+		return podGone(ctx, c, pod.Namespace, pod.Name, pod.UID)
+	})
+	if err != nil {
+		return fmt.Errorf("pod %s/%s still there %s after its deletion (%w): inspect it with kubectl describe", pod.Namespace, pod.Name, timeout, err)
+	}
+	return nil
+}
+
+// pause waits d, or until ctx ends (then it returns ctx's error).
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // nodeIndex is the 1-based index of the named node in c (cluster.Cluster's numbering).

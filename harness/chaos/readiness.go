@@ -59,10 +59,7 @@ func watchReadiness(ctx context.Context, c kubernetes.Interface, ns, selector st
 					rv = next
 					break
 				}
-				select {
-				case <-ctx.Done():
-				case <-time.After(time.Second):
-				}
+				_ = pause(ctx, time.Second)
 			}
 		}
 	}()
@@ -93,10 +90,7 @@ func (w *readinessWatch) relist(ctx context.Context, c kubernetes.Interface, ns,
 func (w *readinessWatch) follow(ctx context.Context, c kubernetes.Interface, ns, selector, rv string) {
 	wi, err := c.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv})
 	if err != nil {
-		select { // the apiserver may be restarting: do not hammer it
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
+		_ = pause(ctx, time.Second) // the apiserver may be restarting: do not hammer it
 		return
 	}
 	defer wi.Stop()
