@@ -8,8 +8,14 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	istiofake "istio.io/client-go/pkg/clientset/versioned/fake"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	cpmanifests "github.com/meshchaos/meshchaos/controlplane/manifests"
+	"github.com/meshchaos/meshchaos/harness/cluster/apiserver"
 )
 
 // listed counts the ServiceEntries the fake apiserver holds in ns.
@@ -83,4 +89,45 @@ func TestLoadAddressesStayClearOfClusterRanges(t *testing.T) {
 	assert.Equal(t, "10.16.0.0", loadAddress(0))
 	assert.Equal(t, "10.16.1.0", loadAddress(256))
 	assert.Equal(t, "10.95.255.255", loadAddress(maxLoadEndpoints-1))
+}
+
+// Against a real apiserver with the Istio CRDs: the load stops in the batch where the condition
+// began to hold, and Clear's collection delete leaves none.
+func TestConfigLoadOnAPIServer(t *testing.T) {
+	s := apiserver.StartForTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, cpmanifests.InstallCRDs(ctx, s.RESTConfig()))
+	kc, err := kubernetes.NewForConfig(s.RESTConfig())
+	require.NoError(t, err)
+	_, err = kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "load"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	ic, err := istioclient.NewForConfig(s.RESTConfig())
+	require.NoError(t, err)
+	count := func() int {
+		l, err := ic.NetworkingV1().ServiceEntries("load").List(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		return len(l.Items)
+	}
+
+	l := &ConfigLoad{Istio: ic, Namespace: "load", Batch: 50, Max: 1000, Endpoints: 10,
+		Stop: func(ctx context.Context) (bool, error) { return count() >= 120, nil }}
+	ev, err := l.Inject(ctx)
+	require.NoError(t, err)
+	t.Log(ev.Summary)
+	assert.Equal(t, 50.0, ev.Values["created"])
+	res, err := l.Wait(ctx)
+	require.NoError(t, err)
+	assert.True(t, res.Stopped)
+	assert.Equal(t, 150, res.Created, "batches of 50: the condition first holds at 150")
+	assert.Equal(t, 150, count())
+
+	ev, err = l.Clear(ctx)
+	require.NoError(t, err)
+	t.Log(ev.Summary)
+	assert.Zero(t, count(), "Clear deletes every ServiceEntry it created")
+
+	// Without the CRD's namespace the error says what to do.
+	_, err = (&ConfigLoad{Istio: ic, Namespace: "missing", Batch: 1, Max: 1}).Inject(ctx)
+	assert.ErrorContains(t, err, "create namespace missing")
 }

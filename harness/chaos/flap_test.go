@@ -166,3 +166,41 @@ func TestReadinessObserveCountsOnlyChanges(t *testing.T) {
 	assert.Equal(t, 7000, echoPort(a, 7000))
 	assert.Equal(t, 8080, echoPort(&corev1.Pod{}, 0))
 }
+
+// On a real cluster: the running echo pod flaps without a restart, its endpoint in the
+// Service's EndpointSlice turns not-ready and ready again, and Clear leaves it Ready.
+func TestEndpointFlapOnCluster(t *testing.T) {
+	c, cs := sharedCluster(t, "flap")
+	deployEcho(t, c, cs, "flap", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	f := &EndpointFlap{Cluster: c, Client: cs, Namespace: "flap", Selector: "app=echo", Up: 2 * time.Second, Down: 2 * time.Second}
+	ev, err := f.Inject(ctx)
+	require.NoError(t, err)
+	t.Log(ev.Summary)
+	assert.Equal(t, 1.0, ev.Values["pods"])
+
+	// The data path sees it: the endpoint's ready flag in the EndpointSlice goes false, then true.
+	endpointReady := func() (bool, bool) {
+		slices, err := cs.DiscoveryV1().EndpointSlices("flap").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=echo"})
+		if err != nil || len(slices.Items) == 0 || len(slices.Items[0].Endpoints) == 0 {
+			return false, false
+		}
+		r := slices.Items[0].Endpoints[0].Conditions.Ready
+		return r != nil && *r, true
+	}
+	require.Eventually(t, func() bool { r, ok := endpointReady(); return ok && !r }, 30*time.Second, 100*time.Millisecond, "the endpoint turns not-ready")
+	require.Eventually(t, func() bool { r, ok := endpointReady(); return ok && r }, 30*time.Second, 100*time.Millisecond, "and ready again")
+
+	ev, err = f.Clear(ctx)
+	require.NoError(t, err)
+	t.Log(ev.Summary)
+	assert.GreaterOrEqual(t, ev.Values["readyToNotReady"], 1.0)
+	assert.GreaterOrEqual(t, ev.Values["notReadyToReady"], 1.0)
+	assert.Equal(t, 1.0, ev.Values["readyPods"])
+	pods, err := cs.CoreV1().Pods("flap").List(ctx, metav1.ListOptions{LabelSelector: "app=echo"})
+	require.NoError(t, err)
+	require.Len(t, pods.Items, 1)
+	assert.True(t, podReady(&pods.Items[0]), "Ready after Clear")
+	assert.Zero(t, pods.Items[0].Status.ContainerStatuses[0].RestartCount, "flapping never restarted the container")
+}

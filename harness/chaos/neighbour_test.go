@@ -95,3 +95,45 @@ func TestPodStartingReadsTheStatus(t *testing.T) {
 	_, stuck = podStarting(p)
 	assert.Contains(t, stuck, "kubectl logs")
 }
+
+// On a real cluster: the hog runs on node 1 and the node's pods (kubelet's kubepods cgroup) use
+// the CPU it burns; Clear removes the pod and its cgroup.
+func TestNoisyNeighbourOnCluster(t *testing.T) {
+	c, cs := sharedCluster(t, "noisy")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n := &NoisyNeighbour{Cluster: c, Client: cs, Node: 1, CPUs: 0.5, Namespace: "noisy", Window: time.Second}
+	ev, err := n.Inject(ctx)
+	require.NoError(t, err)
+	t.Log(ev.Summary)
+	assert.GreaterOrEqual(t, ev.Values["cpus"], 0.25)
+	assert.LessOrEqual(t, ev.Values["cpus"], 0.7, "a duty cycle, not a whole CPU")
+
+	pod, err := cs.CoreV1().Pods("noisy").Get(ctx, "hog-node1", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, c.Nodes()[0], pod.Spec.NodeName)
+	assert.Equal(t, corev1.PodQOSBurstable, pod.Status.QOSClass, "requests CPU, no limit")
+	podsGroup, err := c.PodsCgroup(1)
+	require.NoError(t, err)
+	u0, err := podsGroup.CPUUsage()
+	require.NoError(t, err)
+	t0 := time.Now()
+	var rate float64
+	require.Eventually(t, func() bool {
+		u1, err := podsGroup.CPUUsage()
+		require.NoError(t, err)
+		rate = (u1 - u0).Seconds() / time.Since(t0).Seconds()
+		return time.Since(t0) > time.Second && rate >= 0.25
+	}, 20*time.Second, 200*time.Millisecond, "node 1's pods burn the hog's CPU")
+	t.Logf("node 1's pods: %.2f CPU", rate)
+	hogGroup, err := c.PodCgroup(pod)
+	require.NoError(t, err)
+
+	ev, err = n.Clear(ctx)
+	require.NoError(t, err)
+	t.Log(ev.Summary)
+	assert.Greater(t, ev.Values["cpuSeconds"], 0.25)
+	_, err = cs.CoreV1().Pods("noisy").Get(ctx, "hog-node1", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "the hog pod is gone: %v", err)
+	require.Eventually(t, func() bool { return !hogGroup.Exists() }, 30*time.Second, 100*time.Millisecond, "kubelet removes the hog's cgroup")
+}

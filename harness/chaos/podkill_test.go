@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -97,4 +98,32 @@ func TestPodKillFailsWithoutProof(t *testing.T) {
 	_, err = (&PodKill{Client: cs, Namespace: "default", Selector: "app=echo", Count: 2}).Inject(context.Background())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "lower Count")
+}
+
+// On a real cluster: the echo pod's UID is gone from the API, the ReplicaSet's replacement
+// runs, and the Deployment is available again.
+func TestPodKillOnCluster(t *testing.T) {
+	c, cs := sharedCluster(t, "pod-kill")
+	deployEcho(t, c, cs, "pod-kill", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	before, err := cs.CoreV1().Pods("pod-kill").List(ctx, metav1.ListOptions{LabelSelector: "app=echo"})
+	require.NoError(t, err)
+	require.Len(t, before.Items, 1)
+	old := before.Items[0]
+
+	zero := int64(0)
+	ev, err := (&PodKill{Client: cs, Namespace: "pod-kill", Selector: "app=echo", Grace: &zero}).Inject(ctx)
+	require.NoError(t, err)
+	t.Log(ev.Summary)
+	assert.Equal(t, 1.0, ev.Values["killed"])
+	assert.Equal(t, 1.0, ev.Values["replaced"])
+
+	_, err = cs.CoreV1().Pods("pod-kill").Get(ctx, old.Name, metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "the killed pod is gone: %v", err)
+	require.Eventually(t, func() bool {
+		after, err := cs.CoreV1().Pods("pod-kill").List(ctx, metav1.ListOptions{LabelSelector: "app=echo"})
+		require.NoError(t, err)
+		return len(after.Items) == 1 && after.Items[0].UID != old.UID && podReady(&after.Items[0])
+	}, time.Minute, 100*time.Millisecond, "a new pod serves")
 }
