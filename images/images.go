@@ -61,6 +61,8 @@ var Catalog = []Spec{
 	{Name: "xdsproxy", Binary: Self, Args: []string{"workload", "xdsproxy"}},
 	{Name: "startup-app", Binary: Self, Args: []string{"workload", "startup-app"}},
 	{Name: "adsload", Binary: Self, Args: []string{"workload", "adsload"}},
+	// The noisy neighbour (chaos.NoisyNeighbour); --cpus is set by the pod.
+	{Name: "hog", Binary: Self, Args: []string{"workload", "hog"}},
 }
 
 // Lookup returns the catalog entry for name.

@@ -272,6 +272,31 @@ func (g *Group) CPUStat() (CPUStat, error) {
 	return st, nil
 }
 
+// CPUUsage is the CPU time the group's processes (and its descendants') have used since the
+// group was created: cpuacct.usage on v1, usage_usec of cpu.stat on v2.
+func (g *Group) CPUUsage() (time.Duration, error) {
+	d, ok := g.dir("cpuacct")
+	if !ok {
+		return 0, errors.New("no cpuacct controller is mounted (nor a unified hierarchy)")
+	}
+	if isV2(d) {
+		kv, err := readKV(filepath.Join(d, "cpu.stat"))
+		if err != nil {
+			return 0, fmt.Errorf("cpu usage of %s: %w", g.Path, err)
+		}
+		v, ok := kv["usage_usec"]
+		if !ok {
+			return 0, fmt.Errorf("cpu usage of %s: no usage_usec in %s/cpu.stat", g.Path, d)
+		}
+		return time.Duration(v) * time.Microsecond, nil
+	}
+	ns, err := readInt(filepath.Join(d, "cpuacct.usage"))
+	if err != nil {
+		return 0, fmt.Errorf("cpu usage of %s: %w", g.Path, err)
+	}
+	return time.Duration(ns), nil
+}
+
 // Procs lists every pid in the group and its descendants (from one hierarchy that has it).
 func (g *Group) Procs() []int {
 	seen := map[int]bool{}

@@ -43,10 +43,19 @@ func TestCPUQuotaThrottlesAndClears(t *testing.T) {
 	assert.InDelta(t, 0.1, q, 0.001)
 	before, err := g.CPUStat()
 	require.NoError(t, err)
+	used0, err := g.CPUUsage()
+	require.NoError(t, err)
+	start := time.Now()
 	time.Sleep(700 * time.Millisecond)
 	during, err := g.CPUStat()
 	require.NoError(t, err)
+	used1, err := g.CPUUsage()
+	require.NoError(t, err)
 	assert.Greater(t, during.ThrottledPeriods-before.ThrottledPeriods, int64(3), "a spinning process over its quota is throttled")
+	// The quota caps the usage the group accounts: about 10 % of the wall time, never much more.
+	used := used1 - used0
+	assert.Greater(t, used, time.Duration(0), "the spinning process's CPU time is accounted to the group")
+	assert.Less(t, used.Seconds(), 0.1*time.Since(start).Seconds()+0.03, "usage stays within the quota")
 
 	// Below 1 ms per 100 ms the period stretches instead of the quota being clamped.
 	require.NoError(t, g.SetCPUQuota(0.002))
@@ -63,4 +72,28 @@ func TestCPUQuotaThrottlesAndClears(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	after2, _ := g.CPUStat()
 	assert.Equal(t, after1.ThrottledPeriods, after2.ThrottledPeriods, "no throttling once the quota is cleared")
+}
+
+// CPUUsage reads cpuacct.usage (ns) on v1 and usage_usec of cpu.stat on v2.
+func TestCPUUsageReadsBothVersions(t *testing.T) {
+	v1 := t.TempDir()
+	require.NoError(t, os.MkdirAll(v1+"/g", 0o755))
+	require.NoError(t, os.WriteFile(v1+"/g/cpuacct.usage", []byte("1500000000\n"), 0o644))
+	g := &Group{Path: "/g", hs: []Hierarchy{{Dir: t.TempDir(), Controllers: []string{"cpu"}}, {Dir: v1, Controllers: []string{"cpuacct"}}}}
+	u, err := g.CPUUsage()
+	require.NoError(t, err)
+	assert.Equal(t, 1500*time.Millisecond, u)
+
+	v2 := t.TempDir()
+	require.NoError(t, os.MkdirAll(v2+"/g", 0o755))
+	require.NoError(t, os.WriteFile(v2+"/cgroup.controllers", []byte("cpu memory\n"), 0o644))
+	require.NoError(t, os.WriteFile(v2+"/g/cgroup.controllers", []byte("cpu\n"), 0o644))
+	require.NoError(t, os.WriteFile(v2+"/g/cpu.stat", []byte("usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n"), 0o644))
+	g = &Group{Path: "/g", hs: []Hierarchy{{Dir: v2, V2: true}}}
+	u, err = g.CPUUsage()
+	require.NoError(t, err)
+	assert.Equal(t, 2500*time.Millisecond, u)
+
+	_, err = (&Group{Path: "/missing", hs: []Hierarchy{{Dir: v1, Controllers: []string{"cpuacct"}}}}).CPUUsage()
+	assert.Error(t, err)
 }

@@ -19,7 +19,8 @@ type Options struct {
 	// PodName and PodIP are reported in every answer (default: $POD_NAME / hostname, $POD_IP).
 	PodName, PodIP string
 	// ReadyFor and UnreadyFor make /ready flap: ready for ReadyFor, then 503 for UnreadyFor,
-	// repeating from start (both 0: always ready). Env: ECHO_READY_FOR, ECHO_UNREADY_FOR.
+	// repeating from start (both 0: always ready), until POST /control/steady or /control/flap
+	// changes it. Env: ECHO_READY_FOR, ECHO_UNREADY_FOR.
 	ReadyFor, UnreadyFor time.Duration
 	// Latency delays every answer of GET / (env ECHO_LATENCY).
 	Latency time.Duration
@@ -69,13 +70,15 @@ func (o *Options) defaults() {
 }
 
 // Handler serves GET / (the reply, with injected latency and errors), /healthz (liveness,
-// always 200) and /ready (readiness, flapping as configured).
+// always 200), /ready (readiness, flapping as configured) and POST /control/flap and
+// /control/steady, which switch the flapping at run time (control.go).
 func Handler(o Options) http.Handler {
 	o.defaults()
 	mux := http.NewServeMux()
-	start := o.now()
+	ready := newReadiness(o.now, o.ReadyFor, o.UnreadyFor)
+	controlHandlers(mux, ready)
 	mux.HandleFunc("/ready", func(w http.ResponseWriter, r *http.Request) {
-		if !o.readyAt(o.now().Sub(start)) {
+		if !ready.ready() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
 		}

@@ -44,22 +44,14 @@ func (o Options) Validate() error {
 	switch {
 	case o.ErrorRate < 0 || o.ErrorRate > 1:
 		return fmt.Errorf("error rate %v: must be between 0 and 1", o.ErrorRate)
-	case o.ReadyFor < 0 || o.UnreadyFor < 0 || o.Latency < 0:
-		return fmt.Errorf("durations must not be negative")
-	case (o.ReadyFor == 0) != (o.UnreadyFor == 0):
-		return fmt.Errorf("readiness flapping needs both --ready-for and --unready-for")
+	case o.Latency < 0:
+		return fmt.Errorf("--latency %s: must not be negative", o.Latency)
+	case checkFlap(o.ReadyFor, o.UnreadyFor) != nil:
+		return fmt.Errorf("--ready-for %s, --unready-for %s: %v", o.ReadyFor, o.UnreadyFor, checkFlap(o.ReadyFor, o.UnreadyFor))
 	case o.ErrorCode != 0 && (o.ErrorCode < 100 || o.ErrorCode > 599):
 		return fmt.Errorf("error code %d: not an HTTP status", o.ErrorCode)
 	}
 	return nil
-}
-
-// readyAt tells whether the server is in a ready phase at elapsed time since start.
-func (o *Options) readyAt(elapsed time.Duration) bool {
-	if o.ReadyFor <= 0 || o.UnreadyFor <= 0 {
-		return true
-	}
-	return elapsed%(o.ReadyFor+o.UnreadyFor) < o.ReadyFor
 }
 
 // inject applies latency and error injection; false means the reply was already written.

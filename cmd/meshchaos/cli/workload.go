@@ -4,6 +4,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshchaos/meshchaos/workloads/echo"
+	"github.com/meshchaos/meshchaos/workloads/hog"
 )
 
 func init() { register(newWorkloadCmd) }
@@ -18,7 +19,7 @@ func newWorkloadCmd() *cobra.Command {
 		Use:   "workload",
 		Short: "Run a workload process (the entrypoint of the workload images)",
 	}
-	cmd.AddCommand(newEchoCmd())
+	cmd.AddCommand(newEchoCmd(), newHogCmd())
 	for _, c := range workloadCmds {
 		cmd.AddCommand(c())
 	}
@@ -46,5 +47,24 @@ func newEchoCmd() *cobra.Command {
 	f.Float64Var(&o.ErrorRate, "error-rate", 0, "fraction 0..1 of GET / answered with --error-code (env ECHO_ERROR_RATE)")
 	f.IntVar(&o.ErrorCode, "error-code", 0, "status of injected errors (default 500; env ECHO_ERROR_CODE)")
 	f.IntVar(&o.BallastMB, "ballast-mb", 0, "allocate and touch this many MiB at start (memory-limit tests)")
+	return cmd
+}
+
+func newHogCmd() *cobra.Command {
+	var cpus float64
+	cmd := &cobra.Command{
+		Use:   "hog",
+		Short: "Noisy neighbour: burn --cpus CPUs (busy goroutines) until stopped",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := hog.Validate(cpus); err != nil {
+				return Usagef("hog: %v", err)
+			}
+			ctx, cancel := signalContext(cmd.Context())
+			defer cancel()
+			return hog.Run(ctx, cpus)
+		},
+	}
+	cmd.Flags().Float64Var(&cpus, "cpus", 1, "CPUs to burn; fractions run a duty cycle (1.5 = two goroutines busy 75 % of the time)")
 	return cmd
 }

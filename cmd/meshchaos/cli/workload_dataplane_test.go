@@ -49,6 +49,7 @@ func TestWorkloadCommandsRejectBadInput(t *testing.T) {
 		{"workload", "adsload", "--xds", "127.0.0.1:1", "--clients", "0"},
 		{"workload", "startup-app"},
 		{"workload", "echo", "--error-rate", "2"},
+		{"workload", "hog", "--cpus", "0"},
 	} {
 		root := NewRoot()
 		root.SetArgs(args)
