@@ -43,15 +43,23 @@ func closedAddr(t *testing.T) string { return xdstest.FreeAddr(t) }
 
 func startProxy(t *testing.T, xds *xdstest.Server, delta bool) *xdsproxy.Proxy {
 	t.Helper()
-	p, err := xdsproxy.New(xdsproxy.Options{
-		XDSAddress:   xds.Addr,
-		NodeID:       "sidecar~127.0.0.1~app-0.default~default.svc.cluster.local",
-		Cluster:      "app",
-		Delta:        delta,
-		AdminAddress: "127.0.0.1:0",
-		BackoffBase:  20 * time.Millisecond,
-		BackoffMax:   200 * time.Millisecond,
-	})
+	return startProxyWith(t, xdsproxy.Options{XDSAddress: xds.Addr, Delta: delta})
+}
+
+// startProxyWith starts a proxy with opts, filling in a node, an admin listener and a short
+// backoff where opts leaves them unset.
+func startProxyWith(t *testing.T, opts xdsproxy.Options) *xdsproxy.Proxy {
+	t.Helper()
+	if opts.NodeID == "" {
+		opts.NodeID, opts.Cluster = "sidecar~127.0.0.1~app-0.default~default.svc.cluster.local", "app"
+	}
+	if opts.AdminAddress == "" {
+		opts.AdminAddress = "127.0.0.1:0"
+	}
+	if opts.BackoffBase == 0 {
+		opts.BackoffBase, opts.BackoffMax = 20*time.Millisecond, 200*time.Millisecond
+	}
+	p, err := xdsproxy.New(opts)
 	require.NoError(t, err)
 	require.NoError(t, p.Start(context.Background()))
 	t.Cleanup(p.Close)
