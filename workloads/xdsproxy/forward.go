@@ -26,10 +26,6 @@ const (
 	bodyUT = "upstream request timeout"
 )
 
-// flagUC is Envoy's UC (upstream connection termination): the upstream closed or reset the
-// connection before answering.
-const flagUC = "UC"
-
 // maxRetryBody is the largest request body buffered so it can be re-sent on retry (Envoy buffers
 // up to its per-request buffer limit too).
 const maxRetryBody = 64 << 10
@@ -302,7 +298,7 @@ func classify(reqCtx, tryCtx context.Context, err error) *upstreamError {
 	case reqCtx.Err() != nil:
 		return &upstreamError{flag: "DC", err: err} // downstream went away
 	default:
-		return &upstreamError{flag: flagUC, err: err}
+		return &upstreamError{flag: respflags.UpstreamConnectionTermination, err: err}
 	}
 }
 
@@ -315,7 +311,7 @@ func (p *retryPolicy) retriable(flag string) bool {
 	switch flag {
 	case respflags.UpstreamConnectionFailure:
 		return p.connectFailure || p.fiveXX || p.gatewayError
-	case flagUC:
+	case respflags.UpstreamConnectionTermination:
 		return p.reset || p.fiveXX || p.gatewayError
 	case respflags.UpstreamRequestTimeout:
 		return p.perTryTimeout > 0 && (p.fiveXX || p.gatewayError)
@@ -337,7 +333,7 @@ func (f *forwarder) errorHandler(w http.ResponseWriter, r *http.Request, err err
 	fw := r.Context().Value(forwardKey{}).(*forward)
 	var ue *upstreamError
 	if !errors.As(err, &ue) {
-		ue = &upstreamError{flag: flagUC, err: err}
+		ue = &upstreamError{flag: respflags.UpstreamConnectionTermination, err: err}
 	}
 	switch ue.flag {
 	case respflags.UpstreamConnectionFailure:

@@ -18,6 +18,8 @@
 //   - Retries: retry_on connect-failure, reset, 5xx, gateway-error, retriable-status-codes with
 //     num_retries and per_try_timeout; no retry back-off. Route timeouts are honoured (504 UT).
 //   - An updated cluster whose assignment is already known warms at once (Envoy's EDS cache).
+//   - An upstream keep-alive connection closed while idle is noticed when it is next taken from
+//     the pool (Envoy: at once); a close racing with a request fails it with 503 UC, as in Envoy.
 //   - /config_dump shows the last rejection per type on a pseudo-entry's error_state.
 //   - The xDS connection is grpc-go's, configured like Istio's agent (which Envoy reaches through
 //     a local socket): keepalive 30s/10s (grpc-go raises a time below 10s to 10s), and an attempt
