@@ -260,7 +260,15 @@ func TestReadyOnlyAfterClustersWarmAndListeners(t *testing.T) {
 	eventually(t, "cluster a warm, b warming", func() bool {
 		return p.Stats()["cluster_manager.warming_clusters"] == 1 && p.Stats()["cluster_manager.active_clusters"] == 1
 	})
-	time.Sleep(100 * time.Millisecond)
+	// The proxy has processed everything it was sent for v1 once it ACKed the endpoints.
+	eventually(t, "EDS v1 ACKed", func() bool {
+		for _, req := range xds.Requests() {
+			if req.GetTypeUrl() == resourcev3.EndpointType && req.GetVersionInfo() == "v1" && req.GetResponseNonce() != "" {
+				return true
+			}
+		}
+		return false
+	})
 	assert.False(t, p.Ready())
 	for _, req := range xds.Requests() {
 		assert.NotEqual(t, resourcev3.ListenerType, req.GetTypeUrl(), "LDS requested before initial clusters warmed")
@@ -334,9 +342,11 @@ func TestKeepsLastConfigWhileServerIsDownAndResyncs(t *testing.T) {
 	v1, v2 := backend(t, "v1"), backend(t, "v2")
 	addr := xdstest.FreeAddr(t)
 	xds.Set(t, "1", world(addr, []string{v1}, []string{v1})...)
-	p := startProxy(t, xds, false)
+	path := startRelay(t, xds.Addr) // counts the proxy's connection attempts
+	p := startProxyWith(t, xdsproxy.Options{XDSAddress: path.Addr})
 	eventually(t, "proxy ready", p.Ready)
 
+	stopped := time.Now()
 	xds.Stop()
 	eventually(t, "disconnected", func() bool { return p.Stats()["control_plane.connected_state"] == 0 })
 	for range 5 {
@@ -344,7 +354,7 @@ func TestKeepsLastConfigWhileServerIsDownAndResyncs(t *testing.T) {
 		assert.Equal(t, 200, r.code, "last config serves while the control plane is down")
 		assert.Equal(t, "v1", r.backend)
 	}
-	time.Sleep(300 * time.Millisecond) // several failed reconnects
+	eventually(t, "several failed reconnects", func() bool { return len(path.acceptsSince(stopped)) >= 3 })
 	assert.True(t, p.Ready(), "/ready stays 200 once initialized")
 
 	// A restarted server (empty cache, as after an OOM kill) first receives the versions the
