@@ -12,9 +12,11 @@
 //     (tcp_proxy and other network filters are rejected), one per listener (first filter chain
 //     that has one; filter_chain_match is ignored). HTTP filters other than the router are ignored.
 //   - Malformed requests get Go's 400 without the response-flag header (Envoy: 400 with DPE).
-//   - Load balancing is round robin over the healthy hosts of the best priority (weights,
-//     localities, overprovisioning and lb_policy are ignored); no circuit breakers, outlier
-//     detection or active health checks; ORIGINAL_DST clusters have no hosts (503 UH).
+//   - Load balancing is round robin over the healthy hosts of the most preferred priority that
+//     has any, with Envoy's panic threshold (healthy_panic_threshold, default 50 %: below it, all
+//     hosts of that priority) and total panic; load does not spill over to lower priorities, and
+//     weights, localities and lb_policy are ignored. No circuit breakers, outlier detection or
+//     active health checks; ORIGINAL_DST clusters have no hosts (503 UH).
 //   - Retries: retry_on connect-failure, reset, 5xx, gateway-error, retriable-status-codes with
 //     num_retries and per_try_timeout; no retry back-off. Route timeouts are honoured (504 UT).
 //   - An updated cluster whose assignment is already known warms at once (Envoy's EDS cache).

@@ -514,9 +514,7 @@ func (s *state) publishLocked() {
 			s.rr[name] = rr
 		}
 		u := &upstream{name: name, rr: rr, connectTimeout: c.connectTimeout}
-		if set != nil {
-			u.hosts = set.hosts
-		}
+		u.hosts = set.hostsFor(c.panicThreshold)
 		snap.clusters[name] = u
 	}
 	for name, slot := range s.listeners {
