@@ -66,11 +66,16 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-func (p *Proxy) listenerHandler(name string) http.Handler {
+func (p *Proxy) listenerHandler(b *boundListener) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.stats.requests.Add(1)
 		sw := &statusWriter{ResponseWriter: w}
-		p.route(name, sw, r)
+		// A draining listener serves its open connections with its last configuration.
+		ll := b.draining.Load()
+		if ll == nil {
+			ll = p.snap.Load().listeners[b.name]
+		}
+		p.route(ll, sw, r)
 		if sw.code == 0 {
 			sw.code = http.StatusOK
 		}
@@ -79,9 +84,8 @@ func (p *Proxy) listenerHandler(name string) http.Handler {
 }
 
 // route is listener → virtual host → route → cluster → endpoint.
-func (p *Proxy) route(listener string, w http.ResponseWriter, r *http.Request) {
+func (p *Proxy) route(ll *liveListener, w http.ResponseWriter, r *http.Request) {
 	snap := p.snap.Load()
-	ll := snap.listeners[listener]
 	if ll == nil {
 		p.localReply(w, http.StatusNotFound, respflags.NoRouteFound, "")
 		return

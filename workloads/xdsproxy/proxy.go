@@ -2,7 +2,8 @@
 // semantics in everything meshchaos experiments observe: ADS (state of the world or delta) with
 // ACK/NACK; reconnect with Envoy's jittered backoff, a new connection per attempt, keeping the
 // last configuration meanwhile; HTTP/2 keepalive on the xDS connection so a frozen control plane
-// is noticed; deletion of clusters and listeners a SotW response omits; cluster and listener
+// is noticed; deletion of clusters and listeners a SotW response omits; a removed listener
+// drains (new connections refused, open ones served until the drain time); cluster and listener
 // warming; Envoy's local replies with their response flags (in respflags.Header); and Envoy's
 // admin /ready, /config_dump and /stats. The local substrate runs it where real Envoy cannot be
 // installed.
@@ -23,6 +24,8 @@
 //   - An upstream keep-alive connection closed while idle is noticed when it is next taken from
 //     the pool (Envoy: at once); a close racing with a request fails it with 503 UC, as in Envoy.
 //   - /config_dump shows the last rejection per type on a pseudo-entry's error_state.
+//   - A removed listener closes its idle keep-alive connections at once. An updated listener's
+//     open connections continue on the new configuration (Envoy drains them on the old one).
 //   - The xDS connection is grpc-go's, configured like Istio's agent (which Envoy reaches through
 //     a local socket): keepalive 30s/10s (grpc-go raises a time below 10s to 10s), and an attempt
 //     waits up to grpc-go's 20s for the server's HTTP/2 handshake.
@@ -257,18 +260,29 @@ func (p *Proxy) bind(l *listenerCfg) (*boundListener, error) {
 	}
 	b := &boundListener{name: l.name, ln: ln}
 	srv := &http.Server{
-		Handler:           p.listenerHandler(l.name),
+		Handler:           p.listenerHandler(b),
 		ReadHeaderTimeout: 60 * time.Second,
 		IdleTimeout:       time.Hour, // Envoy's default downstream idle timeout
 		ErrorLog:          slogErrorLog(p.log),
+		ConnState: func(c net.Conn, st http.ConnState) {
+			p.stats.downstreamConn(c, st)
+			b.open.Add(connDelta(st))
+		},
 	}
 	b.closeFn = func() {
+		// Envoy's drain of a removed listener with Istio's --drain-strategy immediate: the socket
+		// closes at once (new connections are refused) and idle connections close; requests in
+		// flight or arriving on open connections are served, answered with Connection: close;
+		// after the drain time whatever is left is closed. (http.Server.Shutdown would drop a
+		// request that arrives on an open connection.)
+		srv.SetKeepAlivesEnabled(false)
 		ln.Close()
-		// Let requests in flight finish, like Envoy's drain, without holding the caller.
 		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			srv.Shutdown(ctx)
+			deadline := time.Now().Add(p.opts.DrainTime)
+			for b.open.Load() > 0 && time.Now().Before(deadline) {
+				time.Sleep(drainPoll)
+			}
+			srv.Close()
 			p.untrack(srv)
 		}()
 	}
@@ -276,6 +290,9 @@ func (p *Proxy) bind(l *listenerCfg) (*boundListener, error) {
 	p.track(srv)
 	return b, nil
 }
+
+// drainPoll is how often a draining listener checks whether its last connection closed.
+const drainPoll = 20 * time.Millisecond
 
 func (p *Proxy) serveListener(b *boundListener) {
 	b.once.Do(func() { go b.srv.Serve(b.ln) })

@@ -74,6 +74,7 @@ type reply struct {
 	flag    string
 	backend string
 	body    string
+	closes  bool // the response says Connection: close
 }
 
 var client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16}}
