@@ -57,6 +57,9 @@ func TestReconnectBackoffIsPerProxyJitteredAndBounded(t *testing.T) {
 		d := tries[0][n].Sub(tries[0][n-1]) - tries[1][n].Sub(tries[1][n-1])
 		apart += max(d, -d)
 	}
+	for i := range tries {
+		t.Logf("proxy %d attempts after the loss: %v", i, offsets(stopped, tries[i]))
+	}
 	// Independent uniform draws differ by a third of the ceiling on average (≈ 630 ms summed).
 	assert.Greater(t, apart, 100*time.Millisecond, "the proxies retry at their own instants, not in step")
 
@@ -92,4 +95,12 @@ func TestFrozenControlPlaneIsDetectedByKeepalive(t *testing.T) {
 
 	r.unfreeze()
 	eventually(t, "reconnected once the server answers", func() bool { return p.Stats()["control_plane.connected_state"] == 1 })
+}
+
+func offsets(from time.Time, ts []time.Time) []time.Duration {
+	out := make([]time.Duration, len(ts))
+	for i, at := range ts {
+		out[i] = at.Sub(from).Round(time.Millisecond)
+	}
+	return out
 }
