@@ -21,4 +21,7 @@ const (
 	UpstreamConnectionFailure = "UF"
 	// UpstreamRequestTimeout (UT): the upstream did not answer in time; 504.
 	UpstreamRequestTimeout = "UT"
+	// UpstreamConnectionTermination (UC): the upstream closed or reset the connection before
+	// answering, e.g. a pooled keep-alive connection it had just closed; 503.
+	UpstreamConnectionTermination = "UC"
 )

@@ -64,7 +64,6 @@ func decodeResource(typeURL string, a *anypb.Any) (string, proto.Message, error)
 // keeps serving its last configuration meanwhile.
 type xdsClient struct {
 	p    *Proxy
-	conn grpc.ClientConnInterface
 	node *corev3.Node
 
 	versions       map[string]string // SotW: last accepted version_info per type
@@ -74,13 +73,7 @@ type xdsClient struct {
 
 func (c *xdsClient) run(ctx context.Context) {
 	for ctx.Err() == nil {
-		var gotResponse bool
-		var err error
-		if c.p.opts.Delta {
-			gotResponse, err = c.deltaSession(ctx)
-		} else {
-			gotResponse, err = c.sotwSession(ctx)
-		}
+		gotResponse, err := c.attempt(ctx)
 		c.p.stats.connected.Store(0)
 		if ctx.Err() != nil {
 			return
@@ -96,6 +89,19 @@ func (c *xdsClient) run(ctx context.Context) {
 		case <-time.After(d):
 		}
 	}
+}
+
+// attempt runs one ADS stream on a connection of its own; it returns when the stream ends.
+func (c *xdsClient) attempt(ctx context.Context) (gotResponse bool, err error) {
+	conn, err := c.p.dialXDS()
+	if err != nil {
+		return false, fmt.Errorf("dial xDS server: %w", err)
+	}
+	defer conn.Close()
+	if c.p.opts.Delta {
+		return c.deltaSession(ctx, conn)
+	}
+	return c.sotwSession(ctx, conn)
 }
 
 // backoff is Envoy's jittered exponential backoff: uniform in [0, min(base·2^n, max)), at least 1ms.
@@ -147,10 +153,10 @@ func pumpRecv[T any](ctx context.Context, recv func() (T, error)) <-chan recvRes
 	return ch
 }
 
-func (c *xdsClient) sotwSession(ctx context.Context) (gotResponse bool, err error) {
+func (c *xdsClient) sotwSession(ctx context.Context, conn grpc.ClientConnInterface) (gotResponse bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(c.conn).StreamAggregatedResources(sctx)
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
 	if err != nil {
 		return false, fmt.Errorf("open ADS stream: %w", err)
 	}
@@ -280,10 +286,10 @@ type deltaSub struct {
 	names []string
 }
 
-func (c *xdsClient) deltaSession(ctx context.Context) (gotResponse bool, err error) {
+func (c *xdsClient) deltaSession(ctx context.Context, conn grpc.ClientConnInterface) (gotResponse bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(c.conn).DeltaAggregatedResources(sctx)
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(sctx)
 	if err != nil {
 		return false, fmt.Errorf("open delta ADS stream: %w", err)
 	}

@@ -26,10 +26,6 @@ const (
 	bodyUT = "upstream request timeout"
 )
 
-// flagUC is Envoy's UC (upstream connection termination): the upstream closed or reset the
-// connection before answering.
-const flagUC = "UC"
-
 // maxRetryBody is the largest request body buffered so it can be re-sent on retry (Envoy buffers
 // up to its per-request buffer limit too).
 const maxRetryBody = 64 << 10
@@ -70,11 +66,16 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-func (p *Proxy) listenerHandler(name string) http.Handler {
+func (p *Proxy) listenerHandler(b *boundListener) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.stats.requests.Add(1)
 		sw := &statusWriter{ResponseWriter: w}
-		p.route(name, sw, r)
+		// A draining listener serves its open connections with its last configuration.
+		ll := b.draining.Load()
+		if ll == nil {
+			ll = p.snap.Load().listeners[b.name]
+		}
+		p.route(ll, sw, r)
 		if sw.code == 0 {
 			sw.code = http.StatusOK
 		}
@@ -83,9 +84,8 @@ func (p *Proxy) listenerHandler(name string) http.Handler {
 }
 
 // route is listener → virtual host → route → cluster → endpoint.
-func (p *Proxy) route(listener string, w http.ResponseWriter, r *http.Request) {
+func (p *Proxy) route(ll *liveListener, w http.ResponseWriter, r *http.Request) {
 	snap := p.snap.Load()
-	ll := snap.listeners[listener]
 	if ll == nil {
 		p.localReply(w, http.StatusNotFound, respflags.NoRouteFound, "")
 		return
@@ -302,7 +302,7 @@ func classify(reqCtx, tryCtx context.Context, err error) *upstreamError {
 	case reqCtx.Err() != nil:
 		return &upstreamError{flag: "DC", err: err} // downstream went away
 	default:
-		return &upstreamError{flag: flagUC, err: err}
+		return &upstreamError{flag: respflags.UpstreamConnectionTermination, err: err}
 	}
 }
 
@@ -315,7 +315,7 @@ func (p *retryPolicy) retriable(flag string) bool {
 	switch flag {
 	case respflags.UpstreamConnectionFailure:
 		return p.connectFailure || p.fiveXX || p.gatewayError
-	case flagUC:
+	case respflags.UpstreamConnectionTermination:
 		return p.reset || p.fiveXX || p.gatewayError
 	case respflags.UpstreamRequestTimeout:
 		return p.perTryTimeout > 0 && (p.fiveXX || p.gatewayError)
@@ -337,7 +337,7 @@ func (f *forwarder) errorHandler(w http.ResponseWriter, r *http.Request, err err
 	fw := r.Context().Value(forwardKey{}).(*forward)
 	var ue *upstreamError
 	if !errors.As(err, &ue) {
-		ue = &upstreamError{flag: flagUC, err: err}
+		ue = &upstreamError{flag: respflags.UpstreamConnectionTermination, err: err}
 	}
 	switch ue.flag {
 	case respflags.UpstreamConnectionFailure:

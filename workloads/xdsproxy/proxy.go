@@ -1,22 +1,34 @@
 // Package xdsproxy is a Go HTTP/1.1 sidecar and gateway configured over xDS with Envoy's
 // semantics in everything meshchaos experiments observe: ADS (state of the world or delta) with
-// ACK/NACK, reconnect with backoff while keeping the last configuration, deletion of clusters and
-// listeners a SotW response omits, cluster and listener warming, Envoy's local replies with their
-// response flags (in respflags.Header), and Envoy's admin /ready, /config_dump and /stats.
-// The local substrate runs it where real Envoy cannot be installed.
+// ACK/NACK; reconnect with Envoy's jittered backoff, a new connection per attempt, keeping the
+// last configuration meanwhile; HTTP/2 keepalive on the xDS connection so a frozen control plane
+// is noticed; deletion of clusters and listeners a SotW response omits; a removed listener
+// drains (new connections refused, open ones served until the drain time); cluster and listener
+// warming; Envoy's local replies with their response flags (in respflags.Header); and Envoy's
+// admin /ready, /config_dump and /stats. The local substrate runs it where real Envoy cannot be
+// installed.
 //
 // Where it knowingly differs from Envoy (none of it changes what the experiments count):
 //   - HTTP/1.1 only (downstream and upstream); listeners need an HTTP connection manager
 //     (tcp_proxy and other network filters are rejected), one per listener (first filter chain
 //     that has one; filter_chain_match is ignored). HTTP filters other than the router are ignored.
 //   - Malformed requests get Go's 400 without the response-flag header (Envoy: 400 with DPE).
-//   - Load balancing is round robin over the healthy hosts of the best priority (weights,
-//     localities, overprovisioning and lb_policy are ignored); no circuit breakers, outlier
-//     detection or active health checks; ORIGINAL_DST clusters have no hosts (503 UH).
+//   - Load balancing is round robin over the healthy hosts of the most preferred priority that
+//     has any, with Envoy's panic threshold (healthy_panic_threshold, default 50 %: below it, all
+//     hosts of that priority) and total panic; load does not spill over to lower priorities, and
+//     weights, localities and lb_policy are ignored. No circuit breakers, outlier detection or
+//     active health checks; ORIGINAL_DST clusters have no hosts (503 UH).
 //   - Retries: retry_on connect-failure, reset, 5xx, gateway-error, retriable-status-codes with
 //     num_retries and per_try_timeout; no retry back-off. Route timeouts are honoured (504 UT).
 //   - An updated cluster whose assignment is already known warms at once (Envoy's EDS cache).
+//   - An upstream keep-alive connection closed while idle is noticed when it is next taken from
+//     the pool (Envoy: at once); a close racing with a request fails it with 503 UC, as in Envoy.
 //   - /config_dump shows the last rejection per type on a pseudo-entry's error_state.
+//   - A removed listener closes its idle keep-alive connections at once. An updated listener's
+//     open connections continue on the new configuration (Envoy drains them on the old one).
+//   - The xDS connection is grpc-go's, configured like Istio's agent (which Envoy reaches through
+//     a local socket): keepalive 30s/10s (grpc-go raises a time below 10s to 10s), and an attempt
+//     waits up to grpc-go's 20s for the server's HTTP/2 handshake.
 package xdsproxy
 
 import (
@@ -35,6 +47,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -58,6 +71,14 @@ type Options struct {
 	InitialFetchTimeout time.Duration
 	// BackoffBase and BackoffMax bound the reconnect backoff (Envoy: 500ms and 30s).
 	BackoffBase, BackoffMax time.Duration
+	// KeepaliveTime and KeepaliveTimeout are the HTTP/2 keepalive of the xDS connection: after
+	// KeepaliveTime without a byte from the server the proxy pings, and drops the connection
+	// when no answer comes within KeepaliveTimeout (then reconnects). Defaults 30s and 10s, as
+	// Istio's agent dials istiod. grpc-go raises a KeepaliveTime below 10s to 10s.
+	KeepaliveTime, KeepaliveTimeout time.Duration
+	// DrainTime is how long a removed listener's open connections may finish their requests
+	// before they are closed (Envoy's --drain-time-s; Istio passes its drainDuration, 45s).
+	DrainTime time.Duration
 	// ListenerIP, when set, replaces the IP of every listener address (the port stays): bind
 	// 0.0.0.0 listeners of a control plane to loopback in tests, or to one pod IP.
 	ListenerIP string
@@ -80,7 +101,6 @@ type Proxy struct {
 	servers []*http.Server
 	cancel  context.CancelFunc
 	done    chan struct{}
-	conn    *grpc.ClientConn
 }
 
 // New validates opts and builds a proxy; Start runs it.
@@ -96,6 +116,15 @@ func New(opts Options) (*Proxy, error) {
 	}
 	if opts.BackoffMax <= 0 {
 		opts.BackoffMax = 30 * time.Second
+	}
+	if opts.KeepaliveTime <= 0 {
+		opts.KeepaliveTime = 30 * time.Second
+	}
+	if opts.KeepaliveTimeout <= 0 {
+		opts.KeepaliveTimeout = 10 * time.Second
+	}
+	if opts.DrainTime <= 0 {
+		opts.DrainTime = 45 * time.Second
 	}
 	log := opts.Logger
 	if log == nil {
@@ -123,15 +152,15 @@ func (p *Proxy) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("xdsproxy: node metadata: %w", err)
 	}
-	conn, err := grpc.NewClient(p.opts.XDSAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// Only the target is checked here; every stream attempt dials its own connection.
+	conn, err := p.dialXDS()
 	if err != nil {
-		return fmt.Errorf("xdsproxy: dial xDS server %s: %w", p.opts.XDSAddress, err)
+		return fmt.Errorf("xdsproxy: xDS server address %s: %w", p.opts.XDSAddress, err)
 	}
-	p.conn = conn
+	conn.Close()
 	if p.opts.AdminAddress != "" {
 		ln, err := net.Listen("tcp", p.opts.AdminAddress)
 		if err != nil {
-			conn.Close()
 			return fmt.Errorf("xdsproxy: admin listener %s: %w", p.opts.AdminAddress, err)
 		}
 		p.admin = ln
@@ -145,7 +174,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 	cctx, cancel := context.WithCancel(ctx)
 	p.cancel = cancel
 	c := &xdsClient{
-		p: p, conn: conn, versions: map[string]string{},
+		p: p, versions: map[string]string{},
 		node: &corev3.Node{Id: p.opts.NodeID, Cluster: p.opts.Cluster, Metadata: md, UserAgentName: "xdsproxy"},
 	}
 	go func() {
@@ -190,10 +219,19 @@ func (p *Proxy) Close() {
 	for _, s := range servers {
 		s.Close()
 	}
-	if p.conn != nil {
-		p.conn.Close()
-	}
 	p.fwd.close()
+}
+
+// dialXDS makes the gRPC client for one stream attempt. A client per attempt (Istio sets
+// max_requests_per_connection 1 on its xds-grpc cluster) makes the stream-level backoff the
+// only retry loop: a long-lived client would redial on grpc-go's own backoff (1s ×1.6 ±20%),
+// which overrides Envoy's jitter and brings a fleet of proxies back nearly in step. The client
+// never retries itself: a failed connection fails the attempt.
+func (p *Proxy) dialXDS() (*grpc.ClientConn, error) {
+	return grpc.NewClient(p.opts.XDSAddress,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: p.opts.KeepaliveTime, Timeout: p.opts.KeepaliveTimeout}),
+	)
 }
 
 func (p *Proxy) track(s *http.Server) {
@@ -222,18 +260,29 @@ func (p *Proxy) bind(l *listenerCfg) (*boundListener, error) {
 	}
 	b := &boundListener{name: l.name, ln: ln}
 	srv := &http.Server{
-		Handler:           p.listenerHandler(l.name),
+		Handler:           p.listenerHandler(b),
 		ReadHeaderTimeout: 60 * time.Second,
 		IdleTimeout:       time.Hour, // Envoy's default downstream idle timeout
 		ErrorLog:          slogErrorLog(p.log),
+		ConnState: func(c net.Conn, st http.ConnState) {
+			p.stats.downstreamConn(c, st)
+			b.open.Add(connDelta(st))
+		},
 	}
 	b.closeFn = func() {
+		// Envoy's drain of a removed listener with Istio's --drain-strategy immediate: the socket
+		// closes at once (new connections are refused) and idle connections close; requests in
+		// flight or arriving on open connections are served, answered with Connection: close;
+		// after the drain time whatever is left is closed. (http.Server.Shutdown would drop a
+		// request that arrives on an open connection.)
+		srv.SetKeepAlivesEnabled(false)
 		ln.Close()
-		// Let requests in flight finish, like Envoy's drain, without holding the caller.
 		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			srv.Shutdown(ctx)
+			deadline := time.Now().Add(p.opts.DrainTime)
+			for b.open.Load() > 0 && time.Now().Before(deadline) {
+				time.Sleep(drainPoll)
+			}
+			srv.Close()
 			p.untrack(srv)
 		}()
 	}
@@ -241,6 +290,9 @@ func (p *Proxy) bind(l *listenerCfg) (*boundListener, error) {
 	p.track(srv)
 	return b, nil
 }
+
+// drainPoll is how often a draining listener checks whether its last connection closed.
+const drainPoll = 20 * time.Millisecond
 
 func (p *Proxy) serveListener(b *boundListener) {
 	b.once.Do(func() { go b.srv.Serve(b.ln) })

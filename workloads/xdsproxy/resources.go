@@ -1,9 +1,11 @@
 package xdsproxy
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"time"
 
@@ -18,6 +20,11 @@ import (
 // Envoy's defaults where a resource leaves a field unset.
 const (
 	defaultConnectTimeout = 5 * time.Second
+	// defaultPanicThreshold is common_lb_config.healthy_panic_threshold's default, in percent.
+	defaultPanicThreshold = 50
+	// defaultOverprovisioning is a ClusterLoadAssignment policy's overprovisioning_factor
+	// default (140 %), as a factor.
+	defaultOverprovisioning = 1.4
 	// defaultInitialFetchTimeout applies to a config source that sets no initial_fetch_timeout.
 	defaultInitialFetchTimeout = 15 * time.Second
 )
@@ -31,16 +38,83 @@ type clusterCfg struct {
 	edsName        string        // ClusterLoadAssignment name (service_name, or the cluster name)
 	fetchTimeout   time.Duration // how long the cluster warms waiting for EDS; 0 waits forever
 	connectTimeout time.Duration
+	panicThreshold float64      // percent of healthy hosts below which a level is in panic
 	static         *endpointSet // STATIC/STRICT_DNS/LOGICAL_DNS: the inline load_assignment
 	updated        time.Time
 }
 
-// endpointSet is the routable view of a ClusterLoadAssignment: the healthy hosts of the
-// highest-priority level that has any (Envoy fails over by priority), degraded hosts only when
-// no level has a healthy one.
+// endpointSet is a ClusterLoadAssignment's hosts by priority level, most preferred first.
 type endpointSet struct {
-	hosts []string // host:port
-	total int
+	levels           []priorityLevel
+	overprovisioning float64
+}
+
+// priorityLevel is one priority's hosts ("ip:port") in assignment order.
+type priorityLevel struct {
+	priority          uint32
+	all               []string // every host, whatever its health
+	healthy, degraded []string
+	excluded          int // DRAINING: never chosen outside panic, not counted for panic
+}
+
+// availablePercent is the level's share of healthy and degraded hosts among those counted.
+func (l *priorityLevel) availablePercent() float64 {
+	n := len(l.all) - l.excluded
+	if n <= 0 {
+		return 0
+	}
+	return 100 * float64(len(l.healthy)+len(l.degraded)) / float64(n)
+}
+
+// hostsFor returns the hosts requests are balanced over, as Envoy's load balancer chooses them
+// with the given healthy panic threshold (percent): the healthy hosts of the most preferred level
+// that has any (degraded ones when no level has a healthy host); all hosts of that level when it
+// is in panic (fewer than threshold percent available, unless the levels together are fully
+// available after overprovisioning); all hosts of every level when none is available at all
+// (Envoy's total panic), or none when the threshold is 0 (503 UH).
+func (s *endpointSet) hostsFor(panicThreshold float64) []string {
+	if s == nil {
+		return nil
+	}
+	total := 0.0
+	for i := range s.levels {
+		total += min(100, s.overprovisioning*s.levels[i].availablePercent())
+	}
+	total = min(100, total)
+	if total == 0 {
+		if panicThreshold == 0 {
+			return nil
+		}
+		var all []string
+		for _, l := range s.levels {
+			all = append(all, l.all...)
+		}
+		return all
+	}
+	chosen := -1
+	for i, l := range s.levels {
+		if len(l.healthy) > 0 {
+			chosen = i
+			break
+		}
+	}
+	if chosen < 0 {
+		for i, l := range s.levels {
+			if len(l.degraded) > 0 {
+				chosen = i
+				break
+			}
+		}
+	}
+	l := s.levels[chosen]
+	switch {
+	case total < 100 && l.availablePercent() < panicThreshold:
+		return l.all
+	case len(l.healthy) > 0:
+		return l.healthy
+	default:
+		return l.degraded
+	}
 }
 
 // claCfg is a validated ClusterLoadAssignment.
@@ -93,6 +167,10 @@ func translateCluster(c *clusterv3.Cluster, version string) (*clusterCfg, error)
 	if ct := c.GetConnectTimeout(); ct != nil {
 		cc.connectTimeout = ct.AsDuration()
 	}
+	cc.panicThreshold = defaultPanicThreshold
+	if pt := c.GetCommonLbConfig().GetHealthyPanicThreshold(); pt != nil {
+		cc.panicThreshold = min(100, pt.GetValue())
+	}
 	switch c.GetType() {
 	case clusterv3.Cluster_EDS:
 		ec := c.GetEdsClusterConfig()
@@ -134,17 +212,24 @@ func translateCLA(cla *endpointv3.ClusterLoadAssignment, version string) (*claCf
 	return &claCfg{name: cla.GetClusterName(), version: version, raw: cla, set: set, updated: time.Now()}, nil
 }
 
-// endpointsOf builds the routable host set. mustBeIP mirrors Envoy, which rejects a
+// endpointsOf builds the host set by priority. mustBeIP mirrors Envoy, which rejects a
 // non-IP address in EDS and STATIC clusters ("malformed IP address").
 func endpointsOf(cla *endpointv3.ClusterLoadAssignment, mustBeIP bool) (*endpointSet, error) {
-	set := &endpointSet{}
+	set := &endpointSet{overprovisioning: defaultOverprovisioning}
 	if cla == nil {
 		return set, nil
 	}
-	healthy := map[uint32][]string{}
-	degraded := map[uint32][]string{}
+	if f := cla.GetPolicy().GetOverprovisioningFactor(); f != nil {
+		set.overprovisioning = float64(f.GetValue()) / 100
+	}
+	byPrio := map[uint32]*priorityLevel{}
 	for _, loc := range cla.GetEndpoints() {
 		p := loc.GetPriority()
+		l := byPrio[p]
+		if l == nil {
+			l = &priorityLevel{priority: p}
+			byPrio[p] = l
+		}
 		for _, lb := range loc.GetLbEndpoints() {
 			sa := lb.GetEndpoint().GetAddress().GetSocketAddress()
 			if sa == nil {
@@ -157,33 +242,22 @@ func endpointsOf(cla *endpointv3.ClusterLoadAssignment, mustBeIP bool) (*endpoin
 				}
 			}
 			hp := net.JoinHostPort(host, strconv.Itoa(int(sa.GetPortValue())))
-			set.total++
+			l.all = append(l.all, hp)
 			switch lb.GetHealthStatus() {
 			case corev3.HealthStatus_UNKNOWN, corev3.HealthStatus_HEALTHY:
-				healthy[p] = append(healthy[p], hp)
+				l.healthy = append(l.healthy, hp)
 			case corev3.HealthStatus_DEGRADED:
-				degraded[p] = append(degraded[p], hp)
+				l.degraded = append(l.degraded, hp)
+			case corev3.HealthStatus_DRAINING:
+				l.excluded++ // Envoy excludes EDS-draining hosts from load balancing
 			}
 		}
 	}
-	if hs := lowestPriority(healthy); hs != nil {
-		set.hosts = hs
-		return set, nil
+	for _, l := range byPrio {
+		set.levels = append(set.levels, *l)
 	}
-	set.hosts = lowestPriority(degraded)
+	slices.SortFunc(set.levels, func(a, b priorityLevel) int { return cmp.Compare(a.priority, b.priority) })
 	return set, nil
-}
-
-// lowestPriority returns the hosts of the numerically lowest (most preferred) priority.
-func lowestPriority(byPrio map[uint32][]string) []string {
-	var best []string
-	bestP := uint32(0)
-	for p, hs := range byPrio {
-		if best == nil || p < bestP {
-			best, bestP = hs, p
-		}
-	}
-	return best
 }
 
 func translateListener(l *listenerv3.Listener, version string) (*listenerCfg, error) {

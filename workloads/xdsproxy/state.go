@@ -309,6 +309,9 @@ func (s *state) deleteListener(name string) {
 		slot.timer.Stop()
 	}
 	if slot.sock != nil {
+		if slot.active != nil {
+			slot.sock.draining.Store(s.liveListenerLocked(slot.active))
+		}
 		slot.sock.close()
 	}
 	delete(s.listeners, name)
@@ -514,23 +517,13 @@ func (s *state) publishLocked() {
 			s.rr[name] = rr
 		}
 		u := &upstream{name: name, rr: rr, connectTimeout: c.connectTimeout}
-		if set != nil {
-			u.hosts = set.hosts
-		}
+		u.hosts = set.hostsFor(c.panicThreshold)
 		snap.clusters[name] = u
 	}
 	for name, slot := range s.listeners {
-		l := slot.active
-		if l == nil {
-			continue
+		if slot.active != nil {
+			snap.listeners[name] = s.liveListenerLocked(slot.active)
 		}
-		ll := &liveListener{cfg: l, table: l.inline}
-		if l.rdsName != "" {
-			if rc := s.routes[l.rdsName]; rc != nil {
-				ll.table = rc.table
-			}
-		}
-		snap.listeners[name] = ll
 	}
 	if s.publish != nil {
 		s.publish(snap)
@@ -550,6 +543,17 @@ func (s *state) publishLocked() {
 	}
 }
 
+// liveListenerLocked is what requests on l's connections route with: l and its route table.
+func (s *state) liveListenerLocked(l *listenerCfg) *liveListener {
+	ll := &liveListener{cfg: l, table: l.inline}
+	if l.rdsName != "" {
+		if rc := s.routes[l.rdsName]; rc != nil {
+			ll.table = rc.table
+		}
+	}
+	return ll
+}
+
 // close stops timers and closes every listener socket.
 func (s *state) close() {
 	s.mu.Lock()
@@ -564,11 +568,13 @@ func (s *state) close() {
 
 // boundListener is a listener socket; it accepts connections once its listener is active.
 type boundListener struct {
-	name    string
-	ln      net.Listener
-	srv     *http.Server
-	once    sync.Once
-	closeFn func()
+	name     string
+	ln       net.Listener
+	srv      *http.Server
+	once     sync.Once
+	closeFn  func()
+	draining atomic.Pointer[liveListener] // set when the listener is removed: its last configuration
+	open     atomic.Int64                 // connections not yet closed
 }
 
 func (b *boundListener) close() {

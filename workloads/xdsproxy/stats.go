@@ -3,6 +3,8 @@ package xdsproxy
 import (
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"runtime/metrics"
 	"sort"
 	"strings"
@@ -16,6 +18,8 @@ import (
 // scrapers read both.
 type stats struct {
 	requests       atomic.Int64 // http.downstream_rq_total
+	cxTotal        atomic.Int64 // http.downstream_cx_total
+	cxActive       atomic.Int64 // http.downstream_cx_active
 	byClass        [6]atomic.Int64
 	flagsMu        sync.Mutex
 	flags          map[string]*atomic.Int64
@@ -49,6 +53,25 @@ func (s *stats) flag(f string) {
 	}
 	s.flagsMu.Unlock()
 	c.Add(1)
+}
+
+// downstreamConn counts listener connections (an http.Server ConnState hook).
+func (s *stats) downstreamConn(_ net.Conn, st http.ConnState) {
+	if st == http.StateNew {
+		s.cxTotal.Add(1)
+	}
+	s.cxActive.Add(connDelta(st))
+}
+
+// connDelta is how a connection state change moves the count of open connections.
+func connDelta(st http.ConnState) int64 {
+	switch st {
+	case http.StateNew:
+		return 1
+	case http.StateClosed, http.StateHijacked:
+		return -1
+	}
+	return 0
 }
 
 func (s *stats) response(code int) {
@@ -85,6 +108,8 @@ var xdsStatPrefix = map[string]string{
 func (s *stats) values() map[string]int64 {
 	v := map[string]int64{
 		"http.downstream_rq_total":                 s.requests.Load(),
+		"http.downstream_cx_total":                 s.cxTotal.Load(),
+		"http.downstream_cx_active":                s.cxActive.Load(),
 		"cluster_manager.upstream_cx_connect_fail": s.upstreamCxFail.Load(),
 		"control_plane.connected_state":            s.connected.Load(),
 		"control_plane.streams_total":              s.streams.Load(),

@@ -80,16 +80,25 @@ func (p *upstreamPool) close() {
 	p.idle = map[string][]*upConn{}
 }
 
+// get returns an idle connection to host, or nil. Connections the upstream closed while they
+// sat idle are dropped here: Envoy's event loop sees such a close at once and removes the
+// connection from its pool, so only a close racing with the request reaches it (as UC).
 func (p *upstreamPool) get(host string) *upConn {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	conns := p.idle[host]
-	if len(conns) == 0 {
-		return nil
+	for {
+		p.mu.Lock()
+		conns := p.idle[host]
+		if len(conns) == 0 {
+			p.mu.Unlock()
+			return nil
+		}
+		c := conns[len(conns)-1]
+		p.idle[host] = conns[:len(conns)-1]
+		p.mu.Unlock()
+		if c.br.Buffered() == 0 && idleConnAlive(c.Conn) {
+			return c
+		}
+		c.Close()
 	}
-	c := conns[len(conns)-1]
-	p.idle[host] = conns[:len(conns)-1]
-	return c
 }
 
 func (p *upstreamPool) put(host string, c *upConn) {
@@ -111,75 +120,51 @@ func (p *upstreamPool) put(host string, c *upConn) {
 
 var longAgo = time.Unix(1, 0)
 
-// roundTrip sends req to req.URL.Host. Dial failures come back as *dialError.
+// roundTrip sends req to req.URL.Host on a pooled or new connection. Dial failures come back
+// as *dialError. A pooled connection that fails is not silently replaced: like Envoy, the
+// caller sees the failure (UC), and only a retry policy re-sends the request.
 func (p *upstreamPool) roundTrip(req *http.Request, connectTimeout time.Duration) (*http.Response, error) {
 	host := req.URL.Host
 	ctx := req.Context()
-	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
-	for try := 0; ; try++ {
-		c := p.get(host)
-		reused := c != nil
-		if c == nil {
-			d := net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second}
-			nc, err := d.DialContext(ctx, "tcp", host)
-			if err != nil {
-				return nil, &dialError{err: err}
-			}
-			c = &upConn{Conn: nc, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 4<<10)}
-		}
-		if dl, ok := ctx.Deadline(); ok {
-			c.SetDeadline(dl)
-		}
-		// Cancellation (downstream gone, route timeout) interrupts blocked I/O.
-		stop := context.AfterFunc(ctx, func() { c.SetDeadline(longAgo) })
-		body := req.Body
-		if try > 0 && req.GetBody != nil {
-			b, err := req.GetBody()
-			if err != nil {
-				stop()
-				c.Close()
-				return nil, err
-			}
-			body = b
-		}
-		out := *req
-		out.Body = body
-		err := out.Write(c.bw)
-		if err == nil {
-			err = c.bw.Flush()
-		}
-		if err == nil {
-			_, err = c.br.Peek(1)
-		}
+	c := p.get(host)
+	if c == nil {
+		d := net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second}
+		nc, err := d.DialContext(ctx, "tcp", host)
 		if err != nil {
-			stop()
-			c.Close()
-			// A kept-alive connection the upstream closed meanwhile: try a fresh one, as
-			// http.Transport does, when nothing of the response arrived.
-			if reused && replayable && ctx.Err() == nil && try < 2 {
-				continue
-			}
-			return nil, err
+			return nil, &dialError{err: err}
 		}
-		resp, err := http.ReadResponse(c.br, req)
-		for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
-			resp, err = http.ReadResponse(c.br, req) // skip 1xx informational responses
-		}
-		if err != nil {
-			stop()
-			c.Close()
-			return nil, err
-		}
-		if resp.StatusCode == http.StatusSwitchingProtocols {
-			// The connection now belongs to the upgraded protocol (the reverse proxy copies it).
-			stop()
-			c.SetDeadline(time.Time{})
-			resp.Body = &upgraded{Reader: c.br, conn: c}
-			return resp, nil
-		}
-		resp.Body = &pooledBody{body: resp.Body, c: c, pool: p, host: host, stop: stop, reuse: !resp.Close && !req.Close}
+		c = &upConn{Conn: nc, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 4<<10)}
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	// Cancellation (downstream gone, route timeout) interrupts blocked I/O.
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(longAgo) })
+	err := req.Write(c.bw)
+	if err == nil {
+		err = c.bw.Flush()
+	}
+	var resp *http.Response
+	if err == nil {
+		resp, err = http.ReadResponse(c.br, req)
+	}
+	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+		resp, err = http.ReadResponse(c.br, req) // skip 1xx informational responses
+	}
+	if err != nil {
+		stop()
+		c.Close()
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// The connection now belongs to the upgraded protocol (the reverse proxy copies it).
+		stop()
+		c.SetDeadline(time.Time{})
+		resp.Body = &upgraded{Reader: c.br, conn: c}
 		return resp, nil
 	}
+	resp.Body = &pooledBody{body: resp.Body, c: c, pool: p, host: host, stop: stop, reuse: !resp.Close && !req.Close}
+	return resp, nil
 }
 
 // pooledBody returns the connection to the pool once the body is consumed and closed.

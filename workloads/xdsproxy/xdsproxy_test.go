@@ -13,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/stretchr/testify/assert"
@@ -43,15 +46,23 @@ func closedAddr(t *testing.T) string { return xdstest.FreeAddr(t) }
 
 func startProxy(t *testing.T, xds *xdstest.Server, delta bool) *xdsproxy.Proxy {
 	t.Helper()
-	p, err := xdsproxy.New(xdsproxy.Options{
-		XDSAddress:   xds.Addr,
-		NodeID:       "sidecar~127.0.0.1~app-0.default~default.svc.cluster.local",
-		Cluster:      "app",
-		Delta:        delta,
-		AdminAddress: "127.0.0.1:0",
-		BackoffBase:  20 * time.Millisecond,
-		BackoffMax:   200 * time.Millisecond,
-	})
+	return startProxyWith(t, xdsproxy.Options{XDSAddress: xds.Addr, Delta: delta})
+}
+
+// startProxyWith starts a proxy with opts, filling in a node, an admin listener and a short
+// backoff where opts leaves them unset.
+func startProxyWith(t *testing.T, opts xdsproxy.Options) *xdsproxy.Proxy {
+	t.Helper()
+	if opts.NodeID == "" {
+		opts.NodeID, opts.Cluster = "sidecar~127.0.0.1~app-0.default~default.svc.cluster.local", "app"
+	}
+	if opts.AdminAddress == "" {
+		opts.AdminAddress = "127.0.0.1:0"
+	}
+	if opts.BackoffBase == 0 {
+		opts.BackoffBase, opts.BackoffMax = 20*time.Millisecond, 200*time.Millisecond
+	}
+	p, err := xdsproxy.New(opts)
 	require.NoError(t, err)
 	require.NoError(t, p.Start(context.Background()))
 	t.Cleanup(p.Close)
@@ -63,6 +74,7 @@ type reply struct {
 	flag    string
 	backend string
 	body    string
+	closes  bool // the response says Connection: close
 }
 
 var client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16}}
@@ -252,7 +264,8 @@ func TestReadyOnlyAfterClustersWarmAndListeners(t *testing.T) {
 	eventually(t, "cluster a warm, b warming", func() bool {
 		return p.Stats()["cluster_manager.warming_clusters"] == 1 && p.Stats()["cluster_manager.active_clusters"] == 1
 	})
-	time.Sleep(100 * time.Millisecond)
+	// The proxy has processed everything it was sent for v1 once it ACKed the endpoints.
+	eventually(t, "EDS v1 ACKed", func() bool { return acked(xds, resourcev3.EndpointType, "v1") })
 	assert.False(t, p.Ready())
 	for _, req := range xds.Requests() {
 		assert.NotEqual(t, resourcev3.ListenerType, req.GetTypeUrl(), "LDS requested before initial clusters warmed")
@@ -326,9 +339,11 @@ func TestKeepsLastConfigWhileServerIsDownAndResyncs(t *testing.T) {
 	v1, v2 := backend(t, "v1"), backend(t, "v2")
 	addr := xdstest.FreeAddr(t)
 	xds.Set(t, "1", world(addr, []string{v1}, []string{v1})...)
-	p := startProxy(t, xds, false)
+	path := startRelay(t, xds.Addr) // counts the proxy's connection attempts
+	p := startProxyWith(t, xdsproxy.Options{XDSAddress: path.Addr})
 	eventually(t, "proxy ready", p.Ready)
 
+	stopped := time.Now()
 	xds.Stop()
 	eventually(t, "disconnected", func() bool { return p.Stats()["control_plane.connected_state"] == 0 })
 	for range 5 {
@@ -336,7 +351,7 @@ func TestKeepsLastConfigWhileServerIsDownAndResyncs(t *testing.T) {
 		assert.Equal(t, 200, r.code, "last config serves while the control plane is down")
 		assert.Equal(t, "v1", r.backend)
 	}
-	time.Sleep(300 * time.Millisecond) // several failed reconnects
+	eventually(t, "several failed reconnects", func() bool { return len(path.acceptsSince(stopped)) >= 3 })
 	assert.True(t, p.Ready(), "/ready stays 200 once initialized")
 
 	// A restarted server (empty cache, as after an OOM kill) first receives the versions the
@@ -548,13 +563,81 @@ func TestOnlyHealthyEndpointsGetTraffic(t *testing.T) {
 	p := startProxy(t, xds, false)
 	eventually(t, "ready", p.Ready)
 	for range 6 {
-		assert.Equal(t, "good", get(t, addr, "x", "/").backend, "unhealthy endpoints get no traffic")
+		assert.Equal(t, "good", get(t, addr, "x", "/").backend, "unhealthy endpoints get no traffic (50 % healthy is not panic)")
 	}
 
-	// Draining counts as unhealthy too; with no healthy endpoint left the answer is UH.
+	// Draining endpoints get no traffic and do not count towards the panic threshold.
 	cla = xdstest.CLA("a", good, sick)
-	cla.Endpoints[0].LbEndpoints[0].HealthStatus = corev3.HealthStatus_DRAINING
-	cla.Endpoints[0].LbEndpoints[1].HealthStatus = corev3.HealthStatus_UNHEALTHY
+	cla.Endpoints[0].LbEndpoints[1].HealthStatus = corev3.HealthStatus_DRAINING
 	xds.Set(t, "2", xdstest.EDSCluster("a", "a"), cla, listener)
-	eventually(t, "no healthy endpoint", func() bool { return get(t, addr, "x", "/").flag == respflags.NoHealthyUpstream })
+	eventually(t, "v2 applied", func() bool { return acked(xds, resourcev3.EndpointType, "2") })
+	for range 6 {
+		assert.Equal(t, "good", get(t, addr, "x", "/").backend, "draining endpoints get no traffic")
+	}
+}
+
+// TestPanicThresholdSpreadsLoadOverAllEndpoints: below Envoy's default healthy_panic_threshold
+// (50 %) of healthy endpoints, load goes to all endpoints, healthy or not; a cluster that sets
+// the threshold to 0 turns panic off, and then no healthy endpoint means 503 UH.
+func TestPanicThresholdSpreadsLoadOverAllEndpoints(t *testing.T) {
+	xds := xdstest.Start(t)
+	addr := xdstest.FreeAddr(t)
+	endpoints := []string{backend(t, "a"), backend(t, "b"), backend(t, "c")}
+	listener := xdstest.InlineHTTPListener("L", addr, xdstest.RouteConfig("r", xdstest.VirtualHost("all", []string{"*"}, xdstest.PrefixRoute("/", "svc"))))
+	withUnhealthy := func(unhealthy ...int) *endpointv3.ClusterLoadAssignment {
+		cla := xdstest.CLA("svc", endpoints...)
+		for _, i := range unhealthy {
+			cla.Endpoints[0].LbEndpoints[i].HealthStatus = corev3.HealthStatus_UNHEALTHY
+		}
+		return cla
+	}
+	plain := xdstest.EDSCluster("svc", "svc")
+	noPanic := xdstest.EDSCluster("svc", "svc")
+	noPanic.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}}
+	// spread sends 9 requests and counts them by backend, or by flag for local replies.
+	spread := func() map[string]int {
+		seen := map[string]int{}
+		for range 9 {
+			r := get(t, addr, "x", "/")
+			if r.flag != "" {
+				seen[r.flag]++
+			} else {
+				seen[r.backend]++
+			}
+		}
+		return seen
+	}
+	xds.Set(t, "1", plain, withUnhealthy(1, 2), listener)
+	p := startProxy(t, xds, false)
+	eventually(t, "ready", p.Ready)
+	apply := func(version string, c *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment) {
+		t.Helper()
+		xds.Set(t, version, c, cla, listener)
+		eventually(t, "version "+version+" applied", func() bool {
+			return acked(xds, resourcev3.ClusterType, version) && acked(xds, resourcev3.EndpointType, version)
+		})
+	}
+
+	assert.Equal(t, map[string]int{"a": 3, "b": 3, "c": 3}, spread(), "1 of 3 healthy (33 %): panic, all endpoints")
+	apply("2", plain, withUnhealthy(2))
+	got := spread()
+	assert.Zero(t, got["c"], "2 of 3 healthy (67 %): only healthy endpoints")
+	assert.Equal(t, 9, got["a"]+got["b"])
+	apply("3", plain, withUnhealthy(0, 1, 2))
+	assert.Equal(t, map[string]int{"a": 3, "b": 3, "c": 3}, spread(), "none healthy: all endpoints (total panic), not UH")
+
+	apply("4", noPanic, withUnhealthy(1, 2))
+	assert.Equal(t, map[string]int{"a": 9}, spread(), "panic off: only the healthy endpoint")
+	apply("5", noPanic, withUnhealthy(0, 1, 2))
+	assert.Equal(t, map[string]int{respflags.NoHealthyUpstream: 9}, spread(), "panic off, none healthy: 503 UH")
+}
+
+// acked reports whether the proxy has ACKed version of typeURL over SotW.
+func acked(xds *xdstest.Server, typeURL, version string) bool {
+	for _, req := range xds.Requests() {
+		if req.GetTypeUrl() == typeURL && req.GetVersionInfo() == version && req.GetResponseNonce() != "" && req.GetErrorDetail() == nil {
+			return true
+		}
+	}
+	return false
 }

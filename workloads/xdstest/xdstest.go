@@ -25,6 +25,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -94,7 +95,10 @@ func (s *Server) serve(ln net.Listener) {
 		},
 	}
 	srv := serverv3.NewServer(ctx, s.Cache, cb)
-	g := grpc.NewServer()
+	// Accept client keepalive pings as often as every second, as a control plane must for its
+	// proxies' keepalive (grpc-go's default policy answers pings more often than every 5 minutes
+	// with GOAWAY).
+	g := grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}))
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, srv)
 	s.mu.Lock()
 	s.grpc, s.cancel = g, cancel
