@@ -177,6 +177,8 @@ func (p *Pusher) markPushed(start time.Time, typeURLs ...string) {
 }
 
 func (p *Pusher) fullPush(start time.Time) {
+	// Its own change needs no push of its own: this push reads the model after it.
+	p.model.RefreshForFullPush()
 	entries := p.model.Entries()
 	if p.opts.Regress.On(regress.QuadraticScope) {
 		p.buildScopes(entries)
