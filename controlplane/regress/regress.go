@@ -23,9 +23,9 @@ const (
 	// with a service account, e.g. a single-replica Deployment whose pod flaps Ready (incident 2;
 	// istiod up to 1.15.0, "Full push, service accounts changed").
 	FullPushOnEndpointReappear Switch = "full-push-on-endpoint-reappear"
-	// QuadraticScope keeps, for every service, its own copy of the whole service registry (the
-	// per-service scope structure of Istio 1.6): O(n²) memory in the number of services
-	// (incident 4: 5000 ServiceEntries × 10 endpoints → ~12 GB).
+	// QuadraticScope builds, on every full push, one scope per service that lists every service
+	// and depends on every service's 80-byte config key, as Istio 1.6's per-service default
+	// SidecarScopes: O(n²) memory (incident 4: 5000 ServiceEntries × 10 endpoints → ~12 GB).
 	QuadraticScope Switch = "quadratic-scope"
 	// SEEndpointPort writes the ServiceEntry port instead of each endpoint's own port on every
 	// incremental update of a STATIC ServiceEntry (endpoint added, changed or removed;
