@@ -5,22 +5,14 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"runtime/pprof"
 	"testing"
 	"time"
 
 	"github.com/meshchaos/meshchaos/controlplane"
+	"github.com/meshchaos/meshchaos/controlplane/internal/heapstat"
 	"github.com/meshchaos/meshchaos/controlplane/regress"
 )
-
-func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
 
 // startAndWait starts a gated control plane and waits until it serves.
 func startAndWait(b *testing.B, c *testCluster, sw ...regress.Switch) (*controlplane.ControlPlane, time.Duration) {
@@ -66,13 +58,13 @@ func BenchmarkHeapPerEndpoint(b *testing.B) {
 			b.Run(tc.name+"/SE="+itoa(n), func(b *testing.B) {
 				var perEP float64
 				for i := 0; i < b.N; i++ {
-					before := liveHeap()
+					before := heapstat.Live()
 					cp, _ := startAndWait(b, c, tc.sw...)
 					hosts, endpoints := cp.Model.Stats()
 					if hosts < n || endpoints < n*eps {
 						b.Fatalf("model has %d hosts / %d endpoints, want %d / %d", hosts, endpoints, n, n*eps)
 					}
-					after := liveHeap()
+					after := heapstat.Live()
 					heap := float64(after) - float64(before)
 					perEP = heap / float64(endpoints)
 					heaps[tc.name][n] = heap

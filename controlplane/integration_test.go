@@ -26,9 +26,11 @@ import (
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/meshchaos/meshchaos/controlplane"
 	"github.com/meshchaos/meshchaos/controlplane/internal/adsclient"
@@ -307,49 +309,90 @@ func testBulk(t *testing.T, c *testCluster) {
 	})
 }
 
+// testFlap is incident 2: a single-pod Deployment whose pod flaps Ready. There is no
+// controller-manager here, so the test writes what kubelet and the EndpointSlice controller
+// would: a Ready Pod with a service account, and an EndpointSlice whose endpoint's ready
+// condition flips. 1→0 must be an incremental push in both builds; 0→1 a full push with
+// full-push-on-endpoint-reappear (one per flap), an EDS push without it.
 func testFlap(t *testing.T, c *testCluster, ns string, regressed bool) {
 	ctx := context.Background()
-	host := ns + ".flap.test"
-	se := &networkingv1.ServiceEntry{ObjectMeta: metav1.ObjectMeta{Name: "flap", Namespace: ns}, Spec: *seSpec(host, 1, 1)}
-	_, err := c.istio.NetworkingV1().ServiceEntries(ns).Create(ctx, se, metav1.CreateOptions{})
+	kc, err := kubernetes.NewForConfig(c.cfg)
 	require.NoError(t, err)
+	_, err = kc.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = kc.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	pod, err := kc.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: ns,
+		Labels: map[string]string{"app": "web"}}, Spec: corev1.PodSpec{ServiceAccountName: "web",
+		Containers: []corev1.Container{{Name: "web", Image: "meshchaos.local/echo:dev"}}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	_, err = kc.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	_, err = kc.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "web-x", Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.7"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "web-1"}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
 	var sw []regress.Switch
 	if regressed {
 		sw = append(sw, regress.FullPushOnEndpointReappear)
 	}
 	cp := startCP(t, c.cfg, true, sw...)
 	<-cp.Gate.Done()
+	host := "web." + ns + ".svc.cluster.local"
+	require.Equal(t, "web", cp.Model.Entry(host).Endpoints[80][0].ServiceAccount)
 	client := envoyLike(t, cp, "sidecar~"+ns)
 	cn := model.ClusterName(host, 80)
 	waitFor(t, 10*time.Second, "CDS", func() bool { _, ok := client.Resources(resourcev3.ClusterType)[cn]; return ok })
 	require.NoError(t, client.SetNames(resourcev3.EndpointType, []string{cn}))
 	waitFor(t, 10*time.Second, "EDS", func() bool { return len(claEndpoints(t, client, cn)) == 1 })
-	cdsBefore := countType(client, resourcev3.ClusterType)
-	fullBefore := testutil.ToFloat64(cp.Metrics.Pushes.WithLabelValues("full"))
 
-	// Flap: the single endpoint goes away, then comes back (0 → 1).
-	set := func(n int) {
-		cur, err := c.istio.NetworkingV1().ServiceEntries(ns).Get(ctx, "flap", metav1.GetOptions{})
-		require.NoError(t, err)
-		cur.Spec = *seSpec(host, 1, n)
-		_, err = c.istio.NetworkingV1().ServiceEntries(ns).Update(ctx, cur, metav1.UpdateOptions{})
-		require.NoError(t, err)
+	pushes := func() (full, eds float64) {
+		return testutil.ToFloat64(cp.Metrics.Pushes.WithLabelValues("full")), testutil.ToFloat64(cp.Metrics.Pushes.WithLabelValues("eds"))
 	}
-	set(0)
-	waitFor(t, 10*time.Second, "endpoint gone", func() bool { return len(claEndpoints(t, client, cn)) == 0 })
-	set(1)
-	waitFor(t, 10*time.Second, "endpoint back", func() bool { return len(claEndpoints(t, client, cn)) == 1 })
-	time.Sleep(300 * time.Millisecond) // let any (wrong) full push land
-	fullAfter := testutil.ToFloat64(cp.Metrics.Pushes.WithLabelValues("full"))
-	cdsAfter := countType(client, resourcev3.ClusterType)
+	// flip sets the endpoint's ready condition and waits for the push that carries it to the
+	// proxy; it returns how many full pushes that took.
+	flip := func(ready bool) float64 {
+		full0, eds0 := pushes()
+		cur, err := kc.DiscoveryV1().EndpointSlices(ns).Get(ctx, "web-x", metav1.GetOptions{})
+		require.NoError(t, err)
+		cur.Endpoints[0].Conditions.Ready = ptr.To(ready)
+		_, err = kc.DiscoveryV1().EndpointSlices(ns).Update(ctx, cur, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		want := 0
+		if ready {
+			want = 1
+		}
+		waitFor(t, 10*time.Second, fmt.Sprintf("ready=%v pushed", ready), func() bool {
+			full, eds := pushes()
+			return full+eds > full0+eds0 && len(claEndpoints(t, client, cn)) == want
+		})
+		full, _ := pushes()
+		return full - full0
+	}
+	cdsBefore := countType(client, resourcev3.ClusterType)
+	const flaps = 3
+	for i := 0; i < flaps; i++ {
+		require.Zero(t, flip(false), "1→0 is an incremental push (flap %d)", i)
+		if regressed {
+			require.Equal(t, 1.0, flip(true), "full-push-on-endpoint-reappear: 0→1 is one full push (flap %d)", i)
+		} else {
+			require.Zero(t, flip(true), "0→1 is an incremental push (flap %d)", i)
+		}
+	}
 	if regressed {
-		require.Greater(t, fullAfter, fullBefore, "full-push-on-endpoint-reappear: 0→N must force a full push")
-		require.Greater(t, cdsAfter, cdsBefore, "the full push resends CDS")
+		waitFor(t, 10*time.Second, "CDS resent by every full push", func() bool {
+			return countType(client, resourcev3.ClusterType) >= cdsBefore+flaps
+		})
 		return
 	}
-	require.Equal(t, fullBefore, fullAfter, "an endpoint flap must not cause a full push")
-	require.Equal(t, cdsBefore, cdsAfter, "an endpoint flap must not resend CDS")
-	require.GreaterOrEqual(t, testutil.ToFloat64(cp.Metrics.Pushes.WithLabelValues("eds")), 2.0)
+	require.Equal(t, cdsBefore, countType(client, resourcev3.ClusterType), "a readiness flap must not resend CDS")
 }
 
 func countType(c *adsclient.Client, typeURL string) int {

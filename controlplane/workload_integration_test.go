@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -56,6 +57,13 @@ func testSEEndpointPort(t *testing.T, c *testCluster) {
 		_, err := c.istio.NetworkingV1().WorkloadEntries(ns).Create(ctx, we, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
+	// unrelatedSE creates a ServiceEntry that selects nothing here: a full push for every
+	// control plane, and (Istio 1.6) a rebuild of the WorkloadEntry index.
+	unrelatedSE := func(name string) {
+		_, err := c.istio.NetworkingV1().ServiceEntries(ns).Create(ctx, &networkingv1.ServiceEntry{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: *seSpec(name+".wle.test", 9, 1)}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
 	mkWE("a", "10.9.0.1", 9001)
 	mkWE("b", "10.9.0.2", 9002)
 	mkWE("c", "10.9.0.3", 9003)
@@ -65,16 +73,22 @@ func testSEEndpointPort(t *testing.T, c *testCluster) {
 	labelBug := startCP(t, c.cfg, true, regress.WEStaleLabel)
 	for _, cp := range []*controlplane.ControlPlane{plain, portBug, labelBug} {
 		<-cp.Gate.Done()
-		require.ElementsMatch(t, []uint32{9001, 9002, 9003}, servedPorts(t, cp, cn))
+		require.ElementsMatch(t, []uint32{9001, 9002, 9003}, servedPorts(t, cp, cn), "the initial full push has every port right")
 	}
 
-	// Delete an endpoint: the others keep their own ports, except with se-endpoint-port.
+	// Delete an endpoint (an incremental push): the others keep their own ports, except with
+	// se-endpoint-port, which writes the ServiceEntry port...
 	require.NoError(t, c.istio.NetworkingV1().WorkloadEntries(ns).Delete(ctx, "c", metav1.DeleteOptions{}))
 	waitFor(t, 10*time.Second, "delete seen", func() bool {
 		return len(servedPorts(t, plain, cn)) == 2 && len(servedPorts(t, portBug, cn)) == 2
 	})
 	require.ElementsMatch(t, []uint32{9001, 9002}, servedPorts(t, plain, cn))
 	require.ElementsMatch(t, []uint32{80, 80}, servedPorts(t, portBug, cn), "se-endpoint-port: the SE port replaces the endpoint ports")
+	// ... until a full push, for any reason, rebuilds the endpoints.
+	unrelatedSE("unrelated-1")
+	waitFor(t, 10*time.Second, "a full push heals se-endpoint-port", func() bool {
+		return slices.Equal(sortedPorts(t, portBug, cn), []uint32{9001, 9002})
+	})
 
 	// Relabel "b" away from the selector: it must leave the service, except with we-stale-label.
 	we, err := c.istio.NetworkingV1().WorkloadEntries(ns).Get(ctx, "b", metav1.GetOptions{})
@@ -84,8 +98,33 @@ func testSEEndpointPort(t *testing.T, c *testCluster) {
 	require.NoError(t, err)
 	waitFor(t, 10*time.Second, "relabel seen", func() bool { return len(servedPorts(t, plain, cn)) == 1 })
 	require.ElementsMatch(t, []uint32{9001}, servedPorts(t, plain, cn))
-	time.Sleep(300 * time.Millisecond)
-	require.ElementsMatch(t, []uint32{9001, 9002}, servedPorts(t, labelBug, cn), "we-stale-label: the relabelled entry stays")
+	// Informers deliver one kind's events in order and one worker applies them in order: once a
+	// later WorkloadEntry is served, the relabel before it has been applied.
+	mkWE("d", "10.9.0.4", 9004)
+	waitFor(t, 10*time.Second, "a later WorkloadEntry served", func() bool { return slices.Contains(servedPorts(t, labelBug, cn), 9004) })
+	require.ElementsMatch(t, []uint32{9001, 9002, 9004}, servedPorts(t, labelBug, cn), "we-stale-label: the relabelled entry stays")
+
+	// Delete "b": with we-stale-label it survives its own deletion.
+	require.NoError(t, c.istio.NetworkingV1().WorkloadEntries(ns).Delete(ctx, "b", metav1.DeleteOptions{}))
+	mkWE("e", "10.9.0.5", 9005)
+	waitFor(t, 10*time.Second, "a WorkloadEntry after the delete served", func() bool {
+		return slices.Contains(servedPorts(t, labelBug, cn), 9005)
+	})
+	require.ElementsMatch(t, []uint32{9001, 9002, 9004, 9005}, servedPorts(t, labelBug, cn), "we-stale-label: the deleted entry stays")
+	require.ElementsMatch(t, []uint32{9001, 9004, 9005}, servedPorts(t, plain, cn))
+
+	// An unrelated ServiceEntry change rebuilds the index: the stale entry goes.
+	unrelatedSE("unrelated-2")
+	waitFor(t, 10*time.Second, "the stale entry dropped", func() bool {
+		return slices.Equal(sortedPorts(t, labelBug, cn), []uint32{9001, 9004, 9005})
+	})
+}
+
+// sortedPorts is servedPorts, sorted.
+func sortedPorts(t testing.TB, cp *controlplane.ControlPlane, cn string) []uint32 {
+	p := servedPorts(t, cp, cn)
+	slices.Sort(p)
+	return p
 }
 
 // testGRPC: a grpc-go client with the xds:/// resolver reaches a backend through the control plane.

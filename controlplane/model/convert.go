@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"sort"
 	"strings"
@@ -39,6 +40,11 @@ type SEEndpoint struct {
 	Labels         map[string]string
 	ServiceAccount string
 	Weight         uint32
+}
+
+func (e SEEndpoint) equal(o SEEndpoint) bool {
+	return e.Address == o.Address && e.ServiceAccount == o.ServiceAccount && e.Weight == o.Weight &&
+		maps.Equal(e.Ports, o.Ports) && maps.Equal(e.Labels, o.Labels)
 }
 
 // ConvertedServiceEntry is a validated ServiceEntry.

@@ -102,6 +102,9 @@ type Model struct {
 	slicesBySvc map[string]map[string]*sliceState
 	claims      map[string]map[string]claim // host → source key → claim
 	hosts       map[string]*Entry
+	// readySAs is the full-push-on-endpoint-reappear switch's state: host → service accounts of
+	// its ready endpoints (istiod's EndpointShards.ServiceAccounts).
+	readySAs map[string]map[string]struct{}
 }
 
 type claim struct {
@@ -110,11 +113,15 @@ type claim struct {
 }
 
 type seState struct {
-	key, ns   string
-	created   time.Time
-	conv      *ConvertedServiceEntry
-	selected  map[string]bool // WorkloadEntry keys associated through the workloadSelector
+	key, ns string
+	created time.Time
+	conv    *ConvertedServiceEntry
+	// selected: WorkloadEntry key → its endpoint as associated through the workloadSelector.
+	// The value, not a lookup: an association the we-stale-label switch keeps outlives the entry.
+	selected  map[string]SEEndpoint
 	endpoints map[uint32][]Endpoint
+	// portBug: the endpoints carry the ServiceEntry port (se-endpoint-port) until a full push.
+	portBug bool
 }
 
 type weState struct {
@@ -137,7 +144,7 @@ func New(opts Options) *Model {
 		slicesBySvc: map[string]map[string]*sliceState{},
 		slices:      map[string]*sliceState{}, pods: map[string]*podState{},
 		podRefs: map[string]map[string]struct{}{}, claims: map[string]map[string]claim{},
-		hosts: map[string]*Entry{},
+		hosts: map[string]*Entry{}, readySAs: map[string]map[string]struct{}{},
 	}
 }
 
@@ -194,23 +201,21 @@ func (m *Model) SetServiceEntry(ns, name string, created time.Time, conv *Conver
 		return m.deleteSELocked(key)
 	}
 	old := m.ses[key]
-	st := &seState{key: key, ns: ns, created: created, conv: conv, selected: map[string]bool{}}
+	st := &seState{key: key, ns: ns, created: created, conv: conv}
 	if old != nil {
 		st.created = old.created
 	}
-	// Associate WorkloadEntries through the selector.
-	if conv.Selector != nil {
-		for wk, we := range m.wesByNS[ns] {
-			if selects(conv.Selector, we.ep.Labels) {
-				st.selected[wk] = true
-			}
-		}
+	incremental := old != nil && endpointOnlyUpdate(old.conv, conv)
+	if incremental && m.opts.Regress.On(regress.WEStaleLabel) {
+		// Istio 1.6 updated only the entry's own endpoints on an endpoint-only change; the
+		// WorkloadEntry associations (stale ones included) stayed as they were.
+		st.selected = maps.Clone(old.selected)
+	} else {
+		st.selected = m.selectWorkloadEntries(ns, conv.Selector)
 	}
-	// se-endpoint-port: the historical bug rebuilt the remaining endpoints with the service
-	// port when an endpoint had been deleted.
-	buggy := m.opts.Regress.On(regress.SEEndpointPort) && old != nil &&
-		len(conv.Endpoints)+len(st.selected) < len(old.conv.Endpoints)+len(old.selected)
-	m.computeSEEndpoints(st, buggy)
+	// se-endpoint-port: Istio 1.6's incremental path wrote every endpoint of the host with the
+	// ServiceEntry port; only a full push rebuilt them right (RefreshForFullPush).
+	m.computeSEEndpoints(st, incremental && m.seEndpointPortBug(st))
 	m.ses[key] = st
 	if conv.Selector != nil {
 		index(m.selectorSEs, ns, key, st)
@@ -235,7 +240,57 @@ func (m *Model) SetServiceEntry(ns, name string, created time.Time, conv *Conver
 	for h := range hosts {
 		m.recomputeHost(h, &ch, "serviceentry")
 	}
+	if !incremental {
+		m.rebuildStaleSelections(&ch)
+	}
 	return ch
+}
+
+// endpointOnlyUpdate reports whether Istio 1.6 handled a ServiceEntry update incrementally:
+// services and selector unchanged, and for DNS entries the endpoints too (a DNS entry's endpoints
+// are in its cluster, so changing them was a full push).
+func endpointOnlyUpdate(old, cur *ConvertedServiceEntry) bool {
+	if !slices.EqualFunc(old.Services, cur.Services, (*Service).equal) ||
+		!maps.Equal(old.Selector, cur.Selector) || (old.Selector == nil) != (cur.Selector == nil) {
+		return false
+	}
+	return cur.Services[0].Resolution == ResolutionStatic || slices.EqualFunc(old.Endpoints, cur.Endpoints, SEEndpoint.equal)
+}
+
+// selectWorkloadEntries returns the WorkloadEntries of ns that selector matches.
+func (m *Model) selectWorkloadEntries(ns string, selector map[string]string) map[string]SEEndpoint {
+	out := map[string]SEEndpoint{}
+	if selector == nil {
+		return out
+	}
+	for wk, we := range m.wesByNS[ns] {
+		if selects(selector, we.ep.Labels) {
+			out[wk] = we.ep
+		}
+	}
+	return out
+}
+
+// rebuildStaleSelections is we-stale-label's only healing: Istio 1.6 rebuilt its whole
+// ServiceEntry/WorkloadEntry index (maybeRefreshIndexes) after a ServiceEntry change that
+// needed a full push — any ServiceEntry, related or not — which dropped stale associations.
+func (m *Model) rebuildStaleSelections(ch *Change) {
+	if !m.opts.Regress.On(regress.WEStaleLabel) {
+		return
+	}
+	for ns, sts := range m.selectorSEs {
+		for _, st := range sts {
+			sel := m.selectWorkloadEntries(ns, st.conv.Selector)
+			if maps.EqualFunc(sel, st.selected, SEEndpoint.equal) {
+				continue
+			}
+			st.selected = sel
+			m.computeSEEndpoints(st, false)
+			for _, s := range st.conv.Services {
+				m.recomputeHost(s.Hostname, ch, "serviceentry")
+			}
+		}
+	}
 }
 
 // DeleteServiceEntry removes a ServiceEntry.
@@ -257,16 +312,22 @@ func (m *Model) deleteSELocked(key string) Change {
 		delete(m.claims[s.Hostname], "se/"+key)
 		m.recomputeHost(s.Hostname, &ch, "serviceentry")
 	}
+	m.rebuildStaleSelections(&ch)
 	return ch
 }
 
+// seEndpointPortBug reports whether an incremental update of st writes the ServiceEntry port
+// (se-endpoint-port). Only STATIC entries: their endpoints go out by EDS; Istio 1.6 sent DNS
+// entries' endpoint changes as full pushes, which were right.
+func (m *Model) seEndpointPortBug(st *seState) bool {
+	return m.opts.Regress.On(regress.SEEndpointPort) && st.conv.Services[0].Resolution == ResolutionStatic
+}
+
 func (m *Model) computeSEEndpoints(st *seState, buggyPorts bool) {
+	st.portBug = buggyPorts
 	all := slices.Clone(st.conv.Endpoints)
-	weKeys := slices.Sorted(maps.Keys(st.selected))
-	for _, wk := range weKeys {
-		if we := m.wes[wk]; we != nil {
-			all = append(all, we.ep)
-		}
+	for _, wk := range slices.Sorted(maps.Keys(st.selected)) {
+		all = append(all, st.selected[wk])
 	}
 	ports := st.conv.Services[0].Ports
 	st.endpoints = make(map[uint32][]Endpoint, len(ports))
@@ -289,6 +350,26 @@ func (m *Model) computeSEEndpoints(st *seState, buggyPorts bool) {
 	}
 }
 
+// RefreshForFullPush brings what a full push reads up to date before it reads the model. Only
+// se-endpoint-port needs it: Istio 1.6 rebuilt every ServiceEntry's endpoints from its registry
+// on a full push (UpdateServiceShards), which healed the ports its incremental path had written.
+// The returned change is covered by the full push that follows.
+func (m *Model) RefreshForFullPush() Change {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var ch Change
+	for _, st := range m.ses {
+		if !st.portBug {
+			continue
+		}
+		m.computeSEEndpoints(st, false)
+		for _, s := range st.conv.Services {
+			m.recomputeHost(s.Hostname, &ch, "serviceentry")
+		}
+	}
+	return ch
+}
+
 // ---- WorkloadEntry ----
 
 // SetWorkloadEntry adds or updates a WorkloadEntry (ok false: it failed conversion and is
@@ -305,20 +386,20 @@ func (m *Model) SetWorkloadEntry(ns, name string, ep SEEndpoint, ok bool) Change
 	index(m.wesByNS, ns, key, we)
 	var ch Change
 	for _, st := range m.selectorSEs[ns] {
-		match := selects(st.conv.Selector, ep.Labels)
-		was := st.selected[key]
+		_, was := st.selected[key]
 		switch {
-		case match:
-			st.selected[key] = true
+		case selects(st.conv.Selector, ep.Labels):
+			st.selected[key] = ep
 		case was && m.opts.Regress.On(regress.WEStaleLabel):
-			// The historical bug: an update only ever added associations, so a WorkloadEntry
-			// relabelled away from the selector stayed behind the ServiceEntry.
+			// Istio 1.6 (#25678) updated only the ServiceEntries the new labels select, so
+			// nothing removed the association (with the endpoint as it was) from this one.
+			continue
 		case was:
 			delete(st.selected, key)
 		default:
 			continue
 		}
-		m.computeSEEndpoints(st, false)
+		m.computeSEEndpoints(st, m.seEndpointPortBug(st))
 		for _, s := range st.conv.Services {
 			m.recomputeHost(s.Hostname, &ch, "workloadentry")
 		}
@@ -342,11 +423,16 @@ func (m *Model) deleteWELocked(key string) Change {
 	delete(m.wes, key)
 	unindex(m.wesByNS, we.ns, key)
 	for _, st := range m.selectorSEs[we.ns] {
-		if !st.selected[key] {
+		if _, ok := st.selected[key]; !ok {
+			continue
+		}
+		if m.opts.Regress.On(regress.WEStaleLabel) && !selects(st.conv.Selector, we.ep.Labels) {
+			// Istio 1.6 found what to delete by matching the deleted entry's last labels
+			// against the selectors: an association a relabel left behind survives the delete.
 			continue
 		}
 		delete(st.selected, key)
-		m.computeSEEndpoints(st, m.opts.Regress.On(regress.SEEndpointPort))
+		m.computeSEEndpoints(st, m.seEndpointPortBug(st))
 		for _, s := range st.conv.Services {
 			m.recomputeHost(s.Hostname, &ch, "workloadentry")
 		}
@@ -429,12 +515,14 @@ func (m *Model) recomputeHost(host string, ch *Change, reason string) {
 		delete(m.claims, host)
 	}
 	if next == nil {
+		delete(m.readySAs, host)
 		if old != nil {
 			delete(m.hosts, host)
 			ch.full(reason)
 		}
 		return
 	}
+	saChanged := m.readyServiceAccountsChanged(host, next)
 	if old == nil || !old.Service.equal(next.Service) {
 		m.hosts[host] = next
 		ch.full(reason)
@@ -446,9 +534,7 @@ func (m *Model) recomputeHost(host string, ch *Change, reason string) {
 		return
 	}
 	m.hosts[host] = next
-	if m.opts.Regress.On(regress.FullPushOnEndpointReappear) && !sameServiceAccounts(old.Endpoints, next.Endpoints) {
-		// Istio ≤ 1.15: a changed service-account set (0→N endpoints always changes it) was
-		// treated as a config change and forced a full push.
+	if saChanged {
 		ch.full("service accounts changed")
 		return
 	}
@@ -468,19 +554,35 @@ func endpointsMapEqual(a, b map[uint32][]Endpoint) bool {
 	return true
 }
 
-// sameServiceAccounts compares the sets of service accounts of two endpoint maps; an endpoint
-// without a service account counts as the empty account, so 0→N always differs.
-func sameServiceAccounts(a, b map[uint32][]Endpoint) bool {
-	set := func(m map[uint32][]Endpoint) map[string]bool {
-		s := map[string]bool{}
-		for _, eps := range m {
-			for _, e := range eps {
-				s[e.ServiceAccount] = true
+// readyServiceAccountsChanged is the full-push-on-endpoint-reappear switch (false without it).
+// istiod up to 1.15.0 kept, per service, the set of non-empty service accounts of its ready
+// endpoints and forced a full push ("service accounts changed") when an update brought a
+// different set. An update without ready endpoints dropped the set and was incremental, so every
+// 0→N of a workload with a service account — a single pod flapping Ready — was a full push.
+func (m *Model) readyServiceAccountsChanged(host string, e *Entry) bool {
+	if !m.opts.Regress.On(regress.FullPushOnEndpointReappear) {
+		return false
+	}
+	set := map[string]struct{}{}
+	ready := false
+	for _, eps := range e.Endpoints {
+		for _, ep := range eps {
+			if !ep.Healthy {
+				continue
+			}
+			ready = true
+			if ep.ServiceAccount != "" {
+				set[ep.ServiceAccount] = struct{}{}
 			}
 		}
-		return s
 	}
-	return maps.Equal(set(a), set(b))
+	if !ready {
+		delete(m.readySAs, host)
+		return false
+	}
+	old := m.readySAs[host]
+	m.readySAs[host] = set
+	return !maps.Equal(old, set)
 }
 
 func index[V any](idx map[string]map[string]V, ns, key string, v V) {

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -78,16 +79,79 @@ func TestChangesAreFullOrEDS(t *testing.T) {
 	require.Nil(t, m.Entry("a.test"))
 }
 
+// flapPod is the Pod behind a single-replica Service, Ready or not (what kubelet reports).
+func flapPod(ready bool) *corev1.Pod {
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "app"},
+		Spec:   corev1.PodSpec{ServiceAccountName: "web-sa"},
+		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}}}
+}
+
+// TestRegressFullPushOnEndpointReappear: incident 2. A single-pod Deployment whose pod flaps
+// Ready: 1→0 is an EDS push in both builds; 0→1 is a full push ("service accounts changed") with
+// the switch, an EDS push without it.
 func TestRegressFullPushOnEndpointReappear(t *testing.T) {
+	const host = "web.app.svc.cluster.local"
+	for _, regressed := range []bool{false, true} {
+		opts := quiet()
+		if regressed {
+			opts = quiet(regress.FullPushOnEndpointReappear)
+		}
+		m := New(opts)
+		m.SetKubeService(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "app"},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}})
+		m.SetPod(flapPod(true))
+		m.SetEndpointSlice(&discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: "web-x", Namespace: "app", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+			Ports:      []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.5"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+				TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web-1"}}},
+		})
+		require.True(t, m.Entry(host).Endpoints[80][0].Healthy)
+		for flap := 0; flap < 3; flap++ {
+			ch := m.SetPod(flapPod(false))
+			require.False(t, ch.Full, "1→0 is incremental (regressed=%v)", regressed)
+			require.Contains(t, ch.Hosts, host)
+			ch = m.SetPod(flapPod(true))
+			if regressed {
+				require.True(t, ch.Full, "0→1 drops and re-adds the service-account set: full push")
+				require.Equal(t, []string{"service accounts changed"}, ch.Reasons)
+			} else {
+				require.False(t, ch.Full, "0→1 is incremental in the plain build")
+				require.Contains(t, ch.Hosts, host)
+			}
+		}
+	}
+}
+
+// TestFullPushOnEndpointReappearCountsServiceAccountsOnly: the set holds non-empty service
+// accounts, so endpoints without one (a ServiceEntry without serviceAccount) never force a full
+// push; with one, only a changed set does.
+func TestFullPushOnEndpointReappearCountsServiceAccountsOnly(t *testing.T) {
+	withSA := func(sa string, addrs ...string) *v1alpha3.ServiceEntry {
+		spec := se("a.test", addrs...)
+		for _, e := range spec.Endpoints {
+			e.ServiceAccount = sa
+		}
+		return spec
+	}
 	m := New(quiet(regress.FullPushOnEndpointReappear))
-	m.SetServiceEntry("ns", "a", timeZero, mustConvert(t, "a", se("a.test", "10.0.0.1")))
-	ch := m.SetServiceEntry("ns", "a", timeZero, mustConvert(t, "a", se("a.test")))
-	require.True(t, ch.Full, "N→0 changes the service-account set")
-	ch = m.SetServiceEntry("ns", "a", timeZero, mustConvert(t, "a", se("a.test", "10.0.0.1")))
-	require.True(t, ch.Full, "0→N forces a full push with the switch")
+	set := func(spec *v1alpha3.ServiceEntry) Change {
+		return m.SetServiceEntry("ns", "a", timeZero, mustConvert(t, "a", spec))
+	}
+	set(se("a.test", "10.0.0.1"))
+	require.False(t, set(se("a.test")).Full, "N→0 is incremental")
+	require.False(t, set(se("a.test", "10.0.0.1")).Full, "0→N without a service account: the set stays empty")
+
+	require.True(t, set(withSA("sa-1", "10.0.0.1")).Full, "a service account appears")
+	require.False(t, set(withSA("sa-1")).Full, "N→0 drops the set, incrementally")
+	ch := set(withSA("sa-1", "10.0.0.1"))
+	require.True(t, ch.Full, "0→N brings the account back")
 	require.Contains(t, ch.Reasons, "service accounts changed")
-	ch = m.SetServiceEntry("ns", "a", timeZero, mustConvert(t, "a", se("a.test", "10.0.0.1", "10.0.0.2")))
-	require.False(t, ch.Full, "same accounts: still EDS")
+	require.False(t, set(withSA("sa-1", "10.0.0.1", "10.0.0.2")).Full, "same accounts: EDS")
 }
 
 func TestDuplicateHostOldestWins(t *testing.T) {
@@ -107,57 +171,87 @@ func TestDuplicateHostOldestWins(t *testing.T) {
 	require.Equal(t, "ServiceEntry/ns/new", m.Entry("dup.test").Service.Source, "the other definition takes over")
 }
 
+// workloadSetup: ServiceEntry wl.test selecting app=wl, WorkloadEntries a, b, c with their own
+// ports 9001-9003, then a full push (which se-endpoint-port needs to get the ports right).
 func workloadSetup(t *testing.T, m *Model) {
 	spec := se("wl.test")
 	spec.WorkloadSelector = &v1alpha3.WorkloadSelector{Labels: map[string]string{"app": "wl"}}
 	m.SetServiceEntry("ns", "wl", timeZero, mustConvert(t, "wl", spec))
-	for i, p := range []uint32{9001, 9002, 9003} {
-		ep, sk := ConvertWorkloadEntry("ns", "we", &v1alpha3.WorkloadEntry{Address: "10.1.0." + string(rune('1'+i)),
-			Ports: map[string]uint32{"http": p}, Labels: map[string]string{"app": "wl"}})
-		require.Nil(t, sk)
-		m.SetWorkloadEntry("ns", []string{"a", "b", "c"}[i], ep, true)
+	for i, name := range []string{"a", "b", "c"} {
+		setWE(t, m, name, i, "wl")
 	}
+	m.RefreshForFullPush()
 	require.ElementsMatch(t, []uint32{9001, 9002, 9003}, ports(m.Entry("wl.test"), 80))
 }
 
-func TestWorkloadEntryDeleteKeepsEndpointPorts(t *testing.T) {
+// setWE applies WorkloadEntry name at 10.1.0.(i+1):(9001+i) labelled app=app.
+func setWE(t *testing.T, m *Model, name string, i int, app string) Change {
+	ep, sk := ConvertWorkloadEntry("ns", name, &v1alpha3.WorkloadEntry{Address: fmt.Sprintf("10.1.0.%d", i+1),
+		Ports: map[string]uint32{"http": uint32(9001 + i)}, Labels: map[string]string{"app": app}})
+	require.Nil(t, sk)
+	return m.SetWorkloadEntry("ns", name, ep, true)
+}
+
+// TestRegressSEEndpointPort: #25309. With the switch every incremental update of a STATIC
+// ServiceEntry (inline endpoint added, changed or removed; WorkloadEntry added, changed or
+// deleted) writes the ServiceEntry port on all its endpoints; a full push heals them.
+func TestRegressSEEndpointPort(t *testing.T) {
+	inline := func(m *Model, addrs ...string) Change {
+		return m.SetServiceEntry("ns", "a", timeZero, mustConvert(t, "a", se("a.test", addrs...)))
+	}
+	steps := []struct {
+		name string
+		host string
+		do   func(m *Model) Change
+	}{
+		{"inline endpoint added", "a.test", func(m *Model) Change { return inline(m, "10.0.0.1", "10.0.0.2", "10.0.0.3") }},
+		{"inline endpoint changed", "a.test", func(m *Model) Change { return inline(m, "10.0.0.1", "10.0.0.3") }},
+		{"inline endpoint removed", "a.test", func(m *Model) Change { return inline(m, "10.0.0.1") }},
+		{"WorkloadEntry added", "wl.test", func(m *Model) Change { return setWE(t, m, "d", 3, "wl") }},
+		{"WorkloadEntry changed", "wl.test", func(m *Model) Change { return setWE(t, m, "c", 4, "wl") }},
+		{"WorkloadEntry deleted", "wl.test", func(m *Model) Change { return m.DeleteWorkloadEntry("ns", "c") }},
+	}
 	for _, regressed := range []bool{false, true} {
-		var opts Options
-		if regressed {
-			opts = quiet(regress.SEEndpointPort)
-		} else {
-			opts = quiet()
-		}
-		m := New(opts)
-		workloadSetup(t, m)
-		ch := m.DeleteWorkloadEntry("ns", "c")
-		require.False(t, ch.Full)
-		if regressed {
-			require.Equal(t, []uint32{80, 80}, ports(m.Entry("wl.test"), 80), "se-endpoint-port: the SE port")
-		} else {
-			require.ElementsMatch(t, []uint32{9001, 9002}, ports(m.Entry("wl.test"), 80))
+		for _, step := range steps {
+			opts := quiet()
+			if regressed {
+				opts = quiet(regress.SEEndpointPort)
+			}
+			m := New(opts)
+			workloadSetup(t, m)
+			inline(m, "10.0.0.1", "10.0.0.2")
+			m.RefreshForFullPush()
+			require.Equal(t, []uint32{9000, 9000}, ports(m.Entry("a.test"), 80))
+
+			ch := step.do(m)
+			require.False(t, ch.Full, step.name)
+			require.Contains(t, ch.Hosts, step.host, "%s: an EDS push", step.name)
+			got := ports(m.Entry(step.host), 80)
+			require.NotEmpty(t, got)
+			for _, p := range got {
+				if regressed {
+					require.Equal(t, uint32(80), p, "%s: se-endpoint-port writes the ServiceEntry port", step.name)
+				} else {
+					require.NotEqual(t, uint32(80), p, "%s: each endpoint keeps its own port", step.name)
+				}
+			}
+			ch = m.RefreshForFullPush()
+			if regressed {
+				require.Contains(t, ch.Hosts, step.host, "%s: the full push rebuilds the endpoints", step.name)
+			} else {
+				require.True(t, ch.Empty(), "%s: nothing to heal in the plain build", step.name)
+			}
+			for _, p := range ports(m.Entry(step.host), 80) {
+				require.NotEqual(t, uint32(80), p, "%s: each endpoint has its own port after a full push", step.name)
+			}
 		}
 	}
 }
 
-func TestInlineEndpointDeleteKeepsEndpointPorts(t *testing.T) {
-	for _, regressed := range []bool{false, true} {
-		opts := quiet()
-		if regressed {
-			opts = quiet(regress.SEEndpointPort)
-		}
-		m := New(opts)
-		m.SetServiceEntry("ns", "a", timeZero, mustConvert(t, "a", se("a.test", "10.0.0.1", "10.0.0.2")))
-		m.SetServiceEntry("ns", "a", timeZero, mustConvert(t, "a", se("a.test", "10.0.0.1")))
-		want := []uint32{9000}
-		if regressed {
-			want = []uint32{80}
-		}
-		require.Equal(t, want, ports(m.Entry("a.test"), 80))
-	}
-}
-
-func TestWorkloadEntryRelabel(t *testing.T) {
+// TestRegressWEStaleLabel: #25678. A WorkloadEntry relabelled away from a ServiceEntry's
+// selector stays behind it with the switch, survives its own deletion, and goes only when an
+// unrelated ServiceEntry change rebuilds the index. The plain build drops it on the relabel.
+func TestRegressWEStaleLabel(t *testing.T) {
 	for _, regressed := range []bool{false, true} {
 		opts := quiet()
 		if regressed {
@@ -165,14 +259,23 @@ func TestWorkloadEntryRelabel(t *testing.T) {
 		}
 		m := New(opts)
 		workloadSetup(t, m)
-		ep, _ := ConvertWorkloadEntry("ns", "b", &v1alpha3.WorkloadEntry{Address: "10.1.0.2",
-			Ports: map[string]uint32{"http": 9002}, Labels: map[string]string{"app": "other"}})
-		m.SetWorkloadEntry("ns", "b", ep, true)
-		if regressed {
-			require.Len(t, m.Entry("wl.test").Endpoints[80], 3, "we-stale-label: the relabelled entry stays")
-		} else {
+		ch := setWE(t, m, "b", 1, "other")
+		if !regressed {
+			require.Contains(t, ch.Hosts, "wl.test")
 			require.ElementsMatch(t, []uint32{9001, 9003}, ports(m.Entry("wl.test"), 80))
+			continue
 		}
+		require.True(t, ch.Empty(), "we-stale-label: the relabel changes nothing")
+		require.ElementsMatch(t, []uint32{9001, 9002, 9003}, ports(m.Entry("wl.test"), 80))
+
+		require.True(t, m.DeleteWorkloadEntry("ns", "b").Empty(), "the delete misses the stale association")
+		require.ElementsMatch(t, []uint32{9001, 9002, 9003}, ports(m.Entry("wl.test"), 80), "it survives its deletion")
+		setWE(t, m, "d", 3, "wl")
+		require.ElementsMatch(t, []uint32{9001, 9002, 9003, 9004}, ports(m.Entry("wl.test"), 80), "and later updates")
+
+		ch = m.SetServiceEntry("other", "unrelated", timeZero, mustConvert(t, "unrelated", se("unrelated.test", "10.2.0.1")))
+		require.Contains(t, ch.Hosts, "wl.test", "an unrelated ServiceEntry rebuilds the index")
+		require.ElementsMatch(t, []uint32{9001, 9003, 9004}, ports(m.Entry("wl.test"), 80))
 	}
 }
 

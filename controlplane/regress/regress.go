@@ -17,19 +17,23 @@ const (
 	// so a proxy that reconnects to a restarted control plane gets an incomplete CDS/LDS and
 	// answers 503 NR/NC (incident 1; the historical behaviour before istio PR 25733).
 	Ungated Switch = "ungated"
-	// FullPushOnEndpointReappear makes an endpoint set that goes 0→N (the "service accounts
-	// changed" check of Istio ≤ 1.15) trigger a full push instead of an incremental EDS push
-	// (incident 2: a flapping single-replica service drives push P99 to seconds).
+	// FullPushOnEndpointReappear keeps, per service, the set of service accounts of its ready
+	// endpoints (empty ones ignored), drops it when no endpoint is ready (an incremental push)
+	// and forces a full push when an update brings a different set: every 0→N of a workload
+	// with a service account, e.g. a single-replica Deployment whose pod flaps Ready (incident 2;
+	// istiod up to 1.15.0, "Full push, service accounts changed").
 	FullPushOnEndpointReappear Switch = "full-push-on-endpoint-reappear"
-	// QuadraticScope keeps, for every service, its own copy of the whole service registry (the
-	// per-service scope structure of Istio 1.6): O(n²) memory in the number of services
-	// (incident 4: 5000 ServiceEntries × 10 endpoints → ~12 GB).
+	// QuadraticScope builds, on every full push, one scope per service that lists every service
+	// and depends on every service's 80-byte config key, as Istio 1.6's per-service default
+	// SidecarScopes: O(n²) memory (incident 4: 5000 ServiceEntries × 10 endpoints → ~12 GB).
 	QuadraticScope Switch = "quadratic-scope"
-	// SEEndpointPort rebuilds a ServiceEntry's remaining endpoints with the ServiceEntry's port
-	// instead of each endpoint's own port after an endpoint is deleted (incident 4, same era).
+	// SEEndpointPort writes the ServiceEntry port instead of each endpoint's own port on every
+	// incremental update of a STATIC ServiceEntry (endpoint added, changed or removed;
+	// WorkloadEntry event), until a full push rebuilds the endpoints (Istio 1.6, istio #25309).
 	SEEndpointPort Switch = "se-endpoint-port"
-	// WEStaleLabel keeps a WorkloadEntry associated with a ServiceEntry after the entry is
-	// relabelled away from the ServiceEntry's workloadSelector (incident 4, same era).
+	// WEStaleLabel keeps a WorkloadEntry relabelled away from a ServiceEntry's workloadSelector
+	// associated with it, through its own deletion, until a ServiceEntry change that needs a
+	// full push (any ServiceEntry) rebuilds the index (Istio 1.6, istio #25678).
 	WEStaleLabel Switch = "we-stale-label"
 )
 

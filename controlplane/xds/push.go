@@ -50,8 +50,8 @@ type Pusher struct {
 	// pushed: the model endpoint slice behind each CLA in the cache (push goroutine only).
 	pushed map[string][]model.Endpoint
 
-	// scopes is the quadratic-scope regression's per-service copy of the registry.
-	scopes map[string][]*model.Service
+	// scopes are the quadratic-scope regression's per-service scopes (push goroutine only).
+	scopes []*scope
 }
 
 // NewPusher creates a pusher; pushes start after the first Push (the initial full push) or Enable.
@@ -177,6 +177,8 @@ func (p *Pusher) markPushed(start time.Time, typeURLs ...string) {
 }
 
 func (p *Pusher) fullPush(start time.Time) {
+	// Its own change needs no push of its own: this push reads the model after it.
+	p.model.RefreshForFullPush()
 	entries := p.model.Entries()
 	if p.opts.Regress.On(regress.QuadraticScope) {
 		p.buildScopes(entries)
@@ -254,31 +256,51 @@ func (p *Pusher) updateEndpoints(next map[string]types.Resource, sources map[str
 	}
 }
 
-// buildScopes is the quadratic-scope regression: every service gets its own copy of the whole
-// registry (Istio 1.6 kept such per-service scopes), O(n²) memory, rebuilt on every full push and
-// retained until the next. As in the incident, the generated config is unchanged: the bug is the
-// memory (and the time to build it), which is what the experiments measure.
+// scopeKey mirrors Istio 1.6's model.ConfigKey: a GroupVersionKind (three strings), a name and a
+// namespace, 80 bytes.
+type scopeKey struct {
+	group, version, kind string
+	name, namespace      string
+}
+
+// scope mirrors the default SidecarScope of Istio 1.6: the services a proxy sees and the configs
+// it depends on (configDependencies, a map keyed by the 80-byte ConfigKey).
+type scope struct {
+	services []*model.Service
+	deps     map[scopeKey]struct{}
+}
+
+// buildScopes is the quadratic-scope regression. Istio 1.6 (initSidecarScopes, before istio
+// #25118) built a default SidecarScope per *service*, not per namespace, each listing every
+// service and depending on every service's ConfigKey (a map with 80-byte keys, before #25532 made
+// it a uint32 hash): n scopes × n entries, ≈ 12 GB of istiod at 5000 ServiceEntries. The scopes
+// are rebuilt on every full push, the previous set alive until the new one is complete, as a push
+// context was. The generated config does not change: the bug is the memory and the build time.
 func (p *Pusher) buildScopes(entries []*model.Entry) {
 	all := make([]*model.Service, len(entries))
 	for i, e := range entries {
 		all[i] = e.Service
 	}
-	scopes := make(map[string][]*model.Service, len(entries))
-	for _, e := range entries {
-		scope := make([]*model.Service, len(all))
-		copy(scope, all)
-		scopes[e.Service.Hostname] = scope
+	scopes := make([]*scope, 0, len(entries))
+	for range entries {
+		// As 1.6: the services appended to an empty slice, a map grown from empty.
+		sc := &scope{services: append([]*model.Service{}, all...), deps: map[scopeKey]struct{}{}}
+		for _, s := range sc.services {
+			sc.deps[scopeKey{group: "networking.istio.io", version: "v1alpha3", kind: "ServiceEntry",
+				name: s.Hostname, namespace: s.Namespace}] = struct{}{}
+		}
+		scopes = append(scopes, sc)
 	}
 	p.scopes = scopes
 }
 
-// ScopeSize is the number of service references held by quadratic-scope scopes (0 without it).
+// ScopeSize is the number of config dependencies held by quadratic-scope scopes (0 without it).
 func (p *Pusher) ScopeSize() int {
 	p.pushMu.Lock()
 	defer p.pushMu.Unlock()
 	n := 0
 	for _, s := range p.scopes {
-		n += len(s)
+		n += len(s.deps)
 	}
 	return n
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 
 	"github.com/meshchaos/meshchaos/controlplane/gate"
 	"github.com/meshchaos/meshchaos/controlplane/internal/adsclient"
+	"github.com/meshchaos/meshchaos/controlplane/internal/heapstat"
 	"github.com/meshchaos/meshchaos/controlplane/metrics"
 	"github.com/meshchaos/meshchaos/controlplane/model"
 	"github.com/meshchaos/meshchaos/controlplane/regress"
@@ -307,6 +309,30 @@ func TestProxylessAndEnvoyListeners(t *testing.T) {
 	t.Cleanup(g.Close)
 	eventually(t, "gRPC LDS", func() bool { return len(g.Resources(resourcev3.ListenerType)) == 1 })
 	require.Contains(t, g.Resources(resourcev3.ListenerType), "a.test:80", "a subset request is answered")
+}
+
+// TestQuadraticScopeMemory: what the switch retains after a full push is at least one 80-byte
+// config key per (scope, service) pair, as Istio 1.6's per-service SidecarScopes; the plain
+// build retains a small fraction of that (its generated resources only).
+func TestQuadraticScopeMemory(t *testing.T) {
+	const n = 400
+	retained := func(sw ...regress.Switch) uint64 {
+		r := newRig(t, time.Millisecond, time.Second, sw...)
+		for i := 0; i < n; i++ {
+			r.apply(t, fmt.Sprintf("s%d", i), "10.0.0.1")
+		}
+		before := heapstat.Live()
+		r.pusher.Push(model.Change{Full: true})
+		after := heapstat.Live()
+		runtime.KeepAlive(r)
+		if after < before {
+			return 0
+		}
+		return after - before
+	}
+	const pairKeys = n * n * 80
+	require.GreaterOrEqual(t, retained(regress.QuadraticScope), uint64(pairKeys), "quadratic-scope retains n² config keys")
+	require.Less(t, retained(), uint64(pairKeys/4), "the plain build retains no per-pair state")
 }
 
 func TestQuadraticScopeIsQuadratic(t *testing.T) {
