@@ -194,7 +194,7 @@ func (w *PodWatcher) diff(o, n *corev1.Pod) {
 			events = append(events, results.Event{At: at, Kind: PodRestarted, Object: obj, Detail: detail})
 		}
 	}
-	oc, nc := kube.ReadyCondition(o), kube.ReadyCondition(n)
+	oc, nc := kube.PodCondition(o, corev1.PodReady), kube.PodCondition(n, corev1.PodReady)
 	wasReady, _ := kube.PodReady(o)
 	isReady, since := kube.PodReady(n)
 	// A first condition that says NotReady is no transition.
