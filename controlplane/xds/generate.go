@@ -186,8 +186,12 @@ func socketAddress(addr string, port uint32) *core.Address {
 		Address: addr, PortSpecifier: &core.SocketAddress_PortValue{PortValue: port}}}}
 }
 
+// adsSource is the config source of EDS clusters and RDS routes. initial_fetch_timeout 0 (as
+// istiod sets it) makes Envoy wait for the first response instead of warming with an empty
+// assignment or route table after Envoy's default 15 s.
 var adsSource = &core.ConfigSource{
 	ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
+	InitialFetchTimeout:   durationpb.New(0),
 	ResourceApiVersion:    core.ApiVersion_V3,
 }
 

@@ -210,3 +210,19 @@ func claPorts(t testing.TB, r *Resources, name string) []uint32 {
 	}
 	return out
 }
+
+// Envoy's default initial_fetch_timeout (15 s) would let a cluster or listener warm with no
+// endpoints or routes; istiod sets 0 (wait) on both config sources.
+func TestConfigSourcesWaitForFirstFetch(t *testing.T) {
+	r, bad := Generate(goldenModel(t).Entries())
+	require.Empty(t, bad)
+	eds := r.Clusters["outbound|80||static.test"].(*cluster.Cluster).GetEdsClusterConfig().GetEdsConfig()
+	require.NotNil(t, eds.GetInitialFetchTimeout(), "EDS config source without initial_fetch_timeout")
+	require.Zero(t, eds.GetInitialFetchTimeout().AsDuration())
+	var m hcm.HttpConnectionManager
+	l := r.Listeners["0.0.0.0_80"].(*listener.Listener)
+	require.NoError(t, l.GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&m))
+	rds := m.GetRds().GetConfigSource()
+	require.NotNil(t, rds.GetInitialFetchTimeout(), "RDS config source without initial_fetch_timeout")
+	require.Zero(t, rds.GetInitialFetchTimeout().AsDuration())
+}
