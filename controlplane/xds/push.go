@@ -24,8 +24,10 @@ type PushOptions struct {
 	// event (istiod's PILOT_DEBOUNCE_MAX, 10 s).
 	Max     time.Duration
 	Regress regress.Set
-	Logger  *slog.Logger
-	Metrics *metrics.Metrics
+	// Generate configures resource generation (route defaults).
+	Generate GenOptions
+	Logger   *slog.Logger
+	Metrics  *metrics.Metrics
 }
 
 // Pusher merges model changes (debounce), keeps one push in flight, and writes the generated
@@ -183,7 +185,7 @@ func (p *Pusher) fullPush(start time.Time) {
 	if p.opts.Regress.On(regress.QuadraticScope) {
 		p.buildScopes(entries)
 	}
-	res, bad := Generate(entries)
+	res, bad := Generate(entries, p.opts.Generate)
 	for _, b := range bad {
 		p.log.Error("generated resource failed validation; left out", "type", b.Type, "name", b.Name, "err", b.Err)
 		p.m.InvalidResources.WithLabelValues(b.Type).Inc()
