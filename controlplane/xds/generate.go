@@ -22,6 +22,9 @@
 //     each an HTTP connection manager with an inline route configuration to the cluster
 //     "outbound|PORT||FQDN".
 //
+// No Envoy listener or route configuration is generated for a port the proxy binds itself (see
+// ProxyPort); the clusters and the proxyless gRPC listeners of such a port are.
+//
 // Ports with protocol TCP, TLS, MONGO, REDIS or MYSQL get clusters but no HTTP listener or
 // route (the reference control plane generates no tcp_proxy chains).
 package xds
@@ -140,6 +143,9 @@ func Generate(entries []*model.Entry, opts GenOptions) (*Resources, []Invalid) {
 		}
 	}
 	for port, vh := range vhosts {
+		if ProxyPort(port) {
+			continue
+		}
 		rn := RouteName(port)
 		add(r.Routes, "RouteConfiguration", rn, &route.RouteConfiguration{Name: rn, VirtualHosts: vh,
 			ValidateClusters: wrapperspb.Bool(false)})
@@ -148,6 +154,16 @@ func Generate(entries []*model.Entry, opts GenOptions) (*Resources, []Invalid) {
 	}
 	return r, bad
 }
+
+// proxyPorts are the ports the proxy binds itself: Envoy's (and xdsproxy's) admin 15000, the
+// capture ports 15001 (outbound) and 15006 (inbound), health 15021 and Prometheus 15090. istiod
+// (conflictWithReservedListener) builds no listener on 15001/15006/15021/15090; 15000 is added
+// because the gateways serve admin on all addresses, so a 0.0.0.0:15000 listener cannot bind
+// and the proxy would reject every LDS response.
+var proxyPorts = map[uint32]bool{15000: true, 15001: true, 15006: true, 15021: true, 15090: true}
+
+// ProxyPort reports whether port is one the proxy binds itself (no listener is generated on it).
+func ProxyPort(port uint32) bool { return proxyPorts[port] }
 
 func httpLike(proto string) bool {
 	switch proto {

@@ -257,3 +257,24 @@ func TestRouteDefaultsAsIstiod(t *testing.T) {
 		require.Nil(t, rt.GetRoute().GetRetryPolicy())
 	}
 }
+
+// A service on a port the proxy binds itself (the gateway Service exposes admin 15000) gets its
+// clusters but no Envoy listener or route: the proxy could not bind it and would reject LDS.
+func TestNoListenerOnProxyPorts(t *testing.T) {
+	m := goldenModel(t)
+	var ports []*v1alpha3.ServicePort
+	for _, p := range []uint32{15000, 15001, 15006, 15021, 15090} {
+		ports = append(ports, &v1alpha3.ServicePort{Number: p, Name: "http-" + RouteName(p), Protocol: "HTTP"})
+	}
+	addSE(t, m, "proxy", &v1alpha3.ServiceEntry{Hosts: []string{"proxy.test"}, Resolution: v1alpha3.ServiceEntry_STATIC,
+		Ports: ports, Endpoints: []*v1alpha3.WorkloadEntry{{Address: "10.2.0.1"}}})
+	r, bad := Generate(m.Entries(), GenOptions{})
+	require.Empty(t, bad)
+	for _, p := range ports {
+		require.NotContains(t, r.Listeners, ListenerName(p.Number))
+		require.NotContains(t, r.Routes, RouteName(p.Number))
+		require.Contains(t, r.Clusters, model.ClusterName("proxy.test", p.Number))
+		require.Contains(t, r.APIListeners, APIListenerName("proxy.test", p.Number), "proxyless gRPC binds nothing")
+	}
+	require.Contains(t, r.Listeners, "0.0.0.0_80")
+}
