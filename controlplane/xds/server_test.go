@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -292,6 +293,36 @@ func TestNACKedConfigIsNotResent(t *testing.T) {
 	require.Len(t, st, 1)
 	require.Equal(t, 2, st[0].Types["cds"].NACKs)
 	require.Equal(t, 2.0, testutil.ToFloat64(r.met.Rejects.WithLabelValues("cds")))
+}
+
+// A DNS ServiceEntry's endpoints are inline in its STRICT_DNS cluster: an endpoint-only change
+// must reach the proxies through CDS (istiod does a full push), not an EDS push nobody watches.
+func TestDNSServiceEntryEndpointChangeReachesProxies(t *testing.T) {
+	r := newRig(t, 10*time.Millisecond, time.Second)
+	apply := func(addr string) model.Change {
+		conv, _, err := model.ConvertServiceEntry("ns", "dns", &v1alpha3.ServiceEntry{Hosts: []string{"dns.test"},
+			Resolution: v1alpha3.ServiceEntry_DNS, Ports: []*v1alpha3.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP"}},
+			Endpoints: []*v1alpha3.WorkloadEntry{{Address: addr}}})
+		require.NoError(t, err)
+		ch := r.m.SetServiceEntry("ns", "dns", time.Unix(0, 0), conv)
+		r.pusher.Enqueue(ch)
+		return ch
+	}
+	apply("dns-a.test")
+	r.start(t)
+	c := r.client(t, "sidecar~dns")
+	inline := func() string {
+		a, ok := c.Resources(resourcev3.ClusterType)["outbound|80||dns.test"]
+		if !ok {
+			return ""
+		}
+		var cl cluster.Cluster
+		require.NoError(t, a.UnmarshalTo(&cl))
+		return cl.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetAddress()
+	}
+	eventually(t, "the DNS cluster", func() bool { return inline() == "dns-a.test" })
+	require.False(t, apply("dns-b.test").Full, "the model reports an endpoint-only change")
+	eventually(t, "the DNS cluster with the new endpoint", func() bool { return inline() == "dns-b.test" })
 }
 
 func TestDeltaADS(t *testing.T) {
