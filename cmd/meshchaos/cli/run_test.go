@@ -33,10 +33,10 @@ func TestRunBadInputExitsTwo(t *testing.T) {
 	complete := imagesDir(t)
 
 	for _, tc := range []struct {
-		name     string
-		args     []string
-		env      map[string]string
-		want     string
+		name           string
+		args           []string
+		env            map[string]string
+		want           string
 		afterPreflight bool
 	}{
 		{name: "no experiment", args: []string{"run"}, want: "give one experiment"},
