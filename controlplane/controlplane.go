@@ -24,6 +24,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/protobuf/encoding/protojson"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
 	"github.com/meshchaos/meshchaos/controlplane/gate"
@@ -31,6 +32,7 @@ import (
 	"github.com/meshchaos/meshchaos/controlplane/metrics"
 	"github.com/meshchaos/meshchaos/controlplane/model"
 	"github.com/meshchaos/meshchaos/controlplane/regress"
+	"github.com/meshchaos/meshchaos/controlplane/webhook"
 	"github.com/meshchaos/meshchaos/controlplane/xds"
 )
 
@@ -52,6 +54,8 @@ type Options struct {
 	NoRouteDefaults bool
 	DomainSuffix    string
 	Logger          *slog.Logger
+	// Webhook serves the admission webhooks (sidecar injection, config validation); nil: none.
+	Webhook *webhook.Options
 }
 
 // ControlPlane is a running reference control plane.
@@ -66,6 +70,8 @@ type ControlPlane struct {
 	Pusher  *xds.Pusher
 	Server  *xds.Server
 	source  *kube.Source
+	// Webhook is the admission webhook server (nil without Options.Webhook).
+	Webhook *webhook.Server
 
 	xdsL, adminL net.Listener
 	admin        *http.Server
@@ -127,6 +133,14 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	}
 	ctx, cp.cancel = context.WithCancel(ctx)
 	cp.Server = xds.NewServer(ctx, cp.Caches, cp.Pusher, cp.Gate, cp.Metrics, opts.Logger)
+	if opts.Webhook != nil {
+		if err := cp.startWebhook(ctx); err != nil {
+			cp.cancel()
+			cp.xdsL.Close()
+			cp.adminL.Close()
+			return nil, fmt.Errorf("start control plane: %w", err)
+		}
+	}
 	cp.admin = &http.Server{Handler: cp.adminMux(), ReadHeaderTimeout: 10 * time.Second}
 
 	cp.wg.Add(4)
@@ -202,7 +216,31 @@ func (cp *ControlPlane) Stop() {
 	defer cancel()
 	_ = cp.admin.Shutdown(sctx)
 	cp.source.Shutdown()
+	if cp.Webhook != nil {
+		cp.Webhook.Stop()
+	}
 	cp.wg.Wait()
+}
+
+// startWebhook serves the admission webhooks and keeps their configurations' caBundle set to
+// this process's CA. The webhooks answer from the start, independent of the sync gate: the
+// apiserver reaches them only through the Service, once the pod is ready.
+func (cp *ControlPlane) startWebhook(ctx context.Context) error {
+	wo := *cp.opts.Webhook
+	if wo.Logger == nil {
+		wo.Logger = cp.log
+	}
+	dyn, err := dynamic.NewForConfig(cp.opts.Kube)
+	if err != nil {
+		return err
+	}
+	cp.Webhook, err = webhook.Start(wo, cp.Metrics.Registry)
+	if err != nil {
+		return err
+	}
+	cp.wg.Add(1)
+	go func() { defer cp.wg.Done(); cp.Webhook.Run(ctx, dyn, 5*time.Second) }()
+	return nil
 }
 
 func (cp *ControlPlane) adminMux() *http.ServeMux {

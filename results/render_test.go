@@ -107,3 +107,23 @@ func TestMarkersGroupCloseEvents(t *testing.T) {
 	assert.Equal(t, "1", labels[0].Event.Detail)
 	assert.Equal(t, "2,3", labels[1].Event.Detail)
 }
+
+func TestRenderStartupModesSideBySide(t *testing.T) {
+	dir := t.TempDir()
+	s := sample()
+	s.Startup = []Startup{
+		{Mode: "none", Pods: 20, Started: 20, AppRestarts: 31, ExitCodes: map[string]int{"1": 20}, FailedFirstCalls: 20,
+			FirstSuccessMs: Latency{P50: 12000, P99: 31000}, ReadyMs: Latency{P50: 12500, P99: 31500}, ProxyFirstConfigMs: Latency{P50: 2100, P99: 4000}, PodSpec: "startup/none-pod.yaml"},
+		{Mode: "native", Pods: 20, Started: 20, FirstSuccessMs: Latency{P50: 3100, P99: 5200}},
+	}
+	require.NoError(t, Render(dir, s))
+	md, err := os.ReadFile(filepath.Join(dir, MarkdownFile))
+	require.NoError(t, err)
+	for _, want := range []string{
+		"## App start-up by sidecar start mode",
+		"| none | 20 (20) | 31 | 1×20  | 20 | 12000 / 31000 ms | 12500 / 31500 ms | 2100 / 4000 ms | [startup/none-pod.yaml](startup/none-pod.yaml) |",
+		"| native | 20 (20) | 0 |  | 0 | 3100 / 5200 ms |",
+	} {
+		assert.Contains(t, string(md), want)
+	}
+}

@@ -168,6 +168,14 @@ Restarts {{.Restarts}}, OOM kills {{.OOMKills}}, pushes {{with .Pushes}}full {{.
 {{- range $role, $w := .}}
 | {{$role}} | {{$w.Restarts}} | {{$w.OOMKills}} | {{$w.Ready}} / {{$w.NotReady}} |
 {{- end}}
+{{end}}{{with .S.Startup}}
+## App start-up by sidecar start mode
+
+| Mode | Pods (started) | App restarts | Exit codes | Failed first calls | Creation → first success P50 / P99 | Creation → Ready P50 / P99 | Proxy first config P50 / P99 | Injected pod |
+|---|---|---|---|---|---|---|---|---|
+{{- range .}}
+| {{.Mode}} | {{.Pods}} ({{.Started}}) | {{.AppRestarts}} | {{range $c, $n := .ExitCodes}}{{$c}}×{{$n}} {{end}} | {{.FailedFirstCalls}} | {{printf "%.0f" .FirstSuccessMs.P50}} / {{printf "%.0f" .FirstSuccessMs.P99}} ms | {{printf "%.0f" .ReadyMs.P50}} / {{printf "%.0f" .ReadyMs.P99}} ms | {{printf "%.0f" .ProxyFirstConfigMs.P50}} / {{printf "%.0f" .ProxyFirstConfigMs.P99}} ms | {{if .PodSpec}}[{{.PodSpec}}]({{.PodSpec}}){{end}} |
+{{- end}}
 {{end}}{{with .S.Measurements}}
 ## Measurements
 

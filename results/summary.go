@@ -70,6 +70,8 @@ type Summary struct {
 	ControlPlaneStats *ControlPlaneStats `json:"controlPlaneStats,omitempty"`
 	// Workloads are the pod figures of other roles than the control plane (e.g. "app").
 	Workloads map[string]*WorkloadStats `json:"workloads,omitempty"`
+	// Startup is how an app's pods came up, one entry per sidecar start mode (sidecar-startup).
+	Startup []Startup `json:"startup,omitempty"`
 	// Measurements say how each measurement fared: a failed scrape is shown, not hidden.
 	Measurements []Measurement `json:"measurements,omitempty"`
 	Events       []Event       `json:"events"`
@@ -161,6 +163,29 @@ type WorkloadStats struct {
 	// Ready and NotReady count readiness transitions.
 	Ready    int `json:"ready"`
 	NotReady int `json:"notReady"`
+}
+
+// Startup is how the pods of one app Deployment came up in one sidecar start mode.
+type Startup struct {
+	Mode string `json:"mode"`
+	// Pods were watched from creation; Started is how many reported their start-up (the app
+	// answered with its attempts).
+	Pods    int `json:"pods"`
+	Started int `json:"started"`
+	// AppRestarts sums the app containers' restart counts; ExitCodes counts their last
+	// terminations by exit code.
+	AppRestarts int            `json:"appRestarts"`
+	ExitCodes   map[string]int `json:"exitCodes,omitempty"`
+	// FailedFirstCalls counts pods whose first start-up call failed (in a run that exited, or
+	// retried by the app itself).
+	FailedFirstCalls int `json:"failedFirstCalls"`
+	// FirstSuccessMs is pod creation → the app's first successful call; ReadyMs pod creation →
+	// Ready; ProxyFirstConfigMs the proxy's start → its first configuration applied.
+	FirstSuccessMs     Latency `json:"firstSuccessMs"`
+	ReadyMs            Latency `json:"readyMs"`
+	ProxyFirstConfigMs Latency `json:"proxyFirstConfigMs"`
+	// PodSpec is the injected pod spec of one pod, relative to the run directory.
+	PodSpec string `json:"podSpec,omitempty"`
 }
 
 // Measurement is how one measurement fared over the run.

@@ -28,10 +28,12 @@ type Params struct {
 	SyncGate    bool     // --sync-gate
 	Regress     []string // --regress switches
 	MemoryLimit string   // default 1Gi
+	ProxyImage  string   // the injected sidecar; default images.Ref("xdsproxy")
 }
 
 // ControlPlane renders the Namespace, ServiceAccount, ClusterRole(Binding), Deployment and
-// Service of the reference control plane. Its readiness probe is /ready (the sync gate).
+// Service of the reference control plane, and its admission webhooks' configurations (sidecar
+// injection, config validation). Its readiness probe is /ready (the sync gate).
 func ControlPlane(p Params) ([]byte, error) {
 	if p.Namespace == "" {
 		p.Namespace = "meshchaos-system"
@@ -41,6 +43,9 @@ func ControlPlane(p Params) ([]byte, error) {
 	}
 	if p.PullPolicy == "" {
 		p.PullPolicy = "Never"
+	}
+	if p.ProxyImage == "" {
+		p.ProxyImage = images.Ref("xdsproxy")
 	}
 	if p.MemoryLimit == "" {
 		p.MemoryLimit = "1Gi"

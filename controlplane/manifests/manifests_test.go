@@ -37,7 +37,8 @@ func TestControlPlaneManifests(t *testing.T) {
 	for _, o := range objs {
 		kinds[o.GetKind()] = o
 	}
-	for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service"} {
+	for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
+		"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
 		require.Contains(t, kinds, k)
 	}
 	containers, _, _ := unstructured.NestedSlice(kinds["Deployment"].Object, "spec", "template", "spec", "containers")
@@ -45,7 +46,11 @@ func TestControlPlaneManifests(t *testing.T) {
 	c := containers[0].(map[string]any)
 	require.Equal(t, "meshchaos.local/controlplane:dev", c["image"])
 	require.Equal(t, []any{"--xds-addr=$(POD_IP):15010", "--admin-addr=$(POD_IP):15014", "--sync-gate=false",
-		"--regress=ungated", "--regress=quadratic-scope"}, c["args"])
+		"--regress=ungated", "--regress=quadratic-scope",
+		"--webhook-addr=$(POD_IP):15017", "--webhook-dns=meshchaos-controlplane.meshchaos-system.svc",
+		"--inject-image=meshchaos.local/xdsproxy:dev", "--inject-pull-policy=Never",
+		"--inject-xds-address=meshchaos-controlplane.meshchaos-system.svc:15010",
+		"--mutating-webhook-config=meshchaos-sidecar-injector", "--validating-webhook-config=meshchaos-validation"}, c["args"])
 	probe, _, _ := unstructured.NestedString(c, "readinessProbe", "httpGet", "path")
 	require.Equal(t, "/ready", probe)
 }

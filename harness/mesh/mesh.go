@@ -74,7 +74,13 @@ type Mesh struct {
 	// GatewayIPs are the gateway pods' IPs: traffic goes to each directly, since kept-alive
 	// connections through a Service could all stick to one replica and miss another's failure.
 	GatewayIPs []string
+	// wl is the workload substrate the mesh deploys with.
+	wl wlmanifests.Substrate
 }
+
+// Workloads is the workload substrate the mesh deploys with (images, pull policy, data plane),
+// for experiments that deploy workloads of their own.
+func (m *Mesh) Workloads() wlmanifests.Substrate { return m.wl }
 
 // Validate checks a spec before anything starts.
 func (s Spec) Validate() error {
@@ -122,6 +128,7 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 		return m, err
 	}
 	wl := workloadSubstrate(provider.Name())
+	m.wl = wl
 	for _, b := range spec.Backends {
 		if err := m.deploy(ctx, "echo", wlmanifests.Values{Substrate: wl, Name: b.Name, Replicas: b.Replicas}, b.Node); err != nil {
 			return m, fmt.Errorf("deploy backend %s: %w", b.Name, err)

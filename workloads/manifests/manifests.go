@@ -104,6 +104,13 @@ type Values struct {
 	Attempts     int
 	// WaitTimeout bounds the hold hook (default 60s).
 	WaitTimeout time.Duration
+	// StartMode, when set, leaves the sidecar to the control plane's injection webhook and asks
+	// it for this start mode (none, hold, native); HoldApp is then ignored. The namespace must
+	// be labelled for injection.
+	StartMode string
+	// RetryInterval and RetryMaxInterval make the app retry its start-up call with exponential
+	// backoff (the resilient app), Attempts times.
+	RetryInterval, RetryMaxInterval time.Duration
 
 	// Adsload: Clients (default 100).
 	Clients int
@@ -162,8 +169,12 @@ func Render(name string, v Values) ([]byte, error) {
 	}
 	d := data{Values: v, PullPolicy: v.Substrate.PullPolicy}
 	d.HoldApp = name == "app" && v.HoldApp // only the app's sidecar holds anything
+	injected := name == "app" && v.StartMode != ""
 	switch name {
 	case "gateway", "app", "adsload":
+		if injected {
+			break // the injector knows the control plane's address
+		}
 		if _, _, err := net.SplitHostPort(v.XDSAddress); err != nil {
 			return nil, fmt.Errorf("manifest %s: XDSAddress %q: want HOST:PORT of the control plane", name, v.XDSAddress)
 		}
@@ -178,13 +189,18 @@ func Render(name string, v Values) ([]byte, error) {
 		if v.Dependency == "" {
 			return nil, fmt.Errorf("manifest app: Dependency (the Host the app calls at start) is required")
 		}
-		if err := d.proxy("sidecar"); err != nil {
-			return nil, err
+		if !injected {
+			if err := d.proxy("sidecar"); err != nil {
+				return nil, err
+			}
 		}
 		d.AppArgs = []string{
 			"--target", fmt.Sprintf("http://127.0.0.1:%d/", v.OutboundPort), "--host", v.Dependency,
 			"--attempts", strconv.Itoa(v.Attempts), "--addr", fmt.Sprintf(":%d", v.Port),
 			"--termination-log", "/dev/termination-log",
+		}
+		if v.RetryInterval > 0 {
+			d.AppArgs = append(d.AppArgs, "--interval", v.RetryInterval.String(), "--max-interval", v.RetryMaxInterval.String())
 		}
 	}
 	t, err := tmpl.Clone()

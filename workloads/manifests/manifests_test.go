@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
@@ -98,6 +99,14 @@ func TestAppStartOrderVariants(t *testing.T) {
 	app := plain.Containers[0]
 	assert.Equal(t, "meshchaos.local/startup-app:dev", app.Image)
 	assert.Equal(t, []string{"--target", "http://127.0.0.1:80/", "--host", "echo.default.svc.cluster.local", "--attempts", "1", "--addr", ":8080", "--termination-log", "/dev/termination-log"}, app.Args)
+
+	injected := deployment(t, render(t, "app", Values{Substrate: Local(), StartMode: "native", Dependency: "echo.test",
+		Attempts: 8, RetryInterval: 100 * time.Millisecond, RetryMaxInterval: 2 * time.Second}))
+	assert.Equal(t, []string{"app"}, names(injected.Spec.Template.Spec.Containers), "injected: the webhook adds the proxy")
+	assert.Equal(t, "native", injected.Spec.Template.Annotations["sidecar.meshchaos.io/start"])
+	assert.Equal(t, "/attempts", injected.Spec.Template.Spec.Containers[0].ReadinessProbe.HTTPGet.Path)
+	assert.Equal(t, []string{"--target", "http://127.0.0.1:80/", "--host", "echo.test", "--attempts", "8", "--addr", ":8080",
+		"--termination-log", "/dev/termination-log", "--interval", "100ms", "--max-interval", "2s"}, injected.Spec.Template.Spec.Containers[0].Args)
 
 	hold := deployment(t, render(t, "app", Values{Substrate: Local(), HoldApp: true})).Spec.Template.Spec
 	assert.Equal(t, []string{"proxy", "app"}, names(hold.Containers), "hold: the proxy starts first")

@@ -28,6 +28,9 @@ type Options struct {
 	Attempts int
 	// Interval is the pause between attempts.
 	Interval time.Duration
+	// MaxInterval, when above Interval, makes the pause double after each failed attempt up to
+	// it: the resilient app's exponential backoff.
+	MaxInterval time.Duration
 	// Timeout bounds each attempt (default 2s).
 	Timeout time.Duration
 	// Addr is where the app serves once started (default ":8080").
@@ -76,12 +79,16 @@ func CallDependency(ctx context.Context, o Options) (Report, error) {
 	rep := Report{Target: o.Target}
 	client := &http.Client{Timeout: o.Timeout, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 	var lastErr error
+	pause := o.Interval
 	for i := range o.Attempts {
 		if i > 0 {
 			select {
 			case <-ctx.Done():
 				return rep, ctx.Err()
-			case <-time.After(o.Interval):
+			case <-time.After(pause):
+			}
+			if pause < o.MaxInterval {
+				pause = min(2*pause, o.MaxInterval)
 			}
 		}
 		a, err := call(ctx, client, o)

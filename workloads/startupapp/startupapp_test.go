@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,12 +72,15 @@ func TestStartsWhenHeldUntilSidecarReady(t *testing.T) {
 	dep := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("dep")) }))
 	defer dep.Close()
 	listener, p, configure := sidecar(t)
+	_, initialized := p.Stats()["server.initialization_time_ms"]
+	assert.False(t, initialized, "no time to first config before the first config")
 	go func() {
 		time.Sleep(100 * time.Millisecond)
 		configure(strings.TrimPrefix(dep.URL, "http://"))
 	}()
 	// The postStart hook: hold the app until the proxy is ready.
 	require.NoError(t, xdsproxy.Wait(context.Background(), p.AdminAddr(), 5*time.Second, 10*time.Millisecond))
+	assert.GreaterOrEqual(t, p.Stats()["server.initialization_time_ms"], int64(100), "start → first config, configured 100 ms in")
 
 	addr := xdstest.FreeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -98,4 +102,44 @@ func TestStartsWhenHeldUntilSidecarReady(t *testing.T) {
 	assert.Equal(t, 200, rep.Attempts[0].Status)
 	cancel()
 	assert.NoError(t, <-done)
+}
+
+// attemptsWriter signals after n attempt lines.
+type attemptsWriter struct {
+	mu    sync.Mutex
+	n     int
+	after int
+	c     chan struct{}
+}
+
+func (w *attemptsWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.n += strings.Count(string(p), "startup-app: attempt")
+	if w.n == w.after {
+		close(w.c)
+	}
+	return len(p), nil
+}
+
+func TestResilientAppRetriesWithBackoffUntilTheSidecarIsReady(t *testing.T) {
+	dep := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("dep")) }))
+	defer dep.Close()
+	listener, _, configure := sidecar(t)
+	failed := &attemptsWriter{after: 3, c: make(chan struct{})}
+	go func() {
+		<-failed.c // three calls refused: now the proxy gets its configuration
+		configure(strings.TrimPrefix(dep.URL, "http://"))
+	}()
+	interval := 20 * time.Millisecond
+	rep, err := startupapp.CallDependency(context.Background(), startupapp.Options{Target: "http://" + listener + "/", Host: "dep",
+		Attempts: 20, Interval: interval, MaxInterval: time.Second, Stderr: failed})
+	require.NoError(t, err, "the resilient app outlives the proxy's start")
+	require.GreaterOrEqual(t, len(rep.Attempts), 4)
+	assert.Contains(t, rep.Attempts[0].Error, "connection refused")
+	assert.Equal(t, 200, rep.Attempts[len(rep.Attempts)-1].Status)
+	for i := 1; i < len(rep.Attempts); i++ {
+		want := min(interval<<(i-1), time.Second)
+		assert.GreaterOrEqual(t, rep.Attempts[i].At.Sub(rep.Attempts[i-1].At), want, "pause %d doubles", i)
+	}
 }

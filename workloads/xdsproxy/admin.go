@@ -55,8 +55,18 @@ func (p *Proxy) adminHandler() http.Handler {
 	return mux
 }
 
-// Stats returns every counter and gauge by its Envoy-style name.
-func (p *Proxy) Stats() map[string]int64 { return p.stats.values() }
+// Stats returns every counter and gauge by its Envoy-style name, and once ready
+// server.initialization_time_ms: start → first configuration applied (Envoy's, a histogram
+// there, one value here).
+func (p *Proxy) Stats() map[string]int64 {
+	v := p.stats.values()
+	p.state.mu.Lock()
+	if p.state.ready {
+		v["server.initialization_time_ms"] = p.state.initMs
+	}
+	p.state.mu.Unlock()
+	return v
+}
 
 // ConfigDump renders the current resources as Envoy's admin.v3.ConfigDump JSON: active and
 // warming clusters and listeners, route configs, endpoint assignments, and the last rejection

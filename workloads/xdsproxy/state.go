@@ -64,6 +64,9 @@ type state struct {
 	cdsSeen, ldsSeen bool
 	clustersInit     bool // initial clusters are warm: LDS may be requested
 	ready            bool
+	// created → ready: Envoy's server.initialization_time_ms (the time to first config).
+	created time.Time
+	initMs  int64
 
 	rr map[string]*atomic.Uint64 // round-robin position per cluster, kept across updates
 
@@ -78,6 +81,7 @@ type state struct {
 
 func newState(st *stats) *state {
 	return &state{
+		created:   time.Now(),
 		clusters:  map[string]*clusterSlot{},
 		clas:      map[string]*claCfg{},
 		listeners: map[string]*listenerSlot{},
@@ -379,6 +383,7 @@ func (s *state) settle() {
 	}
 	if s.clustersInit && s.ldsSeen && !s.ready && s.warmingListenersLocked() == 0 {
 		s.ready = true
+		s.initMs = time.Since(s.created).Milliseconds()
 	}
 	eds := s.edsNamesLocked()
 	for name := range s.clas {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/meshchaos/meshchaos/controlplane"
 	"github.com/meshchaos/meshchaos/controlplane/regress"
+	"github.com/meshchaos/meshchaos/controlplane/webhook"
 )
 
 func init() { register(newControlPlaneCmd) }
@@ -24,6 +25,8 @@ func newControlPlaneCmd() *cobra.Command {
 		syncGate, noRouteDefaults                        bool
 		maxWait, quiet, debounceMax                      time.Duration
 		switches                                         []string
+		wh                                               webhook.Options
+		injectMode                                       string
 	)
 	cmd := &cobra.Command{
 		Use:   "controlplane",
@@ -58,12 +61,22 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 			if err != nil {
 				return Usagef("%v", err)
 			}
+			var whOpts *webhook.Options
+			if wh.Addr != "" {
+				if wh.Sidecar.Image == "" || wh.Sidecar.XDSAddress == "" {
+					return Usagef("--webhook-addr needs --inject-image and --inject-xds-address (what the injected sidecar runs and dials)")
+				}
+				if wh.Sidecar.DefaultMode, err = webhook.ParseStartMode(injectMode); err != nil {
+					return Usagef("--inject-default-mode: %v", err)
+				}
+				whOpts = &wh
+			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			cp, err := controlplane.Start(ctx, controlplane.Options{Kube: cfg, XDSAddr: xdsAddr, AdminAddr: adminAddr,
 				SyncGate: syncGate, MaxWait: maxWait, DebounceQuiet: quiet, DebounceMax: debounceMax,
-				Regress: set, NoRouteDefaults: noRouteDefaults, DomainSuffix: domain, Logger: log})
+				Regress: set, NoRouteDefaults: noRouteDefaults, DomainSuffix: domain, Logger: log, Webhook: whOpts})
 			if err != nil {
 				return err
 			}
@@ -85,6 +98,15 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 	f.BoolVar(&noRouteDefaults, "no-route-defaults", false, "leave istiod's default retry policy (2 retries on connect-failure,refused-stream,unavailable,cancelled,503) and route timeout 0 out of generated routes")
 	f.StringVar(&domain, "domain-suffix", "cluster.local", "cluster DNS domain")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&wh.Addr, "webhook-addr", "", "serve the admission webhooks (HTTPS, own CA) on this address, e.g. $(POD_IP):15017; empty: no webhooks")
+	f.StringArrayVar(&wh.DNSNames, "webhook-dns", nil, "DNS name in the webhook serving certificate (repeatable): the Service the apiserver dials, NAME.NAMESPACE.svc")
+	f.IPSliceVar(&wh.IPs, "webhook-ip", nil, "IP in the webhook serving certificate (for a url clientConfig)")
+	f.StringVar(&wh.MutatingConfig, "mutating-webhook-config", "", "MutatingWebhookConfiguration whose caBundle this control plane keeps set")
+	f.StringVar(&wh.ValidatingConfig, "validating-webhook-config", "", "ValidatingWebhookConfiguration whose caBundle this control plane keeps set")
+	f.StringVar(&wh.Sidecar.Image, "inject-image", "", "image of the injected sidecar (xdsproxy)")
+	f.StringVar(&wh.Sidecar.PullPolicy, "inject-pull-policy", "IfNotPresent", "pull policy of the injected sidecar")
+	f.StringVar(&wh.Sidecar.XDSAddress, "inject-xds-address", "", "xDS address HOST:PORT the injected sidecars dial")
+	f.StringVar(&injectMode, "inject-default-mode", "none", "sidecar start mode of pods without the "+webhook.StartAnnotation+" annotation: none, hold or native")
 	return cmd
 }
 

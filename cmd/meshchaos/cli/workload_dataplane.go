@@ -145,6 +145,7 @@ func newStartupAppCmd() *cobra.Command {
 	f.StringVar(&o.Host, "host", os.Getenv("STARTUP_HOST"), "Host header of that call: the dependency's name (env STARTUP_HOST)")
 	f.IntVar(&o.Attempts, "attempts", 1, "calls before giving up")
 	f.DurationVar(&o.Interval, "interval", time.Second, "pause between attempts")
+	f.DurationVar(&o.MaxInterval, "max-interval", 0, "when above --interval, the pause doubles after each failed attempt up to this (exponential backoff)")
 	f.DurationVar(&o.Timeout, "timeout", 2*time.Second, "timeout of each call")
 	f.StringVar(&o.Addr, "addr", ":8080", "listen address once started")
 	f.StringVar(&o.TerminationLog, "termination-log", "", "write the attempts report here on failure (in a pod: /dev/termination-log)")

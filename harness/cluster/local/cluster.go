@@ -161,6 +161,10 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	c.api, err = apiserver.Start(ctx, apiserver.Options{
 		Dir: l.cpDir(), Netns: l.hubNetnsPath(), BindIP: hubIP(), Port: APIServerPort,
 		ServiceCIDR: ServiceCIDR, BinDir: cfg.BinDir, Logf: cfg.Logf,
+		// The hub runs no kube-proxy, so a ClusterIP means nothing here: the apiserver reaches
+		// admission webhooks (and aggregated APIs) behind a Service at a ready endpoint's pod IP,
+		// which the hub routes to its node. TLS is still checked against the Service's name.
+		ExtraArgs: []string{"--enable-aggregator-routing=true"},
 	})
 	if err != nil {
 		return c, fmt.Errorf("start control plane: %w", err)

@@ -1,0 +1,78 @@
+package experiments
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshchaos/meshchaos/harness/cluster/bins"
+	"github.com/meshchaos/meshchaos/harness/cluster/local"
+	"github.com/meshchaos/meshchaos/harness/experiment"
+	"github.com/meshchaos/meshchaos/harness/runner"
+	"github.com/meshchaos/meshchaos/harness/subject"
+	"github.com/meshchaos/meshchaos/results"
+)
+
+// localRunner runs experiments of the catalog on local clusters for both-ways tests: every run
+// must be carried out (verdict pass or fail, never error), leave a complete run directory and
+// tear its cluster down without leftovers.
+type localRunner struct {
+	t         *testing.T
+	home      string
+	imagesDir string
+}
+
+// newLocalRunner skips with MESHCHAOS_SKIP_INTEGRATION=1 and fails when the machine cannot
+// run a local cluster.
+func newLocalRunner(t *testing.T) *localRunner {
+	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
+		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
+	}
+	require.NoError(t, local.Preflight())
+	imagesDir, err := bins.ImagesDir("")
+	require.NoError(t, err)
+	home, err := os.MkdirTemp("", "mc")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(home) })
+	return &localRunner{t: t, home: home, imagesDir: imagesDir}
+}
+
+// run executes experiment name with sets against control plane cp; it returns the summary and
+// the run directory.
+func (l *localRunner) run(name, cp string, sets []string, timeout time.Duration) (results.Summary, string) {
+	t := l.t
+	d, ok := Lookup(name)
+	require.True(t, ok, name)
+	v, err := d.Resolve(sets)
+	require.NoError(t, err)
+	sut, err := subject.Parse(cp)
+	require.NoError(t, err)
+	exp, err := d.Build(experiment.Env{Substrate: local.Substrate{Home: l.home, ImagesDir: l.imagesDir}, ControlPlane: sut}, v)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	dir := t.TempDir()
+	s, err := runner.Execute(ctx, exp, runner.Options{Dir: dir, Progress: runner.NewProgress(testWriter{t})})
+	require.NotEqual(t, results.VerdictError, s.Verdict, "the run could not be carried out: %v %s", err, s.Error)
+	// The run directory is complete and readable by `meshchaos report`.
+	back, rerr := results.Read(dir)
+	require.NoError(t, rerr)
+	assert.Equal(t, s.Verdict, back.Verdict)
+	cluster := ""
+	for _, e := range s.Events {
+		if e.Kind == "cluster.up" {
+			cluster = e.Object
+		}
+	}
+	require.NotEmpty(t, cluster, "the timeline names the cluster")
+	assert.Empty(t, local.Leftovers(l.home, cluster), "teardown left no process, namespace, mount, cgroup or state")
+	return s, dir
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }

@@ -1,0 +1,225 @@
+package experiments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/meshchaos/meshchaos/harness/cluster"
+	"github.com/meshchaos/meshchaos/harness/experiment"
+	"github.com/meshchaos/meshchaos/harness/kube"
+	"github.com/meshchaos/meshchaos/harness/mesh"
+	"github.com/meshchaos/meshchaos/harness/observe"
+	"github.com/meshchaos/meshchaos/harness/params"
+	"github.com/meshchaos/meshchaos/harness/runner"
+	"github.com/meshchaos/meshchaos/harness/subject"
+	"github.com/meshchaos/meshchaos/results"
+	wlmanifests "github.com/meshchaos/meshchaos/workloads/manifests"
+)
+
+// Incident 5: the app container started before its sidecar had its configuration; its first
+// call (through the sidecar) was refused and it exited; kubelet restarted it until the proxy
+// was ready. The control plane's injection webhook sets the start order; the app is the
+// incident's (one call, exit 1) or a resilient one (retries with backoff).
+
+// startupModes are the start modes in the order history found them.
+var startupModes = []string{"none", "hold", "native", "resilient"}
+
+// The app the experiment deploys (workloads/manifests' app, workloads/startupapp).
+const (
+	startupApp       = "startup-app"
+	startupAppPort   = 8080
+	startupAdminPort = 15000
+	// injectLabel is the control plane's injection label (controlplane/webhook.NamespaceLabel).
+	injectLabel = "meshchaos.io/inject"
+)
+
+func init() {
+	register(experiment.Definition{
+		Name:    "sidecar-startup",
+		Summary: "app pods start before their injected sidecar has its config (incident 5: first call refused, exit 1, restarts); start modes none / hold / native / resilient side by side",
+		Params: params.Set{
+			params.EnumParam("mode", "all", append(append([]string{}, startupModes...), "all"),
+				"how the sidecar starts: none (app first: the incident), hold (postStart hook waits for the proxy), native (native sidecar with a startup probe), resilient (app first, the app retries), all (each in turn)"),
+			params.IntParam("replicas", 20, 1, 500, "", "app pods per mode"),
+			params.IntParam("serviceEntries", 1000, 1, 20000, "", "ServiceEntries preloaded: every new sidecar gets all of them, so its first config takes time"),
+			params.CPCPU.WithDefault("200m"),
+			params.CPMemory,
+			params.IntParam("attempts", 60, 1, 1000, "", "the resilient app's start-up calls before it gives up"),
+			params.DurationParam("retryInterval", 100*time.Millisecond, time.Millisecond, time.Minute, "the resilient app's first pause between calls (then doubling)"),
+			params.DurationParam("retryMaxInterval", 2*time.Second, time.Millisecond, 5*time.Minute, "the resilient app's longest pause"),
+			params.DurationParam("upTimeout", 4*time.Minute, 10*time.Second, time.Hour, "how long every app pod of a mode has to become Ready"),
+			params.Rate.WithDefault("5"), params.Length.WithDefault("20s"), params.Steady.WithDefault("2s"),
+			params.Nodes.WithDefault("2"),
+		},
+		Validate: func(v params.Values) error {
+			if v.Duration("retryMaxInterval") < v.Duration("retryInterval") {
+				return fmt.Errorf("retryMaxInterval=%s: at least retryInterval (%s)", v["retryMaxInterval"], v["retryInterval"])
+			}
+			return nil
+		},
+		Mesh: func(v params.Values) mesh.Spec {
+			// The control plane on node 1; the apps and their dependency on the last node.
+			apps := v.Int("nodes")
+			return mesh.Spec{
+				Nodes:          v.Int("nodes"),
+				CP:             subject.Placement{Node: 1, MemoryLimit: v["cpMemoryLimit"], CPULimit: v["cpCPULimit"]},
+				Backends:       []mesh.Backend{{Name: "echo", Replicas: 1, Node: apps}},
+				ServiceEntries: mesh.ServiceEntries{Count: v.Int("serviceEntries"), Backend: "echo"},
+				Gateway:        mesh.Gateway{Replicas: 1, Node: apps},
+			}
+		},
+		Hosts:  func(params.Values) int { return 1 },
+		Chaos:  startupChaos,
+		Checks: startupChecks,
+	})
+}
+
+// modesOf expands the mode parameter.
+func modesOf(v params.Values) []string {
+	if v["mode"] == "all" {
+		return startupModes
+	}
+	return []string{v["mode"]}
+}
+
+func startupChecks(v params.Values) []runner.Check {
+	var checks []runner.Check
+	for _, mode := range modesOf(v) {
+		checks = append(checks, runner.Metric(fmt.Sprintf("app restarts [%s]", mode), startupValue(mode, func(r results.Startup) float64 {
+			return float64(r.AppRestarts)
+		}), results.LE, 0, ""))
+		failed := startupValue(mode, func(r results.Startup) float64 { return float64(r.FailedFirstCalls) })
+		if mode == "resilient" {
+			// Proof that the race happened: the resilient app did call before its proxy was
+			// ready, and outlived it.
+			checks = append(checks, runner.Metric("failed first calls, retried [resilient]", failed, results.GE, 1, ""))
+			continue
+		}
+		checks = append(checks, runner.Metric(fmt.Sprintf("failed first calls [%s]", mode), failed, results.LE, 0, ""))
+	}
+	return checks
+}
+
+// startupValue reads a figure of one mode; a mode never measured is an error, never a pass.
+func startupValue(mode string, f func(results.Startup) float64) func(*results.Summary) (float64, error) {
+	return func(s *results.Summary) (float64, error) {
+		for _, r := range s.Startup {
+			if r.Mode == mode {
+				if r.Started < r.Pods {
+					return 0, fmt.Errorf("mode %s: only %d of %d pods reported their start-up", mode, r.Started, r.Pods)
+				}
+				return f(r), nil
+			}
+		}
+		return 0, fmt.Errorf("mode %s was not measured", mode)
+	}
+}
+
+func startupChaos(ctx context.Context, s *experiment.State) error {
+	for _, mode := range modesOf(s.Params) {
+		if err := startupMode(ctx, s, mode); err != nil {
+			return fmt.Errorf("mode %s: %w", mode, err)
+		}
+	}
+	return nil
+}
+
+// startupMode deploys the app in its own injected namespace, waits until every pod is Ready,
+// measures, keeps one injected pod spec, and removes the namespace so the next mode starts on
+// a quiet node.
+func startupMode(ctx context.Context, s *experiment.State, mode string) error {
+	v, m := s.Params, s.Mesh
+	ns := "startup-" + mode
+	node := m.Spec.Gateway.Node
+	_, err := m.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+		Labels: map[string]string{injectLabel: "enabled"}}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create namespace %s: %w", ns, err)
+	}
+	meas := &observe.Startup{Client: m.Client, Namespace: ns, Selector: "app=" + startupApp, Mode: mode,
+		Dial: m.Cluster.Dialer(node), AppPort: startupAppPort, AdminPort: startupAdminPort, AppContainer: "app", ProxyContainer: "proxy"}
+	if err := s.Measure(meas); err != nil {
+		return err
+	}
+	vals := wlmanifests.Values{Substrate: m.Workloads(), Namespace: ns, Name: startupApp, Replicas: v.Int("replicas"),
+		Port: startupAppPort, Dependency: m.Expected.Hosts()[0], StartMode: mode}
+	if mode == "resilient" {
+		vals.StartMode, vals.Attempts = "none", v.Int("attempts")
+		vals.RetryInterval, vals.RetryMaxInterval = v.Duration("retryInterval"), v.Duration("retryMaxInterval")
+	}
+	y, err := wlmanifests.Render("app", vals)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := kube.Apply(ctx, m.Cluster.RESTConfig(), y, kube.PinToNode(cluster.NodeLabel, fmt.Sprint(node))); err != nil {
+		return fmt.Errorf("deploy the app (the injection webhook must admit its pods): %w", err)
+	}
+	s.Event("app.deployed", ns+"/"+startupApp, fmt.Sprintf("%d replicas, sidecar start mode %s", v.Int("replicas"), mode))
+	if err := kube.WaitDeploymentReady(ctx, m.Client, ns, startupApp, v.Duration("upTimeout")); err != nil {
+		return err
+	}
+	s.Event("app.ready", ns+"/"+startupApp, fmt.Sprintf("every pod Ready %.1f s after the deployment", time.Since(start).Seconds()))
+	if err := meas.Collect(ctx); err != nil {
+		return err
+	}
+	if r := meas.Result(); r != nil {
+		s.Event("app.measured", ns+"/"+startupApp, fmt.Sprintf("%d pods: %d app restarts, %d failed first calls, first success P50 %.0f ms / P99 %.0f ms, proxy first config P50 %.0f ms",
+			r.Pods, r.AppRestarts, r.FailedFirstCalls, r.FirstSuccessMs.P50, r.FirstSuccessMs.P99, r.ProxyFirstConfigMs.P50))
+	}
+	if path, err := savePodSpec(ctx, s, ns, mode); err != nil {
+		s.Logf("keep the injected pod spec of %s: %v", mode, err)
+	} else {
+		meas.SetPodSpec(path)
+	}
+	return removeNamespace(ctx, s, ns)
+}
+
+// savePodSpec writes one injected pod's metadata and spec to startup/<mode>-pod.yaml.
+func savePodSpec(ctx context.Context, s *experiment.State, ns, mode string) (string, error) {
+	pods, err := s.Mesh.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + startupApp, Limit: 1})
+	if err != nil {
+		return "", err
+	}
+	if len(pods.Items) == 0 {
+		return "", errors.New("no pod")
+	}
+	p := pods.Items[0]
+	out := map[string]any{"metadata": map[string]any{"name": p.Name, "namespace": p.Namespace, "annotations": p.Annotations}, "spec": p.Spec}
+	b, err := yaml.Marshal(out)
+	if err != nil {
+		return "", err
+	}
+	rel := filepath.Join("startup", mode+"-pod.yaml")
+	if err := os.MkdirAll(filepath.Join(s.Dir(), "startup"), 0o755); err != nil {
+		return "", err
+	}
+	return rel, os.WriteFile(filepath.Join(s.Dir(), rel), b, 0o644)
+}
+
+// removeNamespace deletes ns and waits (at most two minutes) until it is gone.
+func removeNamespace(ctx context.Context, s *experiment.State, ns string) error {
+	c := s.Mesh.Client.CoreV1().Namespaces()
+	if err := c.Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete namespace %s: %w", ns, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	err := kube.Poll(ctx, 500*time.Millisecond, func(ctx context.Context) (bool, error) {
+		_, err := c.Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		return fmt.Errorf("namespace %s not gone after two minutes: %w", ns, err)
+	}
+	return nil
+}
