@@ -70,6 +70,8 @@ type Summary struct {
 	ControlPlaneStats *ControlPlaneStats `json:"controlPlaneStats,omitempty"`
 	// Workloads are the pod figures of other roles than the control plane (e.g. "app").
 	Workloads map[string]*WorkloadStats `json:"workloads,omitempty"`
+	// Scale holds a scale experiment's steps, growth fit, projection and oracle mismatches.
+	Scale *Scale `json:"scale,omitempty"`
 	// Measurements say how each measurement fared: a failed scrape is shown, not hidden.
 	Measurements []Measurement `json:"measurements,omitempty"`
 	Events       []Event       `json:"events"`
