@@ -39,22 +39,21 @@ func TestServiceEntryScaleParams(t *testing.T) {
 }
 
 func TestProjectCapacity(t *testing.T) {
-	// 2000 B per endpoint above a 10 MiB baseline; the runtime holds 1.5× the live heap.
-	fit := results.PowerFit{Exponent: 1, Coeff: 2000, Points: 4}
-	last := results.ScaleStep{ServiceEntries: 5000, HeapBytes: 110 << 20, RSSBytes: 165 << 20}
-	lin := projectCapacity(fit, 10<<20, last, 1<<30, 10, maxScaleSEs)
-	// (1 GiB / 1.5 − 10 MiB) / 2000 B ≈ 352 671 endpoints, whole ServiceEntries.
-	assert.Equal(t, 352670, lin.Endpoints)
-	assert.Equal(t, 35267, lin.ServiceEntries)
+	// RSS grows 6000 B per endpoint above a 16 MiB baseline.
+	fit := results.PowerFit{Exponent: 1, Coeff: 6000, Points: 4}
+	lin := projectCapacity(fit, 16<<20, 1<<30, 10, maxScaleSEs)
+	// (1 GiB − 16 MiB) / 6000 B ≈ 176 160 endpoints, whole ServiceEntries.
+	assert.Equal(t, 176160, lin.Endpoints)
+	assert.Equal(t, 17616, lin.ServiceEntries)
 	assert.False(t, lin.Capped)
-	p := projectCapacity(fit, 10<<20, last, 64<<30, 10, maxScaleSEs)
+	p := projectCapacity(fit, 16<<20, 64<<30, 10, maxScaleSEs)
 	assert.True(t, p.Capped)
 	assert.Equal(t, maxScaleSEs, p.ServiceEntries)
-	p = projectCapacity(fit, 10<<20, last, 1<<20, 10, maxScaleSEs)
+	p = projectCapacity(fit, 16<<20, 8<<20, 10, maxScaleSEs)
 	assert.Zero(t, p.Endpoints, "a budget below the baseline holds nothing")
 	// Quadratic growth holds far less under the same budget.
-	q := projectCapacity(results.PowerFit{Exponent: 2, Coeff: 0.8, Points: 4}, 10<<20, last, 1<<30, 10, maxScaleSEs)
-	assert.Less(t, q.Endpoints, lin.Endpoints/10)
+	q := projectCapacity(results.PowerFit{Exponent: 2, Coeff: 2.4, Points: 4}, 16<<20, 1<<30, 10, maxScaleSEs)
+	assert.Less(t, q.Endpoints, lin.Endpoints/5)
 }
 
 // TestServiceEntryScaleBothWays: at a small scale the experiment passes against the reference

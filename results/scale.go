@@ -15,6 +15,8 @@ type Scale struct {
 	Steps    []ScaleStep `json:"steps"`
 	// Fit is heap above the baseline against endpoints, log-log (absent with fewer than 2 steps).
 	Fit *PowerFit `json:"fit,omitempty"`
+	// RSSFit is the same for the resident memory: what a memory budget is about.
+	RSSFit *PowerFit `json:"rssFit,omitempty"`
 	// Projection is the capacity under a memory budget (absent without a budget).
 	Projection *Projection `json:"projection,omitempty"`
 	// MismatchCount counts the oracle's mismatches by scenario (e.g. "config", "endpoint-port",
@@ -117,8 +119,8 @@ func FitPower(xs, ys []float64) (PowerFit, error) {
 // Projection is the largest config a memory budget holds, by the fit, and its verification.
 type Projection struct {
 	BudgetBytes int64 `json:"budgetBytes"`
-	// Endpoints and ServiceEntries are the projected maximum under the budget (heap = baseline
-	// + fit).
+	// Endpoints and ServiceEntries are the projected maximum under the budget (RSS = baseline
+	// RSS + RSS fit).
 	Endpoints      int `json:"endpoints"`
 	ServiceEntries int `json:"serviceEntries"`
 	// Capped is true when the projection was above what the experiment may create and was cut.
@@ -167,7 +169,11 @@ func (s *Scale) Markdown() string {
 			mibs(st.HeapBytes), mibs(st.RSSBytes), st.BytesPerEndpoint, mibs(st.APIServerRSSBytes), mibs(st.EtcdDBBytes), st.Mismatches, top)
 	}
 	if f := s.Fit; f != nil {
-		fmt.Fprintf(&b, "\nGrowth: heap above the baseline ∝ endpoints^**%.3f** ± %.3f (%d points, log-log least squares).\n", f.Exponent, f.StdErr, f.Points)
+		fmt.Fprintf(&b, "\nGrowth: heap above the baseline ∝ endpoints^**%.3f** ± %.3f (%d points, log-log least squares).", f.Exponent, f.StdErr, f.Points)
+		if r := s.RSSFit; r != nil {
+			fmt.Fprintf(&b, " RSS above its baseline ∝ endpoints^%.3f ± %.3f.", r.Exponent, r.StdErr)
+		}
+		b.WriteString("\n")
 		b.WriteString("\n```\n" + s.chart(60, 16) + "```\n")
 	}
 	if p := s.Projection; p != nil {
