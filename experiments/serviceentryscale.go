@@ -167,19 +167,13 @@ func (r *scaleRun) stopped(err error) error {
 func (r *scaleRun) step(ctx context.Context, k, n int, verify bool) error {
 	s := r.s
 	push0, _ := r.pushes(ctx)
-	start := time.Now()
-	bulk := mesh.ServiceEntries{Count: n - r.prev, From: r.prev, Endpoints: r.eps, Workers: 64}
 	quiet := func(string, ...any) {}
-	got, err := bulk.Create(ctx, r.cfg, nil, quiet)
-	if err != nil {
-		return fmt.Errorf("step %d: %w", n, err)
-	}
-	r.add(got, scenarioConfig)
-	apply := time.Since(start)
-	// The scenarios' objects, new at every step: the next step's full push heals whatever the
-	// bugs left behind, so each step shows its own.
+	// The scenarios' objects first, new at every step: each step shows its own bugs, and the
+	// ServiceEntries that follow bring the full pushes that give every control plane — buggy ones
+	// too, whose incremental WorkloadEntry adds may carry the wrong port — the complete config.
 	port := mesh.ServiceEntries{Count: 2, Prefix: fmt.Sprintf("port%d", k), Endpoints: 3, EndpointPort: 9000}
-	if got, err = port.Create(ctx, r.cfg, nil, quiet); err != nil {
+	got, err := port.Create(ctx, r.cfg, nil, quiet)
+	if err != nil {
 		return fmt.Errorf("step %d: %w", n, err)
 	}
 	r.add(got, scenarioPort)
@@ -189,6 +183,13 @@ func (r *scaleRun) step(ctx context.Context, k, n int, verify bool) error {
 		return fmt.Errorf("step %d: %w", n, err)
 	}
 	r.add(got, scenarioWorkload)
+	start := time.Now()
+	bulk := mesh.ServiceEntries{Count: n - r.prev, From: r.prev, Endpoints: r.eps, Workers: 64}
+	if got, err = bulk.Create(ctx, r.cfg, nil, quiet); err != nil {
+		return fmt.Errorf("step %d: %w", n, err)
+	}
+	r.add(got, scenarioConfig)
+	apply := time.Since(start)
 	r.prev = n
 
 	applied := time.Now()

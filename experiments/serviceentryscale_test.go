@@ -62,7 +62,7 @@ func TestServiceEntryScaleBothWays(t *testing.T) {
 	runs := newLocalRuns(t, 5*time.Minute)
 	// 200/400/800 SEs: large enough for quadratic-scope's n² scopes to outgrow the linear part
 	// (at 50–200 SEs the fixed baseline still hides them).
-	sets := []string{"steps=" + testScaleSteps, "convergeTimeout=90s", "maxBytesPerEndpoint=" + testScaleBytesPerEndpoint}
+	sets := []string{"steps=" + testScaleSteps, "convergeTimeout=60s", "maxBytesPerEndpoint=" + testScaleBytesPerEndpoint}
 	run := func(cp string) results.Summary {
 		s, dir := runs.run("serviceentry-scale", cp, sets)
 		require.NotNil(t, s.Scale, "the scale record is in summary.json")
@@ -72,7 +72,6 @@ func TestServiceEntryScaleBothWays(t *testing.T) {
 		assert.Contains(t, string(md), "## Scale", "report.md has the per-step table")
 		for _, st := range s.Scale.Steps {
 			assert.FileExists(t, filepath.Join(dir, st.Profile), "a heap profile per step")
-			assert.True(t, st.Converged, "%s: step %d reached the oracle client", cp, st.ServiceEntries)
 		}
 		return s
 	}
@@ -89,11 +88,18 @@ func TestServiceEntryScaleBothWays(t *testing.T) {
 	plain := run("reference")
 	assert.Equal(t, results.VerdictPass, plain.Verdict, "%+v", plain.Checks)
 	assert.Empty(t, plain.Scale.Mismatches)
+	for _, st := range plain.Scale.Steps {
+		assert.True(t, st.Converged, "step %d reached the oracle client", st.ServiceEntries)
+	}
 
 	quad := run("reference:quadratic-scope")
 	assert.Equal(t, results.VerdictFail, quad.Verdict)
 	assert.False(t, check(quad, "heap growth exponent").Pass, "quadratic-scope: the exponent gives it away: %+v", quad.Checks)
 	assert.Greater(t, quad.Scale.Fit.Exponent, plain.Scale.Fit.Exponent)
+	// As in the incident, the heap profile names the culprit: the per-service scopes.
+	top := quad.Scale.Steps[len(quad.Scale.Steps)-1].Top
+	require.NotEmpty(t, top)
+	assert.Contains(t, top[0].Function, "buildScopes", "the largest step's top allocation site")
 
 	port := run("reference:se-endpoint-port")
 	assert.Equal(t, results.VerdictFail, port.Verdict)
