@@ -72,6 +72,8 @@ type Summary struct {
 	Workloads map[string]*WorkloadStats `json:"workloads,omitempty"`
 	// Startup is how an app's pods came up, one entry per sidecar start mode (sidecar-startup).
 	Startup []Startup `json:"startup,omitempty"`
+	// Scale holds a scale experiment's steps, growth fit, projection and oracle mismatches.
+	Scale *Scale `json:"scale,omitempty"`
 	// Measurements say how each measurement fared: a failed scrape is shown, not hidden.
 	Measurements []Measurement `json:"measurements,omitempty"`
 	Events       []Event       `json:"events"`

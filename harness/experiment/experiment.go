@@ -34,7 +34,9 @@ type Definition struct {
 	Validate func(v params.Values) error
 	// Mesh describes the mesh it needs (the control plane under test is filled in by the kit).
 	Mesh func(v params.Values) mesh.Spec
-	// Hosts is how many generated hosts the traffic targets (through every gateway pod).
+	// Hosts is how many generated hosts the traffic targets (through every gateway pod). nil: the
+	// experiment sends no traffic (a control-plane-only experiment, e.g. scale): no route wait,
+	// no steady phase, the chaos phase right after setup.
 	Hosts func(v params.Values) int
 	// Chaos is the fault sequence; injectors started with State.Inject are cleared when it ends.
 	Chaos func(ctx context.Context, s *State) error
@@ -174,11 +176,13 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 		if s.CPPod, err = m.ControlPlanePod(ctx); err != nil {
 			return err
 		}
-		targets = m.Targets(d.Hosts(v))
-		if err := m.WaitRoutes(ctx, targets, 2*time.Minute); err != nil {
-			return err
+		if d.Hosts != nil {
+			targets = m.Targets(d.Hosts(v))
+			if err := m.WaitRoutes(ctx, targets, 2*time.Minute); err != nil {
+				return err
+			}
+			r.Event("gateway.ready", "gateway", fmt.Sprintf("%d replica(s) route %d hosts", len(m.GatewayIPs), d.Hosts(v)))
 		}
-		r.Event("gateway.ready", "gateway", fmt.Sprintf("%d replica(s) route %d hosts", len(m.GatewayIPs), d.Hosts(v)))
 		return r.Measure(s.standardMeasurements(spec)...)
 	}
 	steady := func(ctx context.Context, r *runner.Run) error {
@@ -192,18 +196,26 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 		err := d.Chaos(ctx, s)
 		return errors.Join(err, s.clearAll())
 	}
+	phases := []runner.Phase{
+		{Name: "steady", Do: steady},
+		{Name: "chaos", Do: chaosPhase},
+		{Name: "recovery", Do: func(ctx context.Context, r *runner.Run) error {
+			err := r.WaitTraffic(ctx)
+			s.recordCPFigures()
+			return err
+		}},
+	}
+	if d.Hosts == nil {
+		phases = []runner.Phase{{Name: "chaos", Do: func(ctx context.Context, r *runner.Run) error {
+			err := chaosPhase(ctx, r)
+			s.recordCPFigures()
+			return err
+		}}}
+	}
 	return runner.Experiment{
 		Name: d.Name, Substrate: env.Substrate.Name(), ControlPlane: env.ControlPlane.Name(), Params: v.Map(),
-		Setup: setup,
-		Phases: []runner.Phase{
-			{Name: "steady", Do: steady},
-			{Name: "chaos", Do: chaosPhase},
-			{Name: "recovery", Do: func(ctx context.Context, r *runner.Run) error {
-				err := r.WaitTraffic(ctx)
-				s.recordCPFigures()
-				return err
-			}},
-		},
+		Setup:    setup,
+		Phases:   phases,
 		Teardown: func(ctx context.Context, r *runner.Run) error { return s.Mesh.Down(ctx) },
 		Checks:   d.Checks(v),
 	}, nil

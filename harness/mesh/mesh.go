@@ -270,3 +270,19 @@ func (e Expected) Hosts() []string {
 	sort.Slice(out, func(i, j int) bool { return hostIndex(out[i]) < hostIndex(out[j]) })
 	return out
 }
+
+// Add copies o's hosts into e.
+func (e Expected) Add(o Expected) {
+	for h, eps := range o {
+		e[h] = eps
+	}
+}
+
+// Endpoints counts the endpoints e expects.
+func (e Expected) Endpoints() int {
+	n := 0
+	for _, eps := range e {
+		n += len(eps)
+	}
+	return n
+}

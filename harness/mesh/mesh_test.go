@@ -59,3 +59,26 @@ func TestTargetsEveryGatewayTimesHost(t *testing.T) {
 	assert.Equal(t, "se-1.mesh.test", ts[3].Header.Get("Host"))
 	assert.Len(t, m.Targets(99), 10, "no more hosts than were generated")
 }
+
+func TestSyntheticServiceEntriesWithOwnEndpointPorts(t *testing.T) {
+	g := ServiceEntries{Count: 3, From: 500, Prefix: "port", Endpoints: 4, EndpointPort: 9000}
+	objs, exp := g.Objects(nil)
+	require.Len(t, objs, 3)
+	assert.Equal(t, "port-500", objs[0].Name)
+	assert.Equal(t, []string{"port-500.mesh.test"}, objs[0].Spec.Hosts)
+	assert.Equal(t, uint32(8080), objs[0].Spec.Ports[0].TargetPort, "the service's target port differs from the endpoints' own")
+	require.Len(t, objs[0].Spec.Endpoints, 4)
+	assert.Equal(t, map[string]uint32{"http": 9003}, objs[0].Spec.Endpoints[3].Ports)
+	// Every endpoint of every ServiceEntry has an address of its own and is expected at its own port.
+	seen := map[string]bool{}
+	for _, se := range objs {
+		for j, ep := range se.Spec.Endpoints {
+			assert.False(t, seen[ep.Address], ep.Address)
+			seen[ep.Address] = true
+			assert.Equal(t, fmt.Sprintf("%s:%d", ep.Address, 9000+j), exp[se.Spec.Hosts[0]][j])
+		}
+	}
+	assert.Equal(t, 12, exp.Endpoints())
+	_, plain := ServiceEntries{Count: 1, Endpoints: 2}.Objects(nil)
+	assert.Equal(t, []string{"10.128.0.0:8080", "10.128.0.1:8080"}, plain[Host(0)])
+}

@@ -5,6 +5,7 @@ package params
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,6 +25,8 @@ const (
 	// Quantity is a Kubernetes resource quantity (256Mi, 1Gi, 100m).
 	Quantity Kind = "quantity"
 	Enum     Kind = "enum"
+	// IntList is a comma-separated, strictly increasing list of whole numbers (e.g. steps).
+	IntList Kind = "int-list"
 )
 
 // Param is one tunable. Build it with IntParam, FloatParam, DurationParam, QuantityParam or
@@ -64,6 +67,12 @@ func QuantityParam(name, def, min, max, help string) Param {
 	return Param{Name: name, Kind: Quantity, Default: def, Min: lo.AsApproximateFloat64(), Max: hi.AsApproximateFloat64(), Help: help}
 }
 
+// IntListParam is a strictly increasing, comma-separated list of whole numbers, each in
+// [min, max] (e.g. "500,1000,2500").
+func IntListParam(name, def string, min, max int, unit, help string) Param {
+	return Param{Name: name, Kind: IntList, Default: def, Min: float64(min), Max: float64(max), Unit: unit, Help: help}
+}
+
 // EnumParam is one of values.
 func EnumParam(name, def string, values []string, help string) Param {
 	return Param{Name: name, Kind: Enum, Default: def, Values: values, Help: help}
@@ -97,6 +106,8 @@ func (p Param) Range() string {
 		return fmt.Sprintf("a quantity from %s to %s%s", quantityString(p.Min, p.Default), quantityString(p.Max, p.Default), none)
 	case Enum:
 		return "one of " + strings.Join(p.Values, ", ") + none
+	case IntList:
+		return fmt.Sprintf("increasing whole numbers from %d to %d%s, comma-separated%s", int64(p.Min), int64(p.Max), unit, none)
 	}
 	return "a value"
 }
@@ -141,6 +152,16 @@ func (p Param) Check(val string) error {
 			return bad()
 		}
 		n = q.AsApproximateFloat64()
+	case IntList:
+		prev := int64(math.MinInt64)
+		for _, f := range strings.Split(val, ",") {
+			i, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+			if err != nil || i <= prev || float64(i) < p.Min || float64(i) > p.Max {
+				return bad()
+			}
+			prev = i
+		}
+		return nil
 	case Enum:
 		for _, v := range p.Values {
 			if v == val {
@@ -217,6 +238,17 @@ func (v Values) Int(name string) int { n, _ := strconv.Atoi(v[name]); return n }
 
 // Float returns a Float parameter.
 func (v Values) Float(name string) float64 { f, _ := strconv.ParseFloat(v[name], 64); return f }
+
+// Ints reads an IntList parameter.
+func (v Values) Ints(name string) []int {
+	var out []int
+	for _, f := range strings.Split(v[name], ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
 
 // Duration returns a Duration parameter.
 func (v Values) Duration(name string) time.Duration { d, _ := time.ParseDuration(v[name]); return d }

@@ -66,3 +66,15 @@ func TestBadDefaultIsABugNotAPass(t *testing.T) {
 	_, err := Set{Rate.WithDefault("0")}.Resolve(nil)
 	assert.ErrorContains(t, err, "a bug in the experiment")
 }
+
+func TestIntList(t *testing.T) {
+	p := IntListParam("steps", "500,1000", 1, 50000, "ServiceEntries", "steps")
+	set := Set{p}
+	v, err := set.Resolve([]string{"steps=50, 100,200"})
+	require.NoError(t, err)
+	require.Equal(t, []int{50, 100, 200}, v.Ints("steps"))
+	for _, bad := range []string{"steps=100,50", "steps=0", "steps=60000", "steps=1,x", "steps=", "steps=5,5"} {
+		_, err := set.Resolve([]string{bad})
+		require.ErrorContains(t, err, "increasing whole numbers from 1 to 50000 ServiceEntries", bad)
+	}
+}

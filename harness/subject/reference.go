@@ -127,6 +127,8 @@ func (r *Reference) Metrics() map[Measure]Metric {
 		ConnectedProxies: {Name: "pilot_xds"},
 		HeapInUse:        {Name: "go_memstats_heap_inuse_bytes"},
 		TimeToReady:      {Name: "meshchaos_controlplane_time_to_ready_seconds"},
+		HeapLive:         {Name: "go_memstats_heap_alloc_bytes"},
+		FullPushTime:     {Name: "pilot_xds_push_time", Labels: map[string]string{"type": "full"}},
 	}
 }
 

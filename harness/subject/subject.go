@@ -33,6 +33,11 @@ const (
 	HeapInUse Measure = "heap-inuse"
 	// TimeToReady is a gauge: seconds from the process's start to its readiness.
 	TimeToReady Measure = "time-to-ready"
+	// HeapLive is a gauge of the bytes in allocated heap objects (Go's heap_alloc): right after
+	// a forced GC, the live heap — what a heap profile's inuse_space estimates.
+	HeapLive Measure = "heap-live"
+	// FullPushTime is the histogram of the time full pushes take (generate and hand to the caches).
+	FullPushTime Measure = "full-push-time"
 )
 
 // Metric locates a measure among a control plane's Prometheus metrics: the family's name and

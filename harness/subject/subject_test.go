@@ -48,6 +48,7 @@ func TestReferenceMetricsExist(t *testing.T) {
 	for _, measure := range []Measure{FullPushes, EDSPushes} {
 		m.Pushes.With(prometheus.Labels(ref.Metrics()[measure].Labels)).Add(0)
 	}
+	m.PushTime.With(prometheus.Labels(ref.Metrics()[FullPushTime].Labels)).Observe(0)
 	fams, err := m.Registry.Gather()
 	require.NoError(t, err)
 	names := map[string]bool{}

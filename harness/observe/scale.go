@@ -1,0 +1,134 @@
+package observe
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/meshchaos/meshchaos/results"
+)
+
+// Families is one scrape of a Prometheus endpoint, parsed.
+type Families map[string]*dto.MetricFamily
+
+// ScrapeOnce fetches one scrape of url with client (e.g. an apiserver's /metrics through its
+// authenticated client, or a control plane's admin port).
+func ScrapeOnce(ctx context.Context, client *http.Client, url string) (Families, error) {
+	f, err := fetchFamilies(ctx, client, url)
+	return Families(f), err
+}
+
+// Value is the value of the first series of a counter, gauge or untyped family whose labels
+// include labels; ok is false when there is none.
+func (f Families) Value(name string, labels map[string]string) (float64, bool) {
+	for _, m := range f.series(name, labels) {
+		switch {
+		case m.GetGauge() != nil:
+			return m.GetGauge().GetValue(), true
+		case m.GetCounter() != nil:
+			return m.GetCounter().GetValue(), true
+		case m.GetUntyped() != nil:
+			return m.GetUntyped().GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+// Histogram sums the count and the sum of a histogram family's series whose labels include
+// labels.
+func (f Families) Histogram(name string, labels map[string]string) (count uint64, sum float64, ok bool) {
+	for _, m := range f.series(name, labels) {
+		if h := m.GetHistogram(); h != nil {
+			count, sum, ok = count+h.GetSampleCount(), sum+h.GetSampleSum(), true
+		}
+	}
+	return count, sum, ok
+}
+
+func (f Families) series(name string, labels map[string]string) []*dto.Metric {
+	mf := f[name]
+	if mf == nil {
+		return nil
+	}
+	var out []*dto.Metric
+	for _, m := range mf.GetMetric() {
+		have := map[string]string{}
+		for _, l := range m.GetLabel() {
+			have[l.GetName()] = l.GetValue()
+		}
+		match := true
+		for k, v := range labels {
+			if have[k] != v {
+				match = false
+			}
+		}
+		if match {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// ReadRSS reads the cgroup's resident anonymous memory (v1 total_rss, v2 anon): the process's
+// heap, stacks and runtime, without page cache.
+func (c *CgroupMemory) ReadRSS() (int64, error) {
+	if c.V2 {
+		return statValue(c.Dir+"/memory.stat", "anon")
+	}
+	if v, err := statValue(c.Dir+"/memory.stat", "total_rss"); err == nil {
+		return v, nil
+	}
+	return statValue(c.Dir+"/memory.stat", "rss")
+}
+
+// CaptureHeap takes a heap profile after a forced GC now and returns it (its in-use total and
+// top allocation sites).
+func (p *Profiles) CaptureHeap(ctx context.Context, reason string) (results.Profile, error) {
+	if p.p == nil {
+		return results.Profile{}, fmt.Errorf("profiles not started")
+	}
+	return p.p.Capture(ctx, Heap, reason)
+}
+
+// ScaleSteps is a scale experiment's step record (results.Scale) as a measurement: the
+// experiment fills it step by step and it lands in the summary, usable when at least one step
+// was measured.
+type ScaleSteps struct {
+	mu    sync.Mutex
+	scale results.Scale
+}
+
+// Name implements Measurement.
+func (s *ScaleSteps) Name() string { return "scale-steps" }
+
+// Role implements Measurement.
+func (s *ScaleSteps) Role() Role { return RoleControlPlane }
+
+// Start implements Measurement.
+func (s *ScaleSteps) Start(context.Context, Sink) error { return nil }
+
+// Update changes the record under its lock.
+func (s *ScaleSteps) Update(f func(*results.Scale)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(&s.scale)
+}
+
+// Gather implements Measurement.
+func (s *ScaleSteps) Gather(sum *results.Summary) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sc := s.scale
+	st := results.Measurement{Name: s.Name(), Role: string(RoleControlPlane), Samples: len(sc.Steps), OK: len(sc.Steps) > 0}
+	if !st.OK {
+		st.Error = "no step was measured"
+	}
+	status(sum, st)
+	if sc.MismatchCount == nil {
+		sc.MismatchCount = map[string]int{}
+	}
+	sum.Scale = &sc
+}

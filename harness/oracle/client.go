@@ -1,0 +1,258 @@
+// Package oracle checks a control plane's output against the configuration the harness knows it
+// should produce: a full-mesh xDS client subscribes to every cluster and every endpoint, as an
+// Envoy that sees the whole mesh, and Compare lists every cluster and endpoint (address and
+// port) that differs from the generator's Expected config.
+package oracle
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"sync"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// State is what the client holds: every cluster it received and, for each EDS cluster, its
+// endpoints as "IP:port".
+type State struct {
+	Clusters  map[string]bool
+	Endpoints map[string][]string
+	// Updates counts the responses received (CDS and EDS), across reconnects.
+	Updates int
+}
+
+// Client is a full-mesh xDS client: one ADS (State of the World) stream, CDS wildcard, and EDS
+// for every EDS cluster it is given, as Envoy does after each CDS. It reconnects when the stream
+// ends (a restarted control plane) and keeps its last state until the new stream delivers.
+type Client struct {
+	// Addr is the control plane's xDS address; Dial reaches it (e.g. into a network namespace).
+	Addr string
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// NodeID is the node's id; default an Istio-style sidecar id.
+	NodeID string
+
+	mu      sync.Mutex
+	state   State
+	edsName map[string]string // cluster → its EDS service name
+	changed chan struct{}
+	lastErr error
+}
+
+// Start runs the client until ctx ends.
+func (c *Client) Start(ctx context.Context) {
+	c.mu.Lock()
+	c.state = State{Clusters: map[string]bool{}, Endpoints: map[string][]string{}}
+	c.edsName = map[string]string{}
+	c.changed = make(chan struct{}, 1)
+	c.mu.Unlock()
+	go func() {
+		for ctx.Err() == nil {
+			err := c.session(ctx)
+			c.mu.Lock()
+			c.lastErr = err
+			c.mu.Unlock()
+			select {
+			case <-ctx.Done():
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+}
+
+// Err is the last stream error (nil while the first stream lasts).
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastErr
+}
+
+func (c *Client) session(ctx context.Context) error {
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1 << 30))}
+	if c.Dial != nil {
+		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return c.Dial(ctx, "tcp", addr) }))
+	}
+	conn, err := grpc.NewClient(c.Addr, opts...)
+	if err != nil {
+		return fmt.Errorf("oracle client: dial %s: %w", c.Addr, err)
+	}
+	defer conn.Close()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
+	if err != nil {
+		return fmt.Errorf("oracle client: open ADS stream to %s: %w", c.Addr, err)
+	}
+	id := c.NodeID
+	if id == "" {
+		id = "sidecar~10.255.0.1~oracle.default~default.svc.cluster.local"
+	}
+	node := &corev3.Node{Id: id, Cluster: "oracle"}
+	var edsNames []string
+	send := func(typeURL, version, nonce string, names []string) error {
+		return stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typeURL, VersionInfo: version, ResponseNonce: nonce, ResourceNames: names})
+	}
+	if err := send(resourcev3.ClusterType, "", "", nil); err != nil {
+		return fmt.Errorf("oracle client: subscribe CDS: %w", err)
+	}
+	edsVersion, edsNonce := "", ""
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return fmt.Errorf("oracle client: stream from %s: %w", c.Addr, err)
+		}
+		switch resp.GetTypeUrl() {
+		case resourcev3.ClusterType:
+			names, err := c.applyClusters(resp)
+			if err != nil {
+				return err
+			}
+			if err := send(resourcev3.ClusterType, resp.GetVersionInfo(), resp.GetNonce(), nil); err != nil {
+				return err
+			}
+			if !equalStrings(names, edsNames) {
+				edsNames = names
+				// A new EDS subscription: the ACK state of the old one goes with it.
+				if err := send(resourcev3.EndpointType, edsVersion, edsNonce, edsNames); err != nil {
+					return err
+				}
+			}
+		case resourcev3.EndpointType:
+			if err := c.applyEndpoints(resp); err != nil {
+				return err
+			}
+			edsVersion, edsNonce = resp.GetVersionInfo(), resp.GetNonce()
+			if err := send(resourcev3.EndpointType, edsVersion, edsNonce, edsNames); err != nil {
+				return err
+			}
+		default:
+			if err := send(resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce(), nil); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// applyClusters replaces the cluster set (CDS is State of the World) and returns the sorted EDS
+// service names to subscribe to.
+func (c *Client) applyClusters(resp *discoveryv3.DiscoveryResponse) ([]string, error) {
+	clusters := map[string]bool{}
+	eds := map[string]string{}
+	for _, a := range resp.GetResources() {
+		var cl clusterv3.Cluster
+		if err := a.UnmarshalTo(&cl); err != nil {
+			return nil, fmt.Errorf("oracle client: decode cluster: %w", err)
+		}
+		clusters[cl.GetName()] = true
+		if cl.GetType() == clusterv3.Cluster_EDS {
+			name := cl.GetEdsClusterConfig().GetServiceName()
+			if name == "" {
+				name = cl.GetName()
+			}
+			eds[cl.GetName()] = name
+		}
+	}
+	c.mu.Lock()
+	c.state.Clusters = clusters
+	c.edsName = eds
+	for name := range c.state.Endpoints {
+		if _, ok := eds[name]; !ok {
+			delete(c.state.Endpoints, name)
+		}
+	}
+	c.state.Updates++
+	c.mu.Unlock()
+	c.signal()
+	names := make([]string, 0, len(eds))
+	for _, n := range eds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// applyEndpoints merges CLAs into the state (a SotW EDS response may carry only the changed
+// ones).
+func (c *Client) applyEndpoints(resp *discoveryv3.DiscoveryResponse) error {
+	got := map[string][]string{}
+	for _, a := range resp.GetResources() {
+		var cla endpointv3.ClusterLoadAssignment
+		if err := a.UnmarshalTo(&cla); err != nil {
+			return fmt.Errorf("oracle client: decode endpoints: %w", err)
+		}
+		var eps []string
+		for _, l := range cla.GetEndpoints() {
+			for _, e := range l.GetLbEndpoints() {
+				sa := e.GetEndpoint().GetAddress().GetSocketAddress()
+				eps = append(eps, net.JoinHostPort(sa.GetAddress(), fmt.Sprint(sa.GetPortValue())))
+			}
+		}
+		sort.Strings(eps)
+		got[cla.GetClusterName()] = eps
+	}
+	c.mu.Lock()
+	for cluster, svc := range c.edsName {
+		if eps, ok := got[svc]; ok {
+			c.state.Endpoints[cluster] = eps
+		}
+	}
+	c.state.Updates++
+	c.mu.Unlock()
+	c.signal()
+	return nil
+}
+
+func (c *Client) signal() {
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Wait evaluates cond on the client's state after every update until it holds, ctx ends or
+// timeout passes; it returns whether cond held. cond must not keep the state.
+func (c *Client) Wait(ctx context.Context, timeout time.Duration, cond func(State) bool) bool {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		c.mu.Lock()
+		ok := cond(c.state)
+		c.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-c.changed:
+		}
+	}
+}
+
+// Compare compares the client's state now with want (see Compare).
+func (c *Client) Compare(want Want) []Mismatch {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Compare(want, c.state)
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,273 @@
+package results
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Scale is what a scale experiment measured step by step: memory against the amount of config,
+// the fitted growth, the correctness oracle's mismatches and a capacity projection.
+type Scale struct {
+	// Baseline is the control plane before the first step (no generated config).
+	Baseline ScaleStep   `json:"baseline"`
+	Steps    []ScaleStep `json:"steps"`
+	// Fit is heap above the baseline against endpoints, log-log (absent with fewer than 2 steps).
+	Fit *PowerFit `json:"fit,omitempty"`
+	// RSSFit is the same for the resident memory: what a memory budget is about.
+	RSSFit *PowerFit `json:"rssFit,omitempty"`
+	// Projection is the capacity under a memory budget (absent without a budget).
+	Projection *Projection `json:"projection,omitempty"`
+	// MismatchCount counts the oracle's mismatches by scenario (e.g. "config", "endpoint-port",
+	// "workload-entry"); Mismatches lists the first few of them.
+	MismatchCount map[string]int `json:"mismatchCount"`
+	Mismatches    []Mismatch     `json:"mismatches,omitempty"`
+}
+
+// ScaleStep is one step: how much config, how fast it was applied and delivered, and the
+// memory it took.
+type ScaleStep struct {
+	ServiceEntries int `json:"serviceEntries"`
+	Endpoints      int `json:"endpoints"`
+	// ApplySeconds and ApplyPerSecond: creating this step's ServiceEntries through the API.
+	ApplySeconds   float64 `json:"applySeconds"`
+	ApplyPerSecond float64 `json:"applyPerSecond"`
+	// PushSeconds is the control plane's own time spent in full pushes during the step (its push
+	// histogram's increase), PushCount how many.
+	PushSeconds float64 `json:"pushSeconds"`
+	PushCount   int     `json:"pushCount"`
+	// ConvergeSeconds is from the end of the apply until the oracle client held the complete
+	// expected config (or the wait ended); Converged says whether it did.
+	ConvergeSeconds float64 `json:"convergeSeconds"`
+	Converged       bool    `json:"converged"`
+	// HeapBytes is the in-use heap the process reports right after the forced GC of a heap
+	// profile; Profile is that profile's file, ProfileInUseBytes its (sampled) in-use total and
+	// Top its heaviest allocation sites.
+	HeapBytes         int64       `json:"heapBytes"`
+	Profile           string      `json:"profile,omitempty"`
+	ProfileInUseBytes int64       `json:"profileInUseBytes,omitempty"`
+	Top               []AllocSite `json:"top,omitempty"`
+	// RSSBytes is the control plane's resident memory from its cgroup (0: not read).
+	RSSBytes int64 `json:"rssBytes"`
+	// BytesPerEndpoint is (HeapBytes − baseline heap) / Endpoints.
+	BytesPerEndpoint float64 `json:"bytesPerEndpoint"`
+	// APIServerRSSBytes is kube-apiserver's resident memory (its own metric); EtcdDBBytes is the
+	// etcd database size the apiserver reports (0: not read).
+	APIServerRSSBytes int64 `json:"apiserverRssBytes"`
+	EtcdDBBytes       int64 `json:"etcdDbBytes"`
+	// Mismatches is how many oracle mismatches this step had.
+	Mismatches int `json:"mismatches"`
+	// Verify marks the step added to verify a projection.
+	Verify bool `json:"verify,omitempty"`
+}
+
+// PowerFit is y = Coeff · x^Exponent fitted by least squares on log y against log x.
+type PowerFit struct {
+	Exponent float64 `json:"exponent"`
+	// StdErr is the exponent's standard error (0 with two points: a line through both).
+	StdErr float64 `json:"stdErr"`
+	Coeff  float64 `json:"coeff"`
+	Points int     `json:"points"`
+}
+
+// At is the fitted y at x.
+func (f PowerFit) At(x float64) float64 { return f.Coeff * math.Pow(x, f.Exponent) }
+
+// Inverse is the x at which the fit reaches y.
+func (f PowerFit) Inverse(y float64) float64 { return math.Pow(y/f.Coeff, 1/f.Exponent) }
+
+// FitPower fits y = c·x^k to the points with x, y > 0 (others are skipped: a step whose heap
+// did not rise above the baseline says nothing about growth).
+func FitPower(xs, ys []float64) (PowerFit, error) {
+	var lx, ly []float64
+	for i := range xs {
+		if i < len(ys) && xs[i] > 0 && ys[i] > 0 {
+			lx, ly = append(lx, math.Log(xs[i])), append(ly, math.Log(ys[i]))
+		}
+	}
+	n := float64(len(lx))
+	if len(lx) < 2 {
+		return PowerFit{}, fmt.Errorf("fit: %d usable points, want at least 2", len(lx))
+	}
+	var mx, my float64
+	for i := range lx {
+		mx, my = mx+lx[i], my+ly[i]
+	}
+	mx, my = mx/n, my/n
+	var sxx, sxy float64
+	for i := range lx {
+		sxx += (lx[i] - mx) * (lx[i] - mx)
+		sxy += (lx[i] - mx) * (ly[i] - my)
+	}
+	if sxx == 0 {
+		return PowerFit{}, errors.New("fit: every point has the same x")
+	}
+	k := sxy / sxx
+	f := PowerFit{Exponent: k, Coeff: math.Exp(my - k*mx), Points: len(lx)}
+	if len(lx) > 2 {
+		var sse float64
+		for i := range lx {
+			r := ly[i] - (my + k*(lx[i]-mx))
+			sse += r * r
+		}
+		f.StdErr = math.Sqrt(sse / (n - 2) / sxx)
+	}
+	return f, nil
+}
+
+// Projection is the largest config a memory budget holds, by the fit, and its verification.
+type Projection struct {
+	BudgetBytes int64 `json:"budgetBytes"`
+	// Endpoints and ServiceEntries are the projected maximum under the budget (RSS = baseline
+	// RSS + RSS fit).
+	Endpoints      int `json:"endpoints"`
+	ServiceEntries int `json:"serviceEntries"`
+	// Capped is true when the projection was above what the experiment may create and was cut.
+	Capped bool `json:"capped,omitempty"`
+	// Verified: a step at that size ran; VerifiedHeapBytes and VerifiedRSSBytes are its figures
+	// and WithinBudget whether its RSS stayed under the budget.
+	Verified          bool  `json:"verified"`
+	VerifiedHeapBytes int64 `json:"verifiedHeapBytes,omitempty"`
+	VerifiedRSSBytes  int64 `json:"verifiedRssBytes,omitempty"`
+	WithinBudget      bool  `json:"withinBudget"`
+}
+
+// Mismatch is one difference between what a correctness oracle expected and what an xDS client
+// received.
+type Mismatch struct {
+	Step     int    `json:"step"` // ServiceEntries at that step
+	Scenario string `json:"scenario"`
+	Cluster  string `json:"cluster"`
+	Want     string `json:"want"`
+	Got      string `json:"got"`
+}
+
+// Markdown renders the scale section of report.md: the per-step table, a log-log text chart of
+// heap against endpoints with the fit, the projection and the first mismatches.
+func (s *Scale) Markdown() string {
+	var b strings.Builder
+	b.WriteString("\n## Scale\n\n")
+	fmt.Fprintf(&b, "Baseline (no generated config): heap %s, RSS %s.\n\n", mibs(s.Baseline.HeapBytes), mibs(s.Baseline.RSSBytes))
+	b.WriteString("| ServiceEntries | Endpoints | Apply | Full pushes (CP time) | Client complete after | Heap | RSS | Bytes/endpoint | apiserver RSS | etcd DB | Mismatches | Top allocation site |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, st := range s.Steps {
+		conv := fmt.Sprintf("%.1f s", st.ConvergeSeconds)
+		if !st.Converged {
+			conv = fmt.Sprintf("**not within %.0f s**", st.ConvergeSeconds)
+		}
+		top := ""
+		if len(st.Top) > 0 {
+			top = fmt.Sprintf("%s `%s`", mibs(st.Top[0].InUseBytes), cell(st.Top[0].Function))
+		}
+		verify := ""
+		if st.Verify {
+			verify = " (verify)"
+		}
+		fmt.Fprintf(&b, "| %d%s | %d | %.1f s (%.0f/s) | %d (%.2f s) | %s | %s | %s | %.0f | %s | %s | %d | %s |\n",
+			st.ServiceEntries, verify, st.Endpoints, st.ApplySeconds, st.ApplyPerSecond, st.PushCount, st.PushSeconds, conv,
+			mibs(st.HeapBytes), mibs(st.RSSBytes), st.BytesPerEndpoint, mibs(st.APIServerRSSBytes), mibs(st.EtcdDBBytes), st.Mismatches, top)
+	}
+	if f := s.Fit; f != nil {
+		fmt.Fprintf(&b, "\nGrowth: heap above the baseline ∝ endpoints^**%.3f** ± %.3f (%d points, log-log least squares).", f.Exponent, f.StdErr, f.Points)
+		if r := s.RSSFit; r != nil {
+			fmt.Fprintf(&b, " RSS above its baseline ∝ endpoints^%.3f ± %.3f.", r.Exponent, r.StdErr)
+		}
+		b.WriteString("\n")
+		b.WriteString("\n```\n" + s.chart(60, 16) + "```\n")
+	}
+	if p := s.Projection; p != nil {
+		fmt.Fprintf(&b, "\nCapacity under %s: about **%d endpoints** (%d ServiceEntries)", mibs(p.BudgetBytes), p.Endpoints, p.ServiceEntries)
+		if p.Capped {
+			b.WriteString(", capped at the largest step allowed")
+		}
+		if p.Verified {
+			fmt.Fprintf(&b, "; verified with a step at that size: heap %s, RSS %s, within budget: %v", mibs(p.VerifiedHeapBytes), mibs(p.VerifiedRSSBytes), p.WithinBudget)
+		} else {
+			b.WriteString("; not verified")
+		}
+		b.WriteString(".\n")
+	}
+	fmt.Fprintf(&b, "\nOracle mismatches by scenario: %s.\n", countsLine(s.MismatchCount))
+	if len(s.Mismatches) > 0 {
+		b.WriteString("\n| Step (SEs) | Scenario | Cluster | Want | Got |\n|---|---|---|---|---|\n")
+		for _, m := range s.Mismatches {
+			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s |\n", m.Step, m.Scenario, cell(m.Cluster), cell(m.Want), cell(m.Got))
+		}
+	}
+	return b.String()
+}
+
+func countsLine(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range SortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func mibs(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// chart draws heap above the baseline (*) and the fit (.) against endpoints on log-log axes.
+func (s *Scale) chart(w, h int) string {
+	var xs, ys []float64
+	for _, st := range s.Steps {
+		if y := float64(st.HeapBytes - s.Baseline.HeapBytes); st.Endpoints > 0 && y > 0 {
+			xs, ys = append(xs, float64(st.Endpoints)), append(ys, y)
+		}
+	}
+	if len(xs) == 0 {
+		return "(no step rose above the baseline)\n"
+	}
+	x0, x1, y0, y1 := xs[0], xs[0], ys[0], ys[0]
+	for i := range xs {
+		x0, x1, y0, y1 = math.Min(x0, xs[i]), math.Max(x1, xs[i]), math.Min(y0, ys[i]), math.Max(y1, ys[i])
+	}
+	if f := s.Fit; f != nil {
+		y0, y1 = math.Min(y0, f.At(x0)), math.Max(y1, f.At(x1))
+	}
+	lx0, lx1, ly0, ly1 := math.Log(x0), math.Log(x1)+1e-9, math.Log(y0), math.Log(y1)+1e-9
+	if lx1-lx0 < 1e-6 {
+		lx1 = lx0 + 1
+	}
+	if ly1-ly0 < 1e-6 {
+		ly1 = ly0 + 1
+	}
+	grid := make([][]byte, h)
+	for i := range grid {
+		grid[i] = []byte(strings.Repeat(" ", w))
+	}
+	put := func(x, y float64, c byte) {
+		col := int(math.Round((math.Log(x) - lx0) / (lx1 - lx0) * float64(w-1)))
+		row := h - 1 - int(math.Round((math.Log(y)-ly0)/(ly1-ly0)*float64(h-1)))
+		if col >= 0 && col < w && row >= 0 && row < h && grid[row][col] != '*' {
+			grid[row][col] = c
+		}
+	}
+	if f := s.Fit; f != nil {
+		for c := 0; c < w; c++ {
+			x := math.Exp(lx0 + (lx1-lx0)*float64(c)/float64(w-1))
+			put(x, f.At(x), '.')
+		}
+	}
+	for i := range xs {
+		put(xs[i], ys[i], '*')
+	}
+	var b strings.Builder
+	for i, row := range grid {
+		label := "          "
+		switch i {
+		case 0:
+			label = fmt.Sprintf("%8.1fM ", y1/(1<<20))
+		case h - 1:
+			label = fmt.Sprintf("%8.1fM ", y0/(1<<20))
+		}
+		b.WriteString(label + "|" + strings.TrimRight(string(row), " ") + "\n")
+	}
+	b.WriteString("          +" + strings.Repeat("-", w) + "\n")
+	fmt.Fprintf(&b, "           %-*d%d endpoints (log-log; * heap above baseline, . fit)\n", w-8, int(x0), int(x1))
+	return b.String()
+}

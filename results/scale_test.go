@@ -1,0 +1,60 @@
+package results
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestFitPower(t *testing.T) {
+	xs := []float64{500, 1000, 2500, 5000}
+	lin, quad := make([]float64, len(xs)), make([]float64, len(xs))
+	for i, x := range xs {
+		lin[i] = 2048 * x
+		quad[i] = 80 * x * x
+	}
+	f, err := FitPower(xs, lin)
+	require.NoError(t, err)
+	assert.InDelta(t, 1, f.Exponent, 1e-9)
+	assert.InDelta(t, 2048, f.Coeff, 1e-6)
+	assert.InDelta(t, 0, f.StdErr, 1e-9)
+	assert.InDelta(t, 3000, f.Inverse(f.At(3000)), 1e-6)
+	f, err = FitPower(xs, quad)
+	require.NoError(t, err)
+	assert.InDelta(t, 2, f.Exponent, 1e-9)
+
+	// Noise gives a standard error; points at or below zero are skipped.
+	noisy := []float64{1000, 2300, 4500, 11000}
+	f, err = FitPower(xs, noisy)
+	require.NoError(t, err)
+	assert.Positive(t, f.StdErr)
+	_, err = FitPower([]float64{1, 2}, []float64{5, -1})
+	assert.ErrorContains(t, err, "1 usable points")
+}
+
+func TestScaleMarkdown(t *testing.T) {
+	s := &Scale{Baseline: ScaleStep{HeapBytes: 1 << 20}, MismatchCount: map[string]int{"endpoint-port": 2}}
+	for _, n := range []int{50, 100, 200} {
+		s.Steps = append(s.Steps, ScaleStep{ServiceEntries: n, Endpoints: 10 * n, HeapBytes: 1<<20 + int64(2000*10*n), Converged: true})
+	}
+	var xs, ys []float64
+	for _, st := range s.Steps {
+		xs, ys = append(xs, float64(st.Endpoints)), append(ys, float64(st.HeapBytes-s.Baseline.HeapBytes))
+	}
+	f, err := FitPower(xs, ys)
+	require.NoError(t, err)
+	s.Fit = &f
+	s.Mismatches = []Mismatch{{Step: 50, Scenario: "endpoint-port", Cluster: "outbound|80||a", Want: "10.0.0.1:9000", Got: "10.0.0.1:80"}}
+	md := s.Markdown()
+	assert.Contains(t, md, "endpoints^**1.000**")
+	assert.Contains(t, md, "| 200 | 2000 |")
+	assert.Contains(t, md, "endpoint-port 2")
+	assert.Contains(t, md, "outbound\\|80\\|\\|a")
+	c := s.chart(60, 16)
+	assert.Equal(t, 3+1, strings.Count(c, "*"), "three points and the legend: %s", c)
+	assert.Contains(t, md, c)
+	assert.False(t, math.IsNaN(f.Coeff))
+}
