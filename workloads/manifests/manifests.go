@@ -105,8 +105,10 @@ type Values struct {
 	// WaitTimeout bounds the hold hook (default 60s).
 	WaitTimeout time.Duration
 
-	// Adsload: Clients (default 100).
+	// Adsload: Clients (default 100); Track, when set, makes every client record its receipts of
+	// the clusters whose name contains it (adsload --track).
 	Clients int
+	Track   string
 }
 
 // Names lists the manifests Render knows.
