@@ -127,6 +127,10 @@ func (r *Reference) Metrics() map[Measure]Metric {
 		ConnectedProxies: {Name: "pilot_xds"},
 		HeapInUse:        {Name: "go_memstats_heap_inuse_bytes"},
 		TimeToReady:      {Name: "meshchaos_controlplane_time_to_ready_seconds"},
+		PushTime:         {Name: "pilot_xds_push_time"},
+		XDSPushes:        {Name: "pilot_xds_pushes"},
+		PushTriggers:     {Name: "pilot_push_triggers"},
+		CPUSeconds:       {Name: "process_cpu_seconds_total"},
 	}
 }
 
