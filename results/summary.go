@@ -160,6 +160,15 @@ type ControlPlaneStats struct {
 	// CPUSeconds is the CPU time the control plane used over the run (its process counter);
 	// absent when not scraped.
 	CPUSeconds *float64 `json:"cpuSeconds,omitempty"`
+	// PushRate is the pushes by kind in each second with any, from the push counters.
+	PushRate []PushSecond `json:"pushRate,omitempty"`
+}
+
+// PushSecond is the pushes counted in one second (At, truncated to the second).
+type PushSecond struct {
+	At   time.Time `json:"at"`
+	Full int64     `json:"full"`
+	EDS  int64     `json:"eds"`
 }
 
 // Histogram is a distribution in milliseconds: cumulative buckets and quantiles estimated from
@@ -203,12 +212,17 @@ type EndpointChange struct {
 	At time.Time `json:"at"`
 	// Ready is the number of ready endpoints after the change.
 	Ready int `json:"ready"`
+	// FirstReceivedAt is when the first proxy received it (absent when none did).
+	FirstReceivedAt *time.Time `json:"firstReceivedAt,omitempty"`
 	// Received counts the proxies that received it; P50Ms, P99Ms, MaxMs their latencies.
 	Received int     `json:"received"`
 	P50Ms    float64 `json:"p50Ms"`
 	P99Ms    float64 `json:"p99Ms"`
 	MaxMs    float64 `json:"maxMs"`
-	// Pushes are the control plane's pushes from this change to the next (when attributed).
+	// Pushes are the control plane's pushes from this change to the next (when attributed): from
+	// the earlier of At and FirstReceivedAt, since a control plane may act on an object the
+	// harness sees later (the pod before its EndpointSlice), to the next change's start. The
+	// counters are scraped every 500 ms, so a push may land next to its change.
 	Pushes *Pushes `json:"pushes,omitempty"`
 }
 
