@@ -252,8 +252,9 @@ func (c *Convergence) Gather(s *results.Summary) {
 	}
 }
 
-// attributePushes gives each change the pushes counted from it to the next change (to the end
-// of the scrapes for the last one), when the control plane's push counters were scraped.
+// attributePushes gives each change the pushes counted from its start (the earlier of the
+// API's change and its first receipt) to the next change's start (to the end of the scrapes for
+// the last one), when the control plane's push counters were scraped.
 func attributePushes(changes []results.EndpointChange, series []results.Series, measures map[subject.Measure]subject.Metric) {
 	full, fok := measures[subject.FullPushes]
 	eds, eok := measures[subject.EDSPushes]
@@ -272,13 +273,19 @@ func attributePushes(changes []results.EndpointChange, series []results.Series, 
 		}
 		return int64(n + 0.5), found
 	}
+	start := func(c results.EndpointChange) time.Time {
+		if c.FirstReceivedAt != nil && c.FirstReceivedAt.Before(c.At) {
+			return *c.FirstReceivedAt
+		}
+		return c.At
+	}
 	for i := range changes {
 		to := time.Now()
 		if i+1 < len(changes) {
-			to = changes[i+1].At
+			to = start(changes[i+1])
 		}
-		f, ok1 := between(full, changes[i].At, to)
-		e, ok2 := between(eds, changes[i].At, to)
+		f, ok1 := between(full, start(changes[i]), to)
+		e, ok2 := between(eds, start(changes[i]), to)
 		if ok1 && ok2 {
 			changes[i].Pushes = &results.Pushes{Full: f, EDS: e}
 		}
@@ -308,6 +315,7 @@ func counterAt(sr results.Series, first, t time.Time) float64 {
 func converge(service string, syncedAt time.Time, changes []apiChange, clients [][]adsload.Receipt) *results.Convergence {
 	out := &results.Convergence{Service: service, Proxies: len(clients), Changes: make([]results.EndpointChange, len(changes))}
 	per := make([][]time.Duration, len(changes))
+	firstAt := make([]time.Time, len(changes))
 	var all []time.Duration
 	for _, recs := range clients {
 		j := -1 // the receipt the proxy held at syncedAt
@@ -333,6 +341,9 @@ func converge(service string, syncedAt time.Time, changes []apiChange, clients [
 				continue
 			}
 			j = match
+			if firstAt[i].IsZero() || recs[match].At.Before(firstAt[i]) {
+				firstAt[i] = recs[match].At
+			}
 			d := recs[match].At.Sub(ch.at)
 			if d < 0 {
 				out.Early++
@@ -345,6 +356,10 @@ func converge(service string, syncedAt time.Time, changes []apiChange, clients [
 	for i, ch := range changes {
 		h := ExactHistogram(per[i], nil)
 		out.Changes[i] = results.EndpointChange{At: ch.at.UTC(), Ready: ch.ready, Received: len(per[i]), P50Ms: h.P50Ms, P99Ms: h.P99Ms, MaxMs: h.MaxMs}
+		if !firstAt[i].IsZero() {
+			first := firstAt[i].UTC()
+			out.Changes[i].FirstReceivedAt = &first
+		}
 	}
 	out.Latency = ExactHistogram(all, convergenceBounds)
 	return out

@@ -39,6 +39,9 @@ func TestConvergeMatchesEachChangeWithEachProxysReceipt(t *testing.T) {
 	assert.Equal(t, 200.0, c.Changes[2].MaxMs)
 	assert.EqualValues(t, 6, c.Latency.Count)
 	assert.Equal(t, 400.0, c.Latency.MaxMs)
+	require.NotNil(t, c.Changes[0].FirstReceivedAt)
+	assert.Equal(t, at(990), *c.Changes[0].FirstReceivedAt, "received before the harness saw it")
+	assert.Equal(t, at(3050), *c.Changes[1].FirstReceivedAt)
 	assert.Equal(t, 50.0, c.Latency.P50Ms)
 }
 
@@ -70,4 +73,32 @@ func TestExactHistogram(t *testing.T) {
 	assert.Equal(t, 200.0, h.P99Ms)
 	assert.Equal(t, 200.0, h.MaxMs)
 	assert.Equal(t, []results.Bucket{{LeMs: 2, Count: 2}, {LeMs: 100, Count: 3}, {LeMs: -1, Count: 4}}, h.Buckets)
+}
+
+func TestPushRateAndAttribution(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	full := subject.Metric{Name: "pushes", Labels: map[string]string{"kind": "full"}}
+	eds := subject.Metric{Name: "pushes", Labels: map[string]string{"kind": "eds"}}
+	series := []results.Series{
+		{Name: "pushes", Labels: map[string]string{"kind": "eds"}, Samples: []results.Sample{
+			{At: at(0), Value: 1}, {At: at(500), Value: 1}, {At: at(1500), Value: 2}, {At: at(2500), Value: 4}}},
+		// Appeared after the first scrape: it started from zero.
+		{Name: "pushes", Labels: map[string]string{"kind": "full"}, Samples: []results.Sample{
+			{At: at(1500), Value: 1}, {At: at(2500), Value: 1}}},
+	}
+	assert.Equal(t, []results.PushSecond{{At: at(1000), Full: 1, EDS: 1}, {At: at(2000), EDS: 2}}, pushRate(series, full, eds))
+
+	changes := []results.EndpointChange{{At: at(400), Ready: 0}, {At: at(2000), Ready: 1}}
+	attributePushes(changes, series, map[subject.Measure]subject.Metric{subject.FullPushes: full, subject.EDSPushes: eds})
+	require.NotNil(t, changes[0].Pushes)
+	assert.Equal(t, results.Pushes{Full: 1, EDS: 1}, *changes[0].Pushes, "scrapes up to 2 s")
+	assert.Equal(t, results.Pushes{Full: 0, EDS: 2}, *changes[1].Pushes)
+
+	// A change a proxy received before the harness saw it starts at that receipt.
+	early := at(1200)
+	changes = []results.EndpointChange{{At: at(400), Ready: 0}, {At: at(2000), Ready: 1, FirstReceivedAt: &early}}
+	attributePushes(changes, series, map[subject.Measure]subject.Metric{subject.FullPushes: full, subject.EDSPushes: eds})
+	assert.Equal(t, results.Pushes{Full: 0, EDS: 0}, *changes[0].Pushes)
+	assert.Equal(t, results.Pushes{Full: 1, EDS: 3}, *changes[1].Pushes)
 }

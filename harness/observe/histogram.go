@@ -121,3 +121,43 @@ func seriesIncrease(sr results.Series, first time.Time) float64 {
 	}
 	return total
 }
+
+// pushRate bins the growth of the full and EDS push counters between scrapes into the second of
+// the later scrape; seconds without pushes are left out.
+func pushRate(series []results.Series, full, eds subject.Metric) []results.PushSecond {
+	first := firstScrape(series)
+	bins := map[time.Time]*results.PushSecond{}
+	add := func(ref subject.Metric, set func(b *results.PushSecond, n int64)) {
+		for _, sr := range series {
+			if !ref.Matches(sr.Name, sr.Labels) || len(sr.Samples) == 0 {
+				continue
+			}
+			prev := 0.0
+			if !sr.Samples[0].At.After(first) {
+				prev = sr.Samples[0].Value
+			}
+			for _, x := range sr.Samples {
+				d := x.Value - prev
+				if d < 0 { // restarted from zero
+					d = x.Value
+				}
+				prev = x.Value
+				if n := int64(math.Round(d)); n > 0 {
+					sec := x.At.UTC().Truncate(time.Second)
+					if bins[sec] == nil {
+						bins[sec] = &results.PushSecond{At: sec}
+					}
+					set(bins[sec], n)
+				}
+			}
+		}
+	}
+	add(full, func(b *results.PushSecond, n int64) { b.Full += n })
+	add(eds, func(b *results.PushSecond, n int64) { b.EDS += n })
+	out := make([]results.PushSecond, 0, len(bins))
+	for _, b := range bins {
+		out = append(out, *b)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
+	return out
+}

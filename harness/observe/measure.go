@@ -181,6 +181,7 @@ func (m *ControlPlaneMetrics) Gather(s *results.Summary) {
 	eds, edsOK := m.increase(series, subject.EDSPushes)
 	if fullOK && edsOK {
 		cp.Pushes = &results.Pushes{Full: int64(full), EDS: int64(eds)}
+		cp.PushRate = pushRate(series, m.Measures[subject.FullPushes], m.Measures[subject.EDSPushes])
 	}
 	if ref, ok := m.Measures[subject.PushTime]; ok {
 		if h, ok := HistogramIncrease(series, ref); ok {
