@@ -1,18 +1,12 @@
 package experiments
 
 import (
-	"context"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/meshchaos/meshchaos/harness/cluster/bins"
-	"github.com/meshchaos/meshchaos/harness/cluster/local"
-	"github.com/meshchaos/meshchaos/harness/experiment"
-	"github.com/meshchaos/meshchaos/harness/runner"
 	"github.com/meshchaos/meshchaos/harness/subject"
 	"github.com/meshchaos/meshchaos/results"
 )
@@ -60,51 +54,15 @@ func TestResolveParams(t *testing.T) {
 // TestCPOOMRestartBothWays is the harness's honesty test: at a small scale the experiment must
 // pass against the sync-gated reference control plane and must catch the ungated one.
 func TestCPOOMRestartBothWays(t *testing.T) {
-	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
-		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
-	}
-	require.NoError(t, local.Preflight())
-	imagesDir, err := bins.ImagesDir("")
-	require.NoError(t, err)
-	home, err := os.MkdirTemp("", "mc")
-	require.NoError(t, err)
-	defer os.RemoveAll(home)
-	d, _ := Lookup("cp-oom-restart")
+	run := localRunner(t)
 	sets := []string{"rate=100", "duration=40s", "steady=8s", "throttleWindow=20s", "serviceEntries=" + testServiceEntries}
 
-	run := func(cp string) results.Summary {
-		v, err := d.Resolve(sets)
-		require.NoError(t, err)
-		sut, err := subject.Parse(cp)
-		require.NoError(t, err)
-		exp, err := d.Build(experiment.Env{Substrate: local.Substrate{Home: home, ImagesDir: imagesDir}, ControlPlane: sut}, v)
-		require.NoError(t, err)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		dir := t.TempDir()
-		s, err := runner.Execute(ctx, exp, runner.Options{Dir: dir, Progress: runner.NewProgress(testWriter{t})})
-		require.NotEqual(t, results.VerdictError, s.Verdict, "the run could not be carried out: %v %s", err, s.Error)
-		// The run directory is complete and readable by `meshchaos report`.
-		back, rerr := results.Read(dir)
-		require.NoError(t, rerr)
-		assert.Equal(t, s.Verdict, back.Verdict)
-		cluster := ""
-		for _, e := range s.Events {
-			if e.Kind == "cluster.up" {
-				cluster = e.Object
-			}
-		}
-		require.NotEmpty(t, cluster, "the timeline names the cluster")
-		assert.Empty(t, local.Leftovers(home, cluster), "teardown left no process, namespace, mount, cgroup or state")
-		return s
-	}
-
-	gated := run("reference")
+	gated := run("cp-oom-restart", "reference", sets)
 	assert.Equal(t, results.VerdictPass, gated.Verdict, "the sync gate keeps the gateway serving: %+v", gated.Checks)
 	assert.Zero(t, gated.Traffic.Errors)
 	assert.GreaterOrEqual(t, gated.ControlPlaneStats.OOMKills, 1)
 
-	ungated := run("reference:ungated")
+	ungated := run("cp-oom-restart", "reference:ungated", sets)
 	assert.Equal(t, results.VerdictFail, ungated.Verdict, "the experiment catches the ungated control plane: %+v", ungated.Checks)
 	assert.GreaterOrEqual(t, ungated.ControlPlaneStats.OOMKills, 1)
 	flagged := ungated.Traffic.ByFlag["NC"] + ungated.Traffic.ByFlag["NR"]
@@ -114,7 +72,3 @@ func TestCPOOMRestartBothWays(t *testing.T) {
 // testServiceEntries is the default: with the default CPU limit it gives a restarted control
 // plane a sync window of a couple of seconds on a 2-core machine.
 const testServiceEntries = "3000"
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }

@@ -41,6 +41,18 @@ type Spec struct {
 	ServiceEntries ServiceEntries
 	// Gateway is the ingress data plane; Replicas 0 deploys none.
 	Gateway Gateway
+	// ADSLoad is a fleet of ADS clients standing in for sidecars; Clients 0 deploys none.
+	ADSLoad ADSLoad
+}
+
+// ADSLoad is one adsload pod (workloads/adsload) whose Clients each connect to the control
+// plane as a sidecar would and subscribe to the whole mesh.
+type ADSLoad struct {
+	Clients int
+	Node    int
+	// Track makes every client record its receipts of the clusters whose names contain it
+	// (adsload --track), for convergence measured at the proxies.
+	Track string
 }
 
 // Backend is a Deployment of echo servers.
@@ -74,6 +86,8 @@ type Mesh struct {
 	// GatewayIPs are the gateway pods' IPs: traffic goes to each directly, since kept-alive
 	// connections through a Service could all stick to one replica and miss another's failure.
 	GatewayIPs []string
+	// ADSLoadURL is the adsload pod's HTTP base URL (/stats, /metrics, /tracked); "" without one.
+	ADSLoadURL string
 }
 
 // Validate checks a spec before anything starts.
@@ -89,6 +103,10 @@ func (s Spec) Validate() error {
 	}
 	node("control plane", s.CP.Node)
 	node("gateway", s.Gateway.Node)
+	node("adsload", s.ADSLoad.Node)
+	if s.ADSLoad.Clients < 0 {
+		errs = append(errs, fmt.Errorf("adsload clients %d: want 0 or more", s.ADSLoad.Clients))
+	}
 	names := map[string]bool{}
 	for _, b := range s.Backends {
 		node("backend "+b.Name, b.Node)
@@ -154,6 +172,22 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 		if m.GatewayIPs, err = kube.PodIPs(ctx, m.Client, "default", "app=gateway"); err != nil {
 			return m, err
 		}
+	}
+	if a := spec.ADSLoad; a.Clients > 0 {
+		const port = 8080
+		if err := m.deploy(ctx, "adsload", wlmanifests.Values{Substrate: wl, Clients: a.Clients, Track: a.Track, Port: port,
+			XDSAddress: spec.ControlPlane.XDSAddress()}, a.Node); err != nil {
+			return m, fmt.Errorf("deploy adsload: %w", err)
+		}
+		ips, err := kube.PodIPs(ctx, m.Client, "default", "app=adsload")
+		if err != nil {
+			return m, err
+		}
+		if len(ips) != 1 {
+			return m, fmt.Errorf("want 1 adsload pod, found %d", len(ips))
+		}
+		m.ADSLoadURL = "http://" + net.JoinHostPort(ips[0], fmt.Sprint(port))
+		rec.Event("adsload.ready", "adsload", fmt.Sprintf("%d ADS clients", a.Clients))
 	}
 	return m, nil
 }
