@@ -104,6 +104,10 @@ var funcs = map[string]any{
 	"time": func(t time.Time) string {
 		return t.UTC().Format("2006-01-02 15:04:05 UTC")
 	},
+	"histogram": HistogramText,
+	"deref":     func(f *float64) float64 { return *f },
+	"pushchart": PushChartText,
+	"offset":    func(s *Summary, t time.Time) string { return fmt.Sprintf("+%.1fs", t.Sub(s.StartedAt).Seconds()) },
 	"passfail": func(p bool) string {
 		if p {
 			return "pass"
@@ -161,7 +165,30 @@ No errors.
 {{with .S.Scale}}{{.Markdown}}{{end}}{{with .S.ControlPlaneStats}}
 ## Control plane
 
-Restarts {{.Restarts}}, OOM kills {{.OOMKills}}, pushes {{with .Pushes}}full {{.Full}} / EDS {{.EDS}}{{else}}not measured{{end}}, peak heap {{mib .PeakHeapBytes}}{{if .MemoryLimit}}, memory limit {{mib .MemoryLimit}}{{end}}.
+Restarts {{.Restarts}}, OOM kills {{.OOMKills}}, pushes {{with .Pushes}}full {{.Full}} / EDS {{.EDS}}{{else}}not measured{{end}}, peak heap {{mib .PeakHeapBytes}}{{if .MemoryLimit}}, memory limit {{mib .MemoryLimit}}{{end}}{{with .CPUSeconds}}, CPU {{printf "%.2f" (deref .)}} s{{end}}.
+{{with .PushTime}}
+Push time over {{.Count}} pushes: p50 {{ms .P50Ms}}, p99 {{ms .P99Ms}} (estimated from the histogram's buckets).
+
+` + "```" + `
+{{histogram .}}` + "```" + `
+{{end}}{{with pushchart $.S}}
+Pushes per second (F full, e EDS; ▲/▼ the followed service's endpoints changing in the API):
+
+` + "```" + `
+{{.}}` + "```" + `
+{{end}}{{end}}{{with .S.Convergence}}
+## Endpoint convergence at the proxies
+
+{{.Service}}: {{len .Changes}} endpoint changes, {{.Proxies}} proxies; from the change in the API to each proxy's receipt: p50 {{ms .Latency.P50Ms}}, p99 {{ms .Latency.P99Ms}}, max {{ms .Latency.MaxMs}} over {{.Latency.Count}} receipts; {{.Missed}} missed{{if .Early}}, {{.Early}} received before the harness saw the change (counted as 0){{end}}.
+
+` + "```" + `
+{{histogram .Latency}}` + "```" + `
+
+| # | Offset | Ready endpoints | Proxies received | p50 | p99 | max | Full pushes | EDS pushes |
+|---|---|---|---|---|---|---|---|---|
+{{- range $i, $c := .Changes}}
+| {{$i}} | {{offset $.S $c.At}} | {{$c.Ready}} | {{$c.Received}} | {{ms $c.P50Ms}} | {{ms $c.P99Ms}} | {{ms $c.MaxMs}} | {{with $c.Pushes}}{{.Full}} | {{.EDS}}{{else}}– | –{{end}} |
+{{- end}}
 {{end}}{{with .S.Workloads}}
 | Workload role | Restarts | OOM kills | Ready / NotReady transitions |
 |---|---|---|---|

@@ -74,6 +74,8 @@ type Summary struct {
 	Startup []Startup `json:"startup,omitempty"`
 	// Scale holds a scale experiment's steps, growth fit, projection and oracle mismatches.
 	Scale *Scale `json:"scale,omitempty"`
+	// Convergence is how long proxies took to receive endpoint changes, measured at the proxies.
+	Convergence *Convergence `json:"convergence,omitempty"`
 	// Measurements say how each measurement fared: a failed scrape is shown, not hidden.
 	Measurements []Measurement `json:"measurements,omitempty"`
 	Events       []Event       `json:"events"`
@@ -156,6 +158,76 @@ type ControlPlaneStats struct {
 	Memory        []Sample  `json:"memory,omitempty"` // memory in use over time (cgroup or metrics)
 	Profiles      []Profile `json:"profiles,omitempty"`
 	Metrics       []Series  `json:"metrics,omitempty"` // scraped control-plane metrics
+	// PushTime is the distribution of push times over the run, from the control plane's
+	// histogram; absent when it exposes none.
+	PushTime *Histogram `json:"pushTime,omitempty"`
+	// CPUSeconds is the CPU time the control plane used over the run (its process counter);
+	// absent when not scraped.
+	CPUSeconds *float64 `json:"cpuSeconds,omitempty"`
+	// PushRate is the pushes by kind in each second with any, from the push counters.
+	PushRate []PushSecond `json:"pushRate,omitempty"`
+}
+
+// PushSecond is the pushes counted in one second (At, truncated to the second).
+type PushSecond struct {
+	At   time.Time `json:"at"`
+	Full int64     `json:"full"`
+	EDS  int64     `json:"eds"`
+}
+
+// Histogram is a distribution in milliseconds: cumulative buckets and quantiles estimated from
+// them (linear within a bucket, as Prometheus's histogram_quantile), or exact when computed from
+// every sample.
+type Histogram struct {
+	Count int64   `json:"count"`
+	P50Ms float64 `json:"p50Ms"`
+	P99Ms float64 `json:"p99Ms"`
+	MaxMs float64 `json:"maxMs,omitempty"` // exact samples only
+	// Buckets are cumulative: Count of values ≤ LeMs; the last LeMs may be +Inf, written as -1.
+	Buckets []Bucket `json:"buckets,omitempty"`
+}
+
+// Bucket is one cumulative histogram bucket.
+type Bucket struct {
+	LeMs  float64 `json:"leMs"`
+	Count int64   `json:"count"`
+}
+
+// Convergence follows one service's endpoint changes from the API to the proxies: for each
+// change, when every proxy received the new endpoints.
+type Convergence struct {
+	// Service is namespace/name of the service followed; Proxies how many proxies reported.
+	Service string `json:"service"`
+	Proxies int    `json:"proxies"`
+	// Changes are the service's ready-endpoint changes the API showed after the baseline.
+	Changes []EndpointChange `json:"changes"`
+	// Latency is over every (change, proxy) receipt, exact.
+	Latency Histogram `json:"latency"`
+	// Missed counts (change, proxy) pairs never received.
+	Missed int `json:"missed"`
+	// Early counts receipts that arrived before the harness saw the change in the API (the
+	// control plane acted on an earlier object, e.g. the pod, than the EndpointSlice); their
+	// latency counts as 0.
+	Early int `json:"early"`
+}
+
+// EndpointChange is one change of a service's ready endpoints and how the proxies received it.
+type EndpointChange struct {
+	At time.Time `json:"at"`
+	// Ready is the number of ready endpoints after the change.
+	Ready int `json:"ready"`
+	// FirstReceivedAt is when the first proxy received it (absent when none did).
+	FirstReceivedAt *time.Time `json:"firstReceivedAt,omitempty"`
+	// Received counts the proxies that received it; P50Ms, P99Ms, MaxMs their latencies.
+	Received int     `json:"received"`
+	P50Ms    float64 `json:"p50Ms"`
+	P99Ms    float64 `json:"p99Ms"`
+	MaxMs    float64 `json:"maxMs"`
+	// Pushes are the control plane's pushes from this change to the next (when attributed): from
+	// the earlier of At and FirstReceivedAt, since a control plane may act on an object the
+	// harness sees later (the pod before its EndpointSlice), to the next change's start. The
+	// counters are scraped every 500 ms, so a push may land next to its change.
+	Pushes *Pushes `json:"pushes,omitempty"`
 }
 
 // WorkloadStats are a role's pod figures.

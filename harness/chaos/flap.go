@@ -140,7 +140,7 @@ func (f *EndpointFlap) control(ctx context.Context, path string) (int, error) {
 		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
 			continue
 		}
-		if err := f.post(ctx, p, path); err != nil {
+		if err := postEcho(ctx, f.Cluster, p, f.Port, path); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -149,13 +149,14 @@ func (f *EndpointFlap) control(ctx context.Context, path string) (int, error) {
 	return n, errors.Join(errs...)
 }
 
-func (f *EndpointFlap) post(ctx context.Context, p *corev1.Pod, path string) error {
-	k, err := nodeIndex(f.Cluster, p.Spec.NodeName)
+// postEcho POSTs path to echo in pod p (on port, 0: its own), through p's node.
+func postEcho(ctx context.Context, c cluster.Cluster, p *corev1.Pod, port int, path string) error {
+	k, err := nodeIndex(c, p.Spec.NodeName)
 	if err != nil {
 		return err
 	}
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: f.Cluster.Dialer(k), DisableKeepAlives: true}}
-	addr := "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(echoPort(p, f.Port))) + path
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: c.Dialer(k), DisableKeepAlives: true}}
+	addr := "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(echoPort(p, port))) + path
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, addr, nil)
 	if err != nil {
 		return err

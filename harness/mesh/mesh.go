@@ -41,6 +41,18 @@ type Spec struct {
 	ServiceEntries ServiceEntries
 	// Gateway is the ingress data plane; Replicas 0 deploys none.
 	Gateway Gateway
+	// ADSLoad is a fleet of ADS clients standing in for sidecars; Clients 0 deploys none.
+	ADSLoad ADSLoad
+}
+
+// ADSLoad is one adsload pod (workloads/adsload) whose Clients each connect to the control
+// plane as a sidecar would and subscribe to the whole mesh.
+type ADSLoad struct {
+	Clients int
+	Node    int
+	// Track makes every client record its receipts of the clusters whose names contain it
+	// (adsload --track), for convergence measured at the proxies.
+	Track string
 }
 
 // Backend is a Deployment of echo servers.
@@ -76,6 +88,8 @@ type Mesh struct {
 	GatewayIPs []string
 	// wl is the workload substrate the mesh deploys with.
 	wl wlmanifests.Substrate
+	// ADSLoadURL is the adsload pod's HTTP base URL (/stats, /metrics, /tracked); "" without one.
+	ADSLoadURL string
 }
 
 // Workloads is the workload substrate the mesh deploys with (images, pull policy, data plane),
@@ -95,6 +109,10 @@ func (s Spec) Validate() error {
 	}
 	node("control plane", s.CP.Node)
 	node("gateway", s.Gateway.Node)
+	node("adsload", s.ADSLoad.Node)
+	if s.ADSLoad.Clients < 0 {
+		errs = append(errs, fmt.Errorf("adsload clients %d: want 0 or more", s.ADSLoad.Clients))
+	}
 	names := map[string]bool{}
 	for _, b := range s.Backends {
 		node("backend "+b.Name, b.Node)
@@ -161,6 +179,22 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 		if m.GatewayIPs, err = kube.PodIPs(ctx, m.Client, "default", "app=gateway"); err != nil {
 			return m, err
 		}
+	}
+	if a := spec.ADSLoad; a.Clients > 0 {
+		const port = 8080
+		if err := m.deploy(ctx, "adsload", wlmanifests.Values{Substrate: wl, Clients: a.Clients, Track: a.Track, Port: port,
+			XDSAddress: spec.ControlPlane.XDSAddress()}, a.Node); err != nil {
+			return m, fmt.Errorf("deploy adsload: %w", err)
+		}
+		ips, err := kube.PodIPs(ctx, m.Client, "default", "app=adsload")
+		if err != nil {
+			return m, err
+		}
+		if len(ips) != 1 {
+			return m, fmt.Errorf("want 1 adsload pod, found %d", len(ips))
+		}
+		m.ADSLoadURL = "http://" + net.JoinHostPort(ips[0], fmt.Sprint(port))
+		rec.Event("adsload.ready", "adsload", fmt.Sprintf("%d ADS clients", a.Clients))
 	}
 	return m, nil
 }

@@ -28,6 +28,11 @@ func TestValidate(t *testing.T) {
 	bad = good
 	bad.ControlPlane = nil
 	assert.ErrorContains(t, bad.Validate(), "no control plane under test")
+	bad = good
+	bad.ADSLoad = ADSLoad{Clients: 10, Node: 3}
+	assert.ErrorContains(t, bad.Validate(), "adsload on node 3: the cluster has 2 node(s)")
+	bad.ADSLoad = ADSLoad{Clients: -1}
+	assert.ErrorContains(t, bad.Validate(), "adsload clients -1")
 }
 
 func TestServiceEntriesExpectTheirEndpoints(t *testing.T) {

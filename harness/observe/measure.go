@@ -181,6 +181,15 @@ func (m *ControlPlaneMetrics) Gather(s *results.Summary) {
 	eds, edsOK := m.increase(series, subject.EDSPushes)
 	if fullOK && edsOK {
 		cp.Pushes = &results.Pushes{Full: int64(full), EDS: int64(eds)}
+		cp.PushRate = pushRate(series, m.Measures[subject.FullPushes], m.Measures[subject.EDSPushes])
+	}
+	if ref, ok := m.Measures[subject.PushTime]; ok {
+		if h, ok := HistogramIncrease(series, ref); ok {
+			cp.PushTime = h
+		}
+	}
+	if cpu, ok := m.increase(series, subject.CPUSeconds); ok {
+		cp.CPUSeconds = &cpu
 	}
 	if heap, ok := m.peak(series, subject.HeapInUse); ok {
 		cp.PeakHeapBytes = max(cp.PeakHeapBytes, int64(heap))
@@ -196,21 +205,13 @@ func (m *ControlPlaneMetrics) increase(series []results.Series, measure subject.
 	}
 	// A labelled counter is exported from its first increment on: a series that appears after
 	// the first scrape started from zero in between.
-	var first time.Time
-	for _, sr := range series {
-		if len(sr.Samples) > 0 && (first.IsZero() || sr.Samples[0].At.Before(first)) {
-			first = sr.Samples[0].At
-		}
-	}
+	first := firstScrape(series)
 	var total float64
 	found := false
 	for _, sr := range series {
 		if ref.Matches(sr.Name, sr.Labels) && len(sr.Samples) > 0 {
 			found = true
-			total += CounterIncrease(sr.Samples)
-			if sr.Samples[0].At.After(first) {
-				total += sr.Samples[0].Value
-			}
+			total += seriesIncrease(sr, first)
 		}
 	}
 	return total, found

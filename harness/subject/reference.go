@@ -129,6 +129,10 @@ func (r *Reference) Metrics() map[Measure]Metric {
 		TimeToReady:      {Name: "meshchaos_controlplane_time_to_ready_seconds"},
 		HeapLive:         {Name: "go_memstats_heap_alloc_bytes"},
 		FullPushTime:     {Name: "pilot_xds_push_time", Labels: map[string]string{"type": "full"}},
+		PushTime:         {Name: "pilot_xds_push_time"},
+		XDSPushes:        {Name: "pilot_xds_pushes"},
+		PushTriggers:     {Name: "pilot_push_triggers"},
+		CPUSeconds:       {Name: "process_cpu_seconds_total"},
 	}
 }
 

@@ -38,6 +38,15 @@ const (
 	HeapLive Measure = "heap-live"
 	// FullPushTime is the histogram of the time full pushes take (generate and hand to the caches).
 	FullPushTime Measure = "full-push-time"
+	// PushTime is a histogram (in seconds) of the time a push takes.
+	PushTime Measure = "push-time"
+	// XDSPushes counts responses sent to proxies, labelled by xDS type (istiod's
+	// pilot_xds_pushes{type}).
+	XDSPushes Measure = "xds-pushes"
+	// PushTriggers counts push triggers, labelled by reason (istiod's pilot_push_triggers{type}).
+	PushTriggers Measure = "push-triggers"
+	// CPUSeconds counts the process's CPU time in seconds.
+	CPUSeconds Measure = "cpu-seconds"
 )
 
 // Metric locates a measure among a control plane's Prometheus metrics: the family's name and

@@ -49,6 +49,9 @@ func TestReferenceMetricsExist(t *testing.T) {
 		m.Pushes.With(prometheus.Labels(ref.Metrics()[measure].Labels)).Add(0)
 	}
 	m.PushTime.With(prometheus.Labels(ref.Metrics()[FullPushTime].Labels)).Observe(0)
+	m.PushTime.WithLabelValues("eds").Observe(0)
+	m.XDSPushes.WithLabelValues("eds").Add(0)
+	m.PushTriggers.WithLabelValues("endpointslice").Add(0)
 	fams, err := m.Registry.Gather()
 	require.NoError(t, err)
 	names := map[string]bool{}

@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,7 +51,11 @@ type Options struct {
 	BackoffMax time.Duration
 	// MaxPushes is how many recent pushes (versions) are kept for the report (default 200).
 	MaxPushes int
-	Logger    *slog.Logger
+	// Track selects clusters by a substring of their ClusterLoadAssignment's name; every client
+	// records when it received each change of their endpoint count (Tracked), so a harness can
+	// measure convergence at the proxies from the endpoint change in its API onwards.
+	Track  string
+	Logger *slog.Logger
 }
 
 var types = []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType}
@@ -91,6 +96,9 @@ type client struct {
 	endpoints atomic.Int64
 	versions  [4]atomic.Pointer[string]
 	connected atomic.Bool
+
+	trackMu sync.Mutex
+	tracked []Receipt // changes of the tracked clusters' endpoint count, oldest first
 }
 
 func typeIndex(t string) int { return slices.Index(types, t) }
@@ -240,7 +248,7 @@ func (l *Load) session(ctx context.Context, c *client, conn *grpc.ClientConn) (b
 		l.responses[i].Add(1)
 		l.bytes[i].Add(int64(proto.Size(resp)))
 		nonces[i] = resp.GetNonce()
-		want, count, eps, derr := decode(i, resp)
+		want, count, eps, tracked, derr := decode(i, resp, l.opts.Track)
 		if derr != nil {
 			l.nacks.Add(1)
 			if err := send(i, derr); err != nil {
@@ -255,6 +263,10 @@ func (l *Load) session(ctx context.Context, c *client, conn *grpc.ClientConn) (b
 		c.resources[i].Store(int64(count))
 		if i == 1 {
 			c.endpoints.Store(int64(eps))
+			// An EDS response may leave assignments out (they stay as they were, as in Envoy).
+			if l.opts.Track != "" && tracked >= 0 {
+				c.track(now, tracked)
+			}
 		}
 		l.record(i, v, now)
 		l.acks.Add(1)
@@ -279,16 +291,28 @@ func (l *Load) session(ctx context.Context, c *client, conn *grpc.ClientConn) (b
 	}
 }
 
-// decode counts resources and returns the names the next type should subscribe to.
-func decode(i int, resp *discoveryv3.DiscoveryResponse) (follow []string, count, endpoints int, err error) {
-	count = len(resp.GetResources())
+// track records a receipt of the tracked clusters when their endpoint count changed (the first
+// receipt always counts: it is the state the client starts from).
+func (c *client) track(at time.Time, endpoints int) {
+	c.trackMu.Lock()
+	defer c.trackMu.Unlock()
+	if n := len(c.tracked); n > 0 && c.tracked[n-1].Endpoints == endpoints {
+		return
+	}
+	c.tracked = append(c.tracked, Receipt{At: at, Endpoints: endpoints})
+}
+
+// decode counts resources and returns the names the next type should subscribe to, and the
+// endpoints of the assignments whose names contain track (-1 when the response has none).
+func decode(i int, resp *discoveryv3.DiscoveryResponse, track string) (follow []string, count, endpoints, tracked int, err error) {
+	count, tracked = len(resp.GetResources()), -1
 	switch types[i] {
 	case resourcev3.ClusterType:
 		follow = []string{}
 		for _, a := range resp.GetResources() {
 			var c clusterv3.Cluster
 			if err := a.UnmarshalTo(&c); err != nil {
-				return nil, 0, 0, fmt.Errorf("decode cluster: %w", err)
+				return nil, 0, 0, 0, fmt.Errorf("decode cluster: %w", err)
 			}
 			if c.GetType() == clusterv3.Cluster_EDS {
 				n := c.GetEdsClusterConfig().GetServiceName()
@@ -304,7 +328,7 @@ func decode(i int, resp *discoveryv3.DiscoveryResponse) (follow []string, count,
 		for _, a := range resp.GetResources() {
 			var l listenerv3.Listener
 			if err := a.UnmarshalTo(&l); err != nil {
-				return nil, 0, 0, fmt.Errorf("decode listener: %w", err)
+				return nil, 0, 0, 0, fmt.Errorf("decode listener: %w", err)
 			}
 			for _, fc := range append(l.GetFilterChains(), l.GetDefaultFilterChain()) {
 				for _, f := range fc.GetFilters() {
@@ -324,14 +348,21 @@ func decode(i int, resp *discoveryv3.DiscoveryResponse) (follow []string, count,
 		for _, a := range resp.GetResources() {
 			var cla endpointv3.ClusterLoadAssignment
 			if err := a.UnmarshalTo(&cla); err != nil {
-				return nil, 0, 0, fmt.Errorf("decode assignment: %w", err)
+				return nil, 0, 0, 0, fmt.Errorf("decode assignment: %w", err)
+			}
+			isTracked := track != "" && strings.Contains(cla.GetClusterName(), track)
+			if isTracked {
+				tracked = max(tracked, 0)
 			}
 			for _, le := range cla.GetEndpoints() {
 				endpoints += len(le.GetLbEndpoints())
+				if isTracked {
+					tracked += len(le.GetLbEndpoints())
+				}
 			}
 		}
 	}
-	return follow, count, endpoints, nil
+	return follow, count, endpoints, tracked, nil
 }
 
 func (l *Load) record(i int, version string, at time.Time) {
@@ -422,4 +453,28 @@ func (l *Load) Stats() Stats {
 	}
 	l.mu.Unlock()
 	return s
+}
+
+// Receipt is one change of the tracked clusters' endpoint count as one client received it.
+type Receipt struct {
+	At        time.Time `json:"at"`
+	Endpoints int       `json:"endpoints"`
+}
+
+// Tracked is what every client received of the tracked clusters: Clients[i] are client i's
+// receipts, oldest first.
+type Tracked struct {
+	Track   string      `json:"track"`
+	Clients [][]Receipt `json:"clients"`
+}
+
+// Tracked returns every client's receipts of the tracked clusters (none without Options.Track).
+func (l *Load) Tracked() Tracked {
+	t := Tracked{Track: l.opts.Track, Clients: make([][]Receipt, len(l.clients))}
+	for i, c := range l.clients {
+		c.trackMu.Lock()
+		t.Clients[i] = append([]Receipt{}, c.tracked...)
+		c.trackMu.Unlock()
+	}
+	return t
 }

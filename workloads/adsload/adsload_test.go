@@ -112,3 +112,48 @@ func TestClientsACKAndRecordConvergence(t *testing.T) {
 	xds.Restart(t)
 	require.Eventually(t, func() bool { return l.Stats().Connected == n }, 15*time.Second, 20*time.Millisecond)
 }
+
+func TestClientsRecordTrackedEndpointChanges(t *testing.T) {
+	xds := xdstest.Start(t)
+	flap := "outbound|80||flap.default.svc.cluster.local"
+	withFlap := func(addrs ...string) []types.Resource {
+		return append(mesh(2), xdstest.EDSCluster(flap, ""), xdstest.CLA(flap, addrs...))
+	}
+	xds.Set(t, "1", withFlap("10.1.0.1:8080")...)
+	const n = 5
+	l, err := adsload.New(adsload.Options{XDSAddress: xds.Addr, Clients: n, Track: "flap.default"})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { l.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	receipts := func(want int) func() bool {
+		return func() bool {
+			for _, c := range l.Tracked().Clients {
+				if len(c) != want {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	require.Eventually(t, receipts(1), 10*time.Second, 10*time.Millisecond)
+	// A push that leaves the tracked endpoints as they were records nothing.
+	xds.Set(t, "2", append(withFlap("10.1.0.1:8080"), xdstest.EDSCluster("extra", ""), xdstest.CLA("extra", "10.2.0.1:80"))...)
+	require.Eventually(t, func() bool { return l.Stats().ClientsAtVersion["eds"]["2"] == n }, 10*time.Second, 10*time.Millisecond)
+	// An EDS response without the tracked assignment leaves it as it was, as in Envoy.
+	xds.Set(t, "2b", append(mesh(2), xdstest.EDSCluster(flap, ""))...)
+	require.Eventually(t, func() bool { return l.Stats().ClientsAtVersion["eds"]["2b"] == n }, 10*time.Second, 10*time.Millisecond)
+	xds.Set(t, "3", withFlap()...)
+	require.Eventually(t, receipts(2), 10*time.Second, 10*time.Millisecond)
+	xds.Set(t, "4", withFlap("10.1.0.2:8080")...)
+	require.Eventually(t, receipts(3), 10*time.Second, 10*time.Millisecond)
+
+	tr := l.Tracked()
+	assert.Equal(t, "flap.default", tr.Track)
+	for _, c := range tr.Clients {
+		assert.Equal(t, []int{1, 0, 1}, []int{c[0].Endpoints, c[1].Endpoints, c[2].Endpoints})
+		assert.True(t, c[0].At.Before(c[1].At) && c[1].At.Before(c[2].At))
+	}
+}

@@ -9,7 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Handler serves the totals as JSON on /stats and as Prometheus metrics on /metrics.
+// Handler serves the totals as JSON on /stats and as Prometheus metrics on /metrics, and the
+// tracked clusters' receipts as JSON on /tracked.
 func (l *Load) Handler() http.Handler {
 	reg := prometheus.NewRegistry()
 	fanout := prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -23,6 +24,10 @@ func (l *Load) Handler() http.Handler {
 	l.mu.Unlock()
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/tracked", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(l.Tracked())
+	})
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(l.Stats())

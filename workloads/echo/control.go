@@ -3,6 +3,7 @@ package echo
 import (
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -55,7 +56,17 @@ func checkFlap(up, down time.Duration) error {
 //
 //	POST /control/flap?up=2s&down=1s   /ready flaps from now on, starting ready
 //	POST /control/steady               /ready answers 200 again
-func controlHandlers(mux *http.ServeMux, r *readiness) {
+//	POST /control/crash                the process exits with status 1 once it has answered:
+//	                                   a container crash, which kubelet restarts
+func controlHandlers(mux *http.ServeMux, r *readiness, exit func(code int)) {
+	mux.HandleFunc("POST /control/crash", func(w http.ResponseWriter, req *http.Request) {
+		body := "crashing: exit status 1\n"
+		// A complete answer (its length known) before the process ends under it.
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		_, _ = w.Write([]byte(body))
+		_ = http.NewResponseController(w).Flush()
+		exit(1)
+	})
 	mux.HandleFunc("POST /control/flap", func(w http.ResponseWriter, req *http.Request) {
 		up, uerr := time.ParseDuration(req.URL.Query().Get("up"))
 		down, derr := time.ParseDuration(req.URL.Query().Get("down"))
@@ -75,6 +86,6 @@ func controlHandlers(mux *http.ServeMux, r *readiness) {
 		_, _ = w.Write([]byte("steady: ready\n"))
 	})
 	mux.HandleFunc("/control/", func(w http.ResponseWriter, req *http.Request) {
-		http.Error(w, "use POST /control/flap?up=DURATION&down=DURATION or POST /control/steady", http.StatusMethodNotAllowed)
+		http.Error(w, "use POST /control/flap?up=DURATION&down=DURATION, POST /control/steady or POST /control/crash", http.StatusMethodNotAllowed)
 	})
 }

@@ -1,6 +1,7 @@
 package echo
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -55,4 +56,24 @@ func TestControlRejectsBadRequests(t *testing.T) {
 	assert.Equal(t, http.StatusMethodNotAllowed, status(t, srv.URL+"/control/steady"), "GET does not switch anything")
 	assert.Equal(t, http.StatusMethodNotAllowed, post(t, srv.URL+"/control/other"))
 	assert.Equal(t, http.StatusOK, status(t, srv.URL+"/ready"))
+}
+
+// POST /control/crash answers in full, then ends the process with status 1.
+func TestControlCrashExitsAfterAnswering(t *testing.T) {
+	exited := make(chan int, 1)
+	srv := httptest.NewServer(Handler(Options{PodName: "e", exit: func(code int) { exited <- code }}))
+	defer srv.Close()
+	assert.Equal(t, http.StatusMethodNotAllowed, status(t, srv.URL+"/control/crash"), "GET crashes nothing")
+	select {
+	case <-exited:
+		t.Fatal("GET made it exit")
+	default:
+	}
+	resp, err := http.Post(srv.URL+"/control/crash", "text/plain", nil)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err, "the answer is complete")
+	assert.Equal(t, "crashing: exit status 1\n", string(body))
+	assert.Equal(t, 1, <-exited)
 }

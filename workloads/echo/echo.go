@@ -30,6 +30,8 @@ type Options struct {
 	ErrorCode int
 	// now is the clock (tests).
 	now func() time.Time
+	// exit ends the process on POST /control/crash (default os.Exit; tests).
+	exit func(code int)
 	// BallastMB is memory allocated and touched at start, for memory-limit (OOM) tests.
 	BallastMB int
 }
@@ -66,17 +68,20 @@ func (o *Options) defaults() {
 	if o.PodIP == "" {
 		o.PodIP = os.Getenv("POD_IP")
 	}
+	if o.exit == nil {
+		o.exit = os.Exit
+	}
 	o.envDefaults()
 }
 
 // Handler serves GET / (the reply, with injected latency and errors), /healthz (liveness,
 // always 200), /ready (readiness, flapping as configured) and POST /control/flap and
-// /control/steady, which switch the flapping at run time (control.go).
+// /control/steady, which switch the flapping at run time, and /control/crash (control.go).
 func Handler(o Options) http.Handler {
 	o.defaults()
 	mux := http.NewServeMux()
 	ready := newReadiness(o.now, o.ReadyFor, o.UnreadyFor)
-	controlHandlers(mux, ready)
+	controlHandlers(mux, ready, o.exit)
 	mux.HandleFunc("/ready", func(w http.ResponseWriter, r *http.Request) {
 		if !ready.ready() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)

@@ -112,8 +112,10 @@ type Values struct {
 	// backoff (the resilient app), Attempts times.
 	RetryInterval, RetryMaxInterval time.Duration
 
-	// Adsload: Clients (default 100).
+	// Adsload: Clients (default 100); Track, when set, makes every client record its receipts of
+	// the clusters whose name contains it (adsload --track).
 	Clients int
+	Track   string
 }
 
 // Names lists the manifests Render knows.

@@ -133,6 +133,9 @@ func TestEchoAndAdsload(t *testing.T) {
 	ads := deployment(t, render(t, "adsload", Values{Substrate: Local(), Clients: 500})).Spec.Template.Spec.Containers[0]
 	assert.Equal(t, "meshchaos.local/adsload:dev", ads.Image)
 	assert.Contains(t, strings.Join(ads.Args, " "), "--clients 500")
+	assert.NotContains(t, ads.Args, "--track")
+	ads = deployment(t, render(t, "adsload", Values{Substrate: Local(), Track: "outbound|80||flap.default"})).Spec.Template.Spec.Containers[0]
+	assert.Equal(t, []string{"--track", "outbound|80||flap.default"}, ads.Args[len(ads.Args)-2:])
 }
 
 func TestKindRunsEnvoyWithAValidBootstrap(t *testing.T) {

@@ -196,6 +196,7 @@ func newADSLoadCmd() *cobra.Command {
 	f.IntVar(&o.Clients, "clients", 100, "number of ADS clients")
 	f.StringVar(&o.Namespace, "namespace", "adsload", "namespace used in the clients' Istio-style node ids")
 	f.DurationVar(&o.Ramp, "ramp", 0, "pause between starting two clients")
+	f.StringVar(&o.Track, "track", "", "record, per client, when each endpoint-count change of the clusters whose name contains this arrived (JSON on /tracked)")
 	f.StringVar(&listen, "listen", ":8080", "HTTP address for /stats (JSON) and /metrics (Prometheus)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
