@@ -127,6 +127,9 @@ func (r *Reference) Metrics() map[Measure]Metric {
 		ConnectedProxies: {Name: "pilot_xds"},
 		HeapInUse:        {Name: "go_memstats_heap_inuse_bytes"},
 		TimeToReady:      {Name: "meshchaos_controlplane_time_to_ready_seconds"},
+		// The admission webhook's, under istiod's names (controlplane/webhook).
+		SidecarInjections:        {Name: "sidecar_injection_success_total"},
+		SidecarInjectionFailures: {Name: "sidecar_injection_failure_total"},
 	}
 }
 

@@ -33,6 +33,10 @@ const (
 	HeapInUse Measure = "heap-inuse"
 	// TimeToReady is a gauge: seconds from the process's start to its readiness.
 	TimeToReady Measure = "time-to-ready"
+	// SidecarInjections counts pods the control plane's injection webhook gave a sidecar.
+	SidecarInjections Measure = "sidecar-injections"
+	// SidecarInjectionFailures counts injection requests it refused or could not read.
+	SidecarInjectionFailures Measure = "sidecar-injection-failures"
 )
 
 // Metric locates a measure among a control plane's Prometheus metrics: the family's name and
