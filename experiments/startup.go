@@ -130,7 +130,35 @@ func startupChaos(ctx context.Context, s *experiment.State) error {
 			return fmt.Errorf("mode %s: %w", mode, err)
 		}
 	}
+	recordInjections(s)
 	return nil
+}
+
+// recordInjections puts the control plane's own count of sidecar injections on the timeline:
+// evidence that its webhook, not the manifest, gave the pods their sidecars.
+func recordInjections(s *experiment.State) {
+	sum := s.Summary()
+	if sum.ControlPlaneStats == nil {
+		return
+	}
+	count := func(m subject.Measure) (float64, bool) {
+		ref, ok := s.CP.Metrics()[m]
+		if !ok {
+			return 0, false
+		}
+		total, found := 0.0, false
+		for _, sr := range sum.ControlPlaneStats.Metrics {
+			if ref.Matches(sr.Name, sr.Labels) {
+				total, found = total+observe.CounterIncrease(sr.Samples), true
+			}
+		}
+		return total, found
+	}
+	ok, found := count(subject.SidecarInjections)
+	failed, _ := count(subject.SidecarInjectionFailures)
+	if found {
+		s.Event("cp.sidecar-injections", s.CP.Name(), fmt.Sprintf("%.0f pods injected, %.0f injection failures (the control plane's own counters)", ok, failed))
+	}
 }
 
 // startupMode deploys the app in its own injected namespace, waits until every pod is Ready,

@@ -72,6 +72,13 @@ func TestSidecarStartupBothWays(t *testing.T) {
 	spec, err = os.ReadFile(filepath.Join(dir, r.PodSpec))
 	require.NoError(t, err)
 	assert.Contains(t, string(spec), "restartPolicy: Always", "the proxy is a native sidecar")
+	injected := ""
+	for _, e := range native.Events {
+		if e.Kind == "cp.sidecar-injections" {
+			injected = e.Detail
+		}
+	}
+	assert.Contains(t, injected, testStartupReplicas+" pods injected, 0 injection failures", "the control plane's webhook did the injecting")
 }
 
 // The small test scale: enough pods to see the race in every one, few enough for a 1-node

@@ -126,4 +126,8 @@ func TestRenderStartupModesSideBySide(t *testing.T) {
 	} {
 		assert.Contains(t, string(md), want)
 	}
+	html, err := os.ReadFile(filepath.Join(dir, HTMLFile))
+	require.NoError(t, err)
+	assert.Contains(t, string(html), `<td>none</td><td class="num">20 (20)</td><td class="num">31</td>`)
+	assert.Contains(t, string(html), `<a href="startup/none-pod.yaml">`)
 }

@@ -274,6 +274,10 @@ code{font-size:.85em}
 {{with .S.Scale}}<pre>{{.Markdown}}</pre>{{end}}{{with .S.ControlPlaneStats}}<h2>Control plane</h2>
 <table><tr><th>Restarts</th><td class="num">{{.Restarts}}</td><th>OOM kills</th><td class="num">{{.OOMKills}}</td><th>Pushes full / EDS</th><td class="num">{{with .Pushes}}{{.Full}} / {{.EDS}}{{else}}not measured{{end}}</td><th>Peak heap</th><td class="num">{{mib .PeakHeapBytes}}</td>{{if .MemoryLimit}}<th>Limit</th><td class="num">{{mib .MemoryLimit}}</td>{{end}}</tr></table>
 {{end}}
+{{with .S.Startup}}<h2>App start-up by sidecar start mode</h2>
+<table><tr><th>Mode</th><th>Pods (started)</th><th>App restarts</th><th>Exit codes</th><th>Failed first calls</th><th>Creation → first success P50 / P99</th><th>Creation → Ready P50 / P99</th><th>Proxy first config P50 / P99</th><th>Injected pod</th></tr>
+{{range .}}<tr><td>{{.Mode}}</td><td class="num">{{.Pods}} ({{.Started}})</td><td class="num">{{.AppRestarts}}</td><td>{{range $c, $n := .ExitCodes}}{{$c}}×{{$n}} {{end}}</td><td class="num">{{.FailedFirstCalls}}</td><td class="num">{{printf "%.0f" .FirstSuccessMs.P50}} / {{printf "%.0f" .FirstSuccessMs.P99}} ms</td><td class="num">{{printf "%.0f" .ReadyMs.P50}} / {{printf "%.0f" .ReadyMs.P99}} ms</td><td class="num">{{printf "%.0f" .ProxyFirstConfigMs.P50}} / {{printf "%.0f" .ProxyFirstConfigMs.P99}} ms</td><td>{{if .PodSpec}}<a href="{{.PodSpec}}">{{.PodSpec}}</a>{{end}}</td></tr>
+{{end}}</table>{{end}}
 {{if .Profiles}}<table><tr><th>Profile</th><th>Kind</th><th>Reason</th><th>At</th><th>In use</th><th>Top in-use allocation sites</th></tr>
 {{range .Profiles}}<tr><td><a href="{{.File}}">{{.File}}</a></td><td>{{.Kind}}</td><td>{{.Reason}}</td><td>{{time .At}}</td><td class="num">{{if .InUseBytes}}{{mib .InUseBytes}}{{end}}</td><td>{{if .ShowTop}}{{range .Top}}{{mib .InUseBytes}} <code>{{.Function}}</code><br>{{end}}{{end}}</td></tr>
 {{end}}</table>{{end}}

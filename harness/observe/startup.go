@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -15,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/meshchaos/meshchaos/harness/traffic"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -138,7 +138,7 @@ func (m *Startup) Collect(ctx context.Context) error {
 			}
 		}
 	}
-	r.FirstSuccessMs, r.ReadyMs, r.ProxyFirstConfigMs = quantiles(first), quantiles(ready), quantiles(proxy)
+	r.FirstSuccessMs, r.ReadyMs, r.ProxyFirstConfigMs = traffic.Quantiles(first), traffic.Quantiles(ready), traffic.Quantiles(proxy)
 	m.mu.Lock()
 	m.result = r
 	m.mu.Unlock()
@@ -170,19 +170,6 @@ func (m *Startup) getJSON(ctx context.Context, c *http.Client, ip string, port i
 	return nil
 }
 
-// quantiles are nearest-rank quantiles in milliseconds.
-func quantiles(ds []time.Duration) results.Latency {
-	if len(ds) == 0 {
-		return results.Latency{}
-	}
-	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	q := func(p float64) float64 {
-		i := min(max(int(float64(len(ds))*p+0.999999)-1, 0), len(ds)-1)
-		return float64(ds[i].Microseconds()) / 1000
-	}
-	return results.Latency{P50: q(0.5), P90: q(0.9), P99: q(0.99), Max: q(1)}
-}
-
 // Result is what Collect found (nil before).
 func (m *Startup) Result() *results.Startup {
 	m.mu.Lock()
@@ -209,7 +196,8 @@ func (m *Startup) Gather(s *results.Summary) {
 	}
 	if m.result != nil && m.result.Pods > 0 {
 		st.OK = true
-		kept := s.Startup[:0]
+		// A new slice: the summary handed in may share its backing array with the recorder's.
+		kept := make([]results.Startup, 0, len(s.Startup)+1)
 		for _, r := range s.Startup {
 			if r.Mode != m.Mode {
 				kept = append(kept, r)

@@ -47,6 +47,10 @@ const (
 	PushTriggers Measure = "push-triggers"
 	// CPUSeconds counts the process's CPU time in seconds.
 	CPUSeconds Measure = "cpu-seconds"
+	// SidecarInjections counts pods the control plane's injection webhook gave a sidecar.
+	SidecarInjections Measure = "sidecar-injections"
+	// SidecarInjectionFailures counts injection requests it refused or could not read.
+	SidecarInjectionFailures Measure = "sidecar-injection-failures"
 )
 
 // Metric locates a measure among a control plane's Prometheus metrics: the family's name and

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/meshchaos/meshchaos/controlplane/metrics"
+	"github.com/meshchaos/meshchaos/controlplane/webhook"
 )
 
 func TestParse(t *testing.T) {
@@ -42,6 +43,8 @@ func TestMetricMatches(t *testing.T) {
 // experiment a silently missing measure).
 func TestReferenceMetricsExist(t *testing.T) {
 	m := metrics.New()
+	_, err := webhook.NewMetrics(m.Registry) // registered when the webhooks are served
+	require.NoError(t, err)
 	ref := &Reference{}
 	// Labelled series exist once a label value is used: use exactly the mapped labels (With
 	// panics on a label name the metric does not have).

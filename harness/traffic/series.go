@@ -211,6 +211,10 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
+// Quantiles are the nearest-rank P50/P90/P99/max of ds in milliseconds (any durations, not only
+// request latencies).
+func Quantiles(ds []time.Duration) results.Latency { return latency(ds) }
+
 func latency(ds []time.Duration) results.Latency {
 	if len(ds) == 0 {
 		return results.Latency{}
