@@ -166,7 +166,7 @@ func (r *scaleRun) stopped(err error) error {
 // oracle client holds all of it, runs the incident's scenarios and measures.
 func (r *scaleRun) step(ctx context.Context, k, n int, verify bool) error {
 	s := r.s
-	push0, _ := r.pushes(ctx)
+	push0, perr0 := r.pushes(ctx)
 	quiet := func(string, ...any) {}
 	// The scenarios' objects first, new at every step: each step shows its own bugs, and the
 	// ServiceEntries that follow bring the full pushes that give every control plane — buggy ones
@@ -211,11 +211,15 @@ func (r *scaleRun) step(ctx context.Context, k, n int, verify bool) error {
 	if err != nil {
 		return fmt.Errorf("step %d: %w", n, err)
 	}
-	push1, _ := r.pushes(ctx)
+	push1, perr1 := r.pushes(ctx)
 	st.ServiceEntries, st.Endpoints, st.Verify = n, r.exp.Endpoints(), verify
 	st.ApplySeconds, st.ApplyPerSecond = apply.Seconds(), float64(bulk.Count)/apply.Seconds()
 	st.ConvergeSeconds, st.Converged = conv.Seconds(), converged
-	st.PushCount, st.PushSeconds = int(push1.count-push0.count), push1.sum-push0.sum
+	if err := errors.Join(perr0, perr1); err != nil {
+		s.Logf("step %d: full pushes not measured: %v", n, err)
+	} else {
+		st.PushMeasured, st.PushCount, st.PushSeconds = true, int(push1.count-push0.count), push1.sum-push0.sum
+	}
 	st.Mismatches = mism
 	r.rec.Update(func(sc *results.Scale) {
 		st.BytesPerEndpoint = float64(st.HeapBytes-sc.Baseline.HeapBytes) / float64(st.Endpoints)

@@ -34,9 +34,11 @@ type ScaleStep struct {
 	ApplySeconds   float64 `json:"applySeconds"`
 	ApplyPerSecond float64 `json:"applyPerSecond"`
 	// PushSeconds is the control plane's own time spent in full pushes during the step (its push
-	// histogram's increase), PushCount how many.
-	PushSeconds float64 `json:"pushSeconds"`
-	PushCount   int     `json:"pushCount"`
+	// histogram's increase), PushCount how many; PushMeasured is false when the histogram could
+	// not be read (then both are 0, not measured).
+	PushMeasured bool    `json:"pushMeasured"`
+	PushSeconds  float64 `json:"pushSeconds"`
+	PushCount    int     `json:"pushCount"`
 	// ConvergeSeconds is from the end of the apply until the oracle client held the complete
 	// expected config (or the wait ended); Converged says whether it did.
 	ConvergeSeconds float64 `json:"convergeSeconds"`
@@ -160,12 +162,16 @@ func (s *Scale) Markdown() string {
 		if len(st.Top) > 0 {
 			top = fmt.Sprintf("%s `%s`", mibs(st.Top[0].InUseBytes), cell(st.Top[0].Function))
 		}
+		pushes := "not measured"
+		if st.PushMeasured {
+			pushes = fmt.Sprintf("%d (%.2f s)", st.PushCount, st.PushSeconds)
+		}
 		verify := ""
 		if st.Verify {
 			verify = " (verify)"
 		}
-		fmt.Fprintf(&b, "| %d%s | %d | %.1f s (%.0f/s) | %d (%.2f s) | %s | %s | %s | %.0f | %s | %s | %d | %s |\n",
-			st.ServiceEntries, verify, st.Endpoints, st.ApplySeconds, st.ApplyPerSecond, st.PushCount, st.PushSeconds, conv,
+		fmt.Fprintf(&b, "| %d%s | %d | %.1f s (%.0f/s) | %s | %s | %s | %s | %.0f | %s | %s | %d | %s |\n",
+			st.ServiceEntries, verify, st.Endpoints, st.ApplySeconds, st.ApplyPerSecond, pushes, conv,
 			mibs(st.HeapBytes), mibs(st.RSSBytes), st.BytesPerEndpoint, mibs(st.APIServerRSSBytes), mibs(st.EtcdDBBytes), st.Mismatches, top)
 	}
 	if f := s.Fit; f != nil {

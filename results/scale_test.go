@@ -51,6 +51,7 @@ func TestScaleMarkdown(t *testing.T) {
 	md := s.Markdown()
 	assert.Contains(t, md, "endpoints^**1.000**")
 	assert.Contains(t, md, "| 200 | 2000 |")
+	assert.Contains(t, md, "| not measured |", "push counts never read are not shown as 0")
 	assert.Contains(t, md, "endpoint-port 2")
 	assert.Contains(t, md, "outbound\\|80\\|\\|a")
 	c := s.chart(60, 16)
