@@ -1,7 +1,7 @@
 // Package kube feeds the model from the cluster: client-go informers for Services,
-// EndpointSlices and Pods and istio.io/client-go informers for ServiceEntries and
-// WorkloadEntries. Informer handlers only enqueue; one worker applies events to the model in
-// order and hands each resulting change to the pusher. Synced reports when every informer has
+// EndpointSlices and Pods and istio.io/client-go informers for ServiceEntries,
+// WorkloadEntries and Sidecars. Informer handlers only enqueue; one worker applies events to the
+// model in order and hands each resulting change to the pusher. Synced reports when every informer has
 // synced and every event delivered before that has been applied (the sync gate's condition).
 package kube
 
@@ -108,6 +108,14 @@ func NewSource(cfg *rest.Config, m *model.Model, onChange func(model.Change), lo
 			}
 			return m.SetWorkloadEntry(we.Namespace, we.Name, ep, sk == nil)
 		}, m.DeleteWorkloadEntry),
+		add(s.istioFactory.Networking().V1().Sidecars().Informer(), func(o any) model.Change {
+			sc := o.(*networkingv1.Sidecar)
+			conv, sk := model.ConvertSidecar(sc.Namespace, sc.Name, sc.CreationTimestamp.Time, &sc.Spec)
+			if sk != nil {
+				m.Skip(*sk)
+			}
+			return m.SetSidecar(sc.Namespace, sc.Name, conv)
+		}, m.DeleteSidecar),
 	}
 	for _, err := range errs {
 		if err != nil {

@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -65,8 +66,12 @@ func NewPusher(m *model.Model, c *Caches, opts PushOptions) *Pusher {
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New()
 	}
-	return &Pusher{opts: opts, model: m, caches: c, log: opts.Logger, m: opts.Metrics,
+	p := &Pusher{opts: opts, model: m, caches: c, log: opts.Logger, m: opts.Metrics,
 		kick: make(chan struct{}, 1), lastPush: map[string]time.Time{}}
+	c.mu.Lock()
+	c.populate = func(sc *ScopeCaches, entries []*model.Entry) { p.pushScopeLocked(sc, entries, nil) }
+	c.mu.Unlock()
+	return p
 }
 
 // Enqueue merges a change into the pending push.
@@ -146,13 +151,14 @@ func (p *Pusher) Push(ch model.Change) {
 		// A DNS service's endpoints are inline in its cluster: only CDS carries them. istiod
 		// answers endpoint changes of DNS ServiceEntries with a full push too.
 		ch.Full = true
+		ch.Configs = ch.Hosts
 	}
 	if ch.Full {
 		// Everything merged so far is covered: the full push reads the model after this.
 		p.mu.Lock()
 		p.pending, p.firstAt, p.lastAt = model.Change{}, time.Time{}, time.Time{}
 		p.mu.Unlock()
-		p.fullPush(start)
+		p.fullPush(start, ch)
 		p.m.Pushes.WithLabelValues("full").Inc()
 		p.m.PushTime.WithLabelValues("full").Observe(time.Since(start).Seconds())
 	} else {
@@ -184,26 +190,113 @@ func (p *Pusher) markPushed(start time.Time, typeURLs ...string) {
 	p.mu.Unlock()
 }
 
-func (p *Pusher) fullPush(start time.Time) {
+func (p *Pusher) fullPush(start time.Time, ch model.Change) {
 	// Its own change needs no push of its own: this push reads the model after it.
 	p.model.RefreshForFullPush()
 	entries := p.model.Entries()
 	if p.opts.Regress.On(regress.QuadraticScope) {
 		p.buildScopes(entries)
 	}
-	res, bad := Generate(entries, p.opts.Generate)
+	res, bad := generateEndpoints(entries)
+	p.reportInvalid(bad)
+	p.markPushed(start, resourcev3.ClusterType, resourcev3.ListenerType, resourcev3.RouteType, resourcev3.EndpointType)
+	// EDS first so clusters warm with their endpoints already there; then each scope's CDS,
+	// LDS, RDS.
+	p.updateEndpoints(res.Endpoints, res.claSources, true)
+	for _, sc := range p.caches.setLatest(entries) {
+		p.pushScope(sc, entries, &ch)
+	}
+}
+
+func (p *Pusher) reportInvalid(bad []Invalid) {
 	for _, b := range bad {
 		p.log.Error("generated resource failed validation; left out", "type", b.Type, "name", b.Name, "err", b.Err)
 		p.m.InvalidResources.WithLabelValues(b.Type).Inc()
 	}
-	p.markPushed(start, resourcev3.ClusterType, resourcev3.ListenerType, resourcev3.RouteType, resourcev3.EndpointType)
-	// EDS first so clusters warm with their endpoints already there; then CDS, LDS, RDS. A full
-	// push resends CDS/LDS/RDS to every proxy (SetResources marks every resource changed).
-	p.updateEndpoints(res.Endpoints, res.claSources, true)
-	p.caches.Clusters.SetResources(res.Clusters)
-	p.caches.Listeners.SetResources(res.Listeners)
-	p.caches.APIListeners.SetResources(res.APIListeners)
-	p.caches.Routes.SetResources(res.Routes)
+}
+
+// pushScope brings one scope's caches up to date with entries. ch is the full push's change
+// (nil when a new scope is filled): a scope that neither sees a changed config nor changed
+// itself is left alone, so its proxies get nothing (istiod's ProxyNeedsPush with the
+// SidecarScope's dependencies); any other is regenerated once for all its proxies and resent to
+// each of them (SetResources marks every resource changed: istiod's full push; Delta proxies get
+// only what changed, by content hash).
+func (p *Pusher) pushScope(sc *ScopeCaches, entries []*model.Entry, ch *model.Change) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	p.pushScopeLocked(sc, entries, ch)
+}
+
+// pushScopeLocked is pushScope with sc.mu held.
+func (p *Pusher) pushScopeLocked(sc *ScopeCaches, entries []*model.Entry, ch *model.Change) {
+	sidecar := p.model.SidecarFor(sc.Namespace)
+	visible := entries
+	if sidecar != nil {
+		visible = make([]*model.Entry, 0, len(entries))
+		for _, e := range entries {
+			if sidecar.Visible(e.Service, sc.Namespace) {
+				visible = append(visible, e)
+			}
+		}
+	}
+	if ch != nil && sc.generated && sidecar == sc.sidecar && !ch.AllProxies() &&
+		!seesConfig(sc.hosts, ch.Configs) && !seesConfig(hostSet(visible), ch.Configs) && sameConfig(visible, sc.entries) {
+		return
+	}
+	opts := p.opts.Generate
+	opts.Namespace = sc.Namespace
+	res, bad := generate(visible, opts, false)
+	p.reportInvalid(bad)
+	sc.Clusters.SetResources(res.Clusters)
+	sc.Listeners.SetResources(res.Listeners)
+	sc.APIListeners.SetResources(res.APIListeners)
+	sc.Routes.SetResources(res.Routes)
+	sc.generated, sc.sidecar, sc.entries, sc.hosts = true, sidecar, visible, hostSet(visible)
+	sc.pushes++
+}
+
+// generateEndpoints builds the ClusterLoadAssignments of every STATIC service port.
+func generateEndpoints(entries []*model.Entry) (*Resources, []Invalid) {
+	r := &Resources{Endpoints: map[string]types.Resource{}, claSources: map[string][]model.Endpoint{}}
+	var bad []Invalid
+	for _, e := range entries {
+		if e.Service.Resolution != model.ResolutionStatic {
+			continue
+		}
+		for _, port := range e.Service.Ports {
+			cla := BuildCLA(e, port)
+			if err := cla.Validate(); err != nil {
+				bad = append(bad, Invalid{Type: "ClusterLoadAssignment", Name: cla.ClusterName, Err: err})
+				continue
+			}
+			r.Endpoints[cla.ClusterName] = cla
+			r.claSources[cla.ClusterName] = e.Endpoints[port.Number]
+		}
+	}
+	return r, bad
+}
+
+func hostSet(entries []*model.Entry) map[string]struct{} {
+	out := make(map[string]struct{}, len(entries))
+	for _, e := range entries {
+		out[e.Service.Hostname] = struct{}{}
+	}
+	return out
+}
+
+// seesConfig reports whether any of configs is one of hosts.
+func seesConfig(hosts, configs map[string]struct{}) bool {
+	for c := range configs {
+		if _, ok := hosts[c]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// sameConfig reports whether two lists of entries generate the same scope config.
+func sameConfig(a, b []*model.Entry) bool {
+	return slices.EqualFunc(a, b, (*model.Entry).SameConfig)
 }
 
 // inlineEndpoints reports whether any of hosts is a DNS service (endpoints inline in its cluster).
@@ -217,26 +310,16 @@ func (p *Pusher) inlineEndpoints(hosts map[string]struct{}) bool {
 }
 
 func (p *Pusher) edsPush(start time.Time, hosts map[string]struct{}) {
-	next := map[string]types.Resource{}
-	sources := map[string][]model.Endpoint{}
+	entries := make([]*model.Entry, 0, len(hosts))
 	for h := range hosts {
-		e := p.model.Entry(h)
-		if e == nil || e.Service.Resolution != model.ResolutionStatic {
-			continue
-		}
-		for _, port := range e.Service.Ports {
-			cla := BuildCLA(e, port)
-			if err := cla.Validate(); err != nil {
-				p.log.Error("generated resource failed validation; left out", "type", "ClusterLoadAssignment", "name", cla.ClusterName, "err", err)
-				p.m.InvalidResources.WithLabelValues("ClusterLoadAssignment").Inc()
-				continue
-			}
-			next[cla.ClusterName] = cla
-			sources[cla.ClusterName] = e.Endpoints[port.Number]
+		if e := p.model.Entry(h); e != nil {
+			entries = append(entries, e)
 		}
 	}
+	res, bad := generateEndpoints(entries)
+	p.reportInvalid(bad)
 	p.markPushed(start, resourcev3.EndpointType)
-	p.updateEndpoints(next, sources, false)
+	p.updateEndpoints(res.Endpoints, res.claSources, false)
 }
 
 // updateEndpoints writes CLAs that differ from the cache's; all means next is the complete set

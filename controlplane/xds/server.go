@@ -61,7 +61,7 @@ func NewServer(ctx context.Context, caches *Caches, pusher *Pusher, gate Gate, m
 		log = slog.Default()
 	}
 	s := &Server{caches: caches, pusher: pusher, gate: gate, log: log, m: m, streams: map[int64]*streamState{}}
-	xs := serverv3.NewServer(ctx, caches.Mux, s.callbacks())
+	xs := serverv3.NewServer(ctx, caches, s.callbacks())
 	s.grpc = grpc.NewServer(
 		grpc.StreamInterceptor(s.refuseUntilReady),
 		grpc.MaxConcurrentStreams(1<<20),

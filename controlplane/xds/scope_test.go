@@ -1,0 +1,131 @@
+package xds
+
+import (
+	"sort"
+	"testing"
+	"time"
+
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/structpb"
+	"istio.io/api/networking/v1alpha3"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
+	"github.com/meshchaos/meshchaos/controlplane/internal/adsclient"
+	"github.com/meshchaos/meshchaos/controlplane/model"
+)
+
+// applyIn applies a STATIC ServiceEntry "name" in namespace ns with host name.test.
+func (r *rig) applyIn(t testing.TB, ns, name string, addrs ...string) {
+	t.Helper()
+	spec := &v1alpha3.ServiceEntry{Hosts: []string{name + ".test"}, Resolution: v1alpha3.ServiceEntry_STATIC,
+		Ports: []*v1alpha3.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP"}}}
+	for _, a := range addrs {
+		spec.Endpoints = append(spec.Endpoints, &v1alpha3.WorkloadEntry{Address: a})
+	}
+	conv, _, err := model.ConvertServiceEntry(ns, name, spec)
+	require.NoError(t, err)
+	r.pusher.Enqueue(r.m.SetServiceEntry(ns, name, time.Unix(0, 0), conv))
+}
+
+func clusterNames(c *adsclient.Client) []string {
+	var out []string
+	for n := range c.Resources(resourcev3.ClusterType) {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestSidecarScopesWhatEachProxyGets: a Sidecar in namespace a ("./*") limits a's proxies to
+// a's services; b's proxies (no Sidecar) see everything. b's two proxies share one generation;
+// a ServiceEntry change outside a's scope sends a's proxy nothing.
+func TestSidecarScopesWhatEachProxyGets(t *testing.T) {
+	r := newRig(t, 10*time.Millisecond, time.Second)
+	r.applyIn(t, "a", "a1", "10.0.0.1")
+	r.applyIn(t, "b", "b1", "10.0.0.2")
+	r.pusher.Enqueue(r.m.SetSidecar("a", "default", &model.Sidecar{Namespace: "a", Name: "default", Hosts: []string{"./*"}}))
+	r.start(t)
+
+	pa := r.client(t, "sidecar~10.1.0.1~pa.a~a.svc.cluster.local")
+	pb := r.client(t, "sidecar~10.1.0.2~pb.b~b.svc.cluster.local")
+	pb2 := r.client(t, "sidecar~10.1.0.3~pb2.b~b.svc.cluster.local")
+	all := []string{"outbound|80||a1.test", "outbound|80||b1.test"}
+	eventually(t, "every proxy's CDS", func() bool {
+		return len(clusterNames(pa)) == 1 && len(clusterNames(pb)) == 2 && len(clusterNames(pb2)) == 2
+	})
+	assert.Equal(t, []string{"outbound|80||a1.test"}, clusterNames(pa), "a's Sidecar: a's services only")
+	assert.Equal(t, all, clusterNames(pb))
+	assert.Equal(t, all, clusterNames(pb2))
+
+	var sa, sb *ScopeCaches
+	for _, sc := range r.caches.Scopes() {
+		switch sc.Namespace {
+		case "a":
+			sa = sc
+		case "b":
+			sb = sc
+		}
+	}
+	require.NotNil(t, sa)
+	require.NotNil(t, sb)
+	assert.Equal(t, 1, sb.Pushes(), "b's two proxies share one generation")
+
+	// A change outside a's scope: b's proxies get it, a's proxy gets nothing. The barrier is a
+	// later change a does see: its stream is ordered, so a CDS for b2 would have come first.
+	cdsA := count(pa, resourcev3.ClusterType)
+	r.applyIn(t, "b", "b2", "10.0.0.3")
+	eventually(t, "b2 at b's proxies", func() bool { return len(clusterNames(pb)) == 3 && len(clusterNames(pb2)) == 3 })
+	r.applyIn(t, "a", "a2", "10.0.0.4")
+	eventually(t, "a2 at a's proxy", func() bool { return len(clusterNames(pa)) == 2 })
+	assert.Equal(t, cdsA+1, count(pa, resourcev3.ClusterType), "a's proxy got one CDS (a2), none for b2")
+	assert.Equal(t, []string{"outbound|80||a1.test", "outbound|80||a2.test"}, clusterNames(pa))
+	assert.Equal(t, 3, sb.Pushes(), "b's scope regenerated once per push it sees, not once per proxy")
+
+	// Deleting a's Sidecar widens its scope (a full push for a's proxies).
+	r.pusher.Enqueue(r.m.DeleteSidecar("a", "default"))
+	eventually(t, "a sees everything", func() bool { return len(clusterNames(pa)) == 4 })
+}
+
+func TestProxyNamespace(t *testing.T) {
+	md, err := structpb.NewStruct(map[string]any{"NAMESPACE": "meta"})
+	require.NoError(t, err)
+	for _, c := range []struct {
+		node *core.Node
+		want string
+	}{
+		{&core.Node{Id: "sidecar~10.0.0.1~pod-1.app~app.svc.cluster.local"}, "app"},
+		{&core.Node{Id: "router~10.0.0.1~gateway-0.mesh~mesh.svc.cluster.local"}, "mesh"},
+		{&core.Node{Id: "sidecar~10.0.0.1~pod.x~x.svc.cluster.local", Metadata: md}, "meta"},
+		{&core.Node{Id: "sidecar~a"}, ""},
+		{&core.Node{Id: "gateway-0"}, ""},
+		{nil, ""},
+	} {
+		assert.Equal(t, c.want, ProxyNamespace(c.node), "%v", c.node)
+	}
+}
+
+// TestEDSPushStaysOutOfOtherScopes: an endpoint change reaches only the proxies watching the
+// cluster, pilot_xds_pushes counting one EDS response per proxy that got it.
+func TestEDSPushStaysOutOfOtherScopes(t *testing.T) {
+	r := newRig(t, 10*time.Millisecond, time.Second)
+	r.applyIn(t, "a", "a1", "10.0.0.1")
+	r.applyIn(t, "b", "b1", "10.0.0.2")
+	r.start(t)
+	pa := r.client(t, "sidecar~10.1.0.1~pa.a~a.svc.cluster.local", "outbound|80||a1.test")
+	pb := r.client(t, "sidecar~10.1.0.2~pb.b~b.svc.cluster.local", "outbound|80||b1.test")
+	eventually(t, "initial EDS", func() bool {
+		return endpointsOf(t, pa, "outbound|80||a1.test") == 1 && endpointsOf(t, pb, "outbound|80||b1.test") == 1
+	})
+	before := testutil.ToFloat64(r.met.XDSPushes.WithLabelValues("eds"))
+	edsA := count(pa, resourcev3.EndpointType)
+	r.applyIn(t, "b", "b1", "10.0.0.2", "10.0.0.3")
+	eventually(t, "b1's new endpoint", func() bool { return endpointsOf(t, pb, "outbound|80||b1.test") == 2 })
+	r.applyIn(t, "a", "a1", "10.0.0.1", "10.0.0.5")
+	eventually(t, "a1's new endpoint", func() bool { return endpointsOf(t, pa, "outbound|80||a1.test") == 2 })
+	assert.Equal(t, edsA+1, count(pa, resourcev3.EndpointType), "a's proxy got only a1's EDS")
+	assert.Equal(t, before+2, testutil.ToFloat64(r.met.XDSPushes.WithLabelValues("eds")), "one EDS response per proxy per change")
+}
