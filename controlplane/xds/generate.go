@@ -13,8 +13,8 @@
 //     adds the header respflags.Header = "%RESPONSE_FLAGS%" to every proxy-generated reply.
 //   - Route configurations: "PORT", one virtual host per service on that port, named "HOST:PORT",
 //     with the domains HOST and HOST:PORT and, for Kubernetes Services, the short forms
-//     name, name.ns, name.ns.svc (each with and without :PORT) and the ClusterIP (with and
-//     without :PORT). A domain is given to the first service (by host name) that claims it, so
+//     name.ns, name.ns.svc and, for proxies of the service's namespace (GenOptions.Namespace),
+//     name (each with and without :PORT) and the ClusterIP (with and without :PORT). A domain is given to the first service (by host name) that claims it, so
 //     route configurations never carry duplicates. One route, prefix "/", to the cluster, with
 //     istiod's defaults unless GenOptions.NoRouteDefaults: timeout 0 and DefaultRetryPolicy.
 //   - Proxyless gRPC (grpc-go's xds resolver, target xds:///HOST:PORT): API listeners named
@@ -25,8 +25,9 @@
 // No Envoy listener or route configuration is generated for a port the proxy binds itself (see
 // ProxyPort); the clusters and the proxyless gRPC listeners of such a port are.
 //
-// Ports with protocol TCP, TLS, MONGO, REDIS or MYSQL get clusters but no HTTP listener or
-// route (the reference control plane generates no tcp_proxy chains).
+// Only HTTP-like ports (model.HTTPLike) get an HTTP listener and routes; the others get clusters
+// only (the reference control plane generates no tcp_proxy chains). Only STATIC (EDS) services
+// get proxyless gRPC listeners: grpc-go cannot use STRICT_DNS or ORIGINAL_DST clusters.
 package xds
 
 import (

@@ -7,6 +7,7 @@ import (
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -15,6 +16,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
 	"github.com/meshchaos/meshchaos/controlplane/internal/adsclient"
+	"github.com/meshchaos/meshchaos/controlplane/metrics"
 	"github.com/meshchaos/meshchaos/controlplane/model"
 )
 
@@ -128,4 +130,62 @@ func TestEDSPushStaysOutOfOtherScopes(t *testing.T) {
 	eventually(t, "a1's new endpoint", func() bool { return endpointsOf(t, pa, "outbound|80||a1.test") == 2 })
 	assert.Equal(t, edsA+1, count(pa, resourcev3.EndpointType), "a's proxy got only a1's EDS")
 	assert.Equal(t, before+2, testutil.ToFloat64(r.met.XDSPushes.WithLabelValues("eds")), "one EDS response per proxy per change")
+}
+
+// TestConvergenceIsPerProxyFromTheFirstEvent: pilot_proxy_convergence_time has istiod's
+// meaning: one sample per proxy that the push concerns, from the first event of the debounced
+// batch (so it includes the debounce) to the last type sent; pilot_xds_push_time one per proxy
+// and type sent.
+func TestConvergenceIsPerProxyFromTheFirstEvent(t *testing.T) {
+	const quiet = 150 * time.Millisecond
+	r := newRig(t, quiet, 10*time.Second)
+	r.applyIn(t, "a", "a1", "10.0.0.1")
+	r.applyIn(t, "b", "b1", "10.0.0.2")
+	r.pusher.Enqueue(r.m.SetSidecar("b", "default", &model.Sidecar{Namespace: "b", Name: "default", Hosts: []string{"./*"}}))
+	r.start(t)
+	p1 := r.client(t, "sidecar~10.1.0.1~p1.a~a.svc.cluster.local", "outbound|80||a1.test")
+	p2 := r.client(t, "sidecar~10.1.0.2~p2.a~a.svc.cluster.local", "outbound|80||a1.test")
+	other := r.client(t, "sidecar~10.1.0.3~p3.b~b.svc.cluster.local", "outbound|80||b1.test")
+	eventually(t, "initial EDS", func() bool {
+		return endpointsOf(t, p1, "outbound|80||a1.test") == 1 && endpointsOf(t, p2, "outbound|80||a1.test") == 1 &&
+			endpointsOf(t, other, "outbound|80||b1.test") == 1
+	})
+	require.Zero(t, histCount(t, r.met), "initial fetches are not pushes")
+
+	start := time.Now()
+	r.applyIn(t, "a", "a1", "10.0.0.1", "10.0.0.7")
+	eventually(t, "the EDS push at a's proxies", func() bool {
+		return endpointsOf(t, p1, "outbound|80||a1.test") == 2 && endpointsOf(t, p2, "outbound|80||a1.test") == 2
+	})
+	elapsed := time.Since(start)
+	eventually(t, "two convergence samples", func() bool { return histCount(t, r.met) == 2 })
+	h := histogram(t, r.met, "pilot_proxy_convergence_time")
+	assert.GreaterOrEqual(t, h.GetSampleSum()/2, quiet.Seconds(), "from the first event: the debounce is included")
+	assert.LessOrEqual(t, h.GetSampleSum()/2, elapsed.Seconds())
+	assert.Equal(t, uint64(2), histogram(t, r.met, "pilot_xds_push_time", "eds").GetSampleCount(), "one per proxy sent")
+
+	// A full push that adds a service to a's scope: each of a's proxies converges once, b's
+	// proxy (its Sidecar hides a) not at all: the barrier is a change b's proxy does see.
+	r.applyIn(t, "a", "a2", "10.0.0.8")
+	eventually(t, "a2 at a's proxies", func() bool { return len(clusterNames(p1)) == 2 && len(clusterNames(p2)) == 2 })
+	r.applyIn(t, "b", "b1", "10.0.0.2", "10.0.0.9")
+	eventually(t, "b1's new endpoint", func() bool { return endpointsOf(t, other, "outbound|80||b1.test") == 2 })
+	eventually(t, "five convergence samples", func() bool { return histCount(t, r.met) >= 5 })
+	assert.Equal(t, uint64(5), histCount(t, r.met), "2 (EDS) + 2 (a's full push) + 1 (b's EDS)")
+}
+
+func histogram(t testing.TB, m *metrics.Metrics, name string, labels ...string) *dto.Histogram {
+	mfs, err := m.Registry.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, mm := range mf.GetMetric() {
+			if len(labels) == 0 || (len(mm.GetLabel()) > 0 && mm.GetLabel()[0].GetValue() == labels[0]) {
+				return mm.GetHistogram()
+			}
+		}
+	}
+	return &dto.Histogram{}
 }
