@@ -48,6 +48,8 @@ type Options struct {
 	// DebounceQuiet and DebounceMax are the push debounce (defaults 100 ms and 10 s).
 	DebounceQuiet, DebounceMax time.Duration
 	Regress                    regress.Set
+	// PushThrottle bounds the responses sent at once (istiod's PILOT_PUSH_THROTTLE; default 100).
+	PushThrottle int
 	// NoRouteDefaults leaves istiod's default retry policy and route timeout 0 out of routes.
 	NoRouteDefaults bool
 	DomainSuffix    string
@@ -127,7 +129,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		return nil, fmt.Errorf("start control plane: listen for admin on %s: %w", opts.AdminAddr, err)
 	}
 	ctx, cp.cancel = context.WithCancel(ctx)
-	cp.Server = xds.NewServer(ctx, cp.Caches, cp.Pusher, cp.Gate, cp.Metrics, opts.Logger)
+	cp.Server = xds.NewServerThrottled(ctx, cp.Caches, cp.Pusher, cp.Gate, cp.Metrics, opts.Logger, opts.PushThrottle)
 	cp.admin = &http.Server{Handler: cp.adminMux(), ReadHeaderTimeout: 10 * time.Second}
 
 	cp.wg.Add(4)

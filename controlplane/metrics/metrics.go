@@ -36,6 +36,9 @@ type Metrics struct {
 	// K8sRegEvents counts Kubernetes registry events by type (Services, EndpointSlices, Pods)
 	// and event (add, update, delete), as istiod's pilot_k8s_reg_events.
 	K8sRegEvents *prometheus.CounterVec
+	// ProxyQueueTime is the time a response waits for a send slot of the push throttle
+	// (istiod's pilot_proxy_queue_time: time in the push queue before being dequeued).
+	ProxyQueueTime prometheus.Histogram
 	// Scopes is the number of proxy scopes (namespaces with their own generated config).
 	Scopes prometheus.Gauge
 	// ConnectedProxies counts open xDS streams (istiod's pilot_xds).
@@ -91,6 +94,9 @@ func New() *Metrics {
 			Help: "Total number of updates received by pilot."}, []string{"type"}),
 		K8sRegEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pilot_k8s_reg_events",
 			Help: "Events from k8s registry."}, []string{"type", "event"}),
+		ProxyQueueTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pilot_proxy_queue_time",
+			Help:    "Time in seconds, a proxy is in the push queue before being dequeued.",
+			Buckets: []float64{.001, .01, .1, .5, 1, 3, 5, 10, 20, 30}}),
 		Scopes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meshchaos_controlplane_scopes",
 			Help: "Proxy scopes (namespaces) with their own generated clusters, listeners and routes."}),
 		ConnectedProxies: prometheus.NewGauge(prometheus.GaugeOpts{Name: "pilot_xds",
@@ -118,7 +124,7 @@ func New() *Metrics {
 			Help: "Generated resources that failed Validate() and were left out."}, []string{"type"}),
 	}
 	r.MustRegister(m.XDSPushes, m.ProxyConvergence, m.DebounceTime, m.PushTime, m.PushCycleTime, m.ConfigSize,
-		m.InboundUpdates, m.K8sRegEvents, m.Scopes, m.ConnectedProxies,
+		m.InboundUpdates, m.K8sRegEvents, m.ProxyQueueTime, m.Scopes, m.ConnectedProxies,
 		m.Rejects, m.PushTriggers, m.Pushes, m.Services, m.Endpoints, m.SyncGateOpen, m.SyncGateForced,
 		m.TimeToReady, m.StreamsRefused, m.InputSkipped, m.InvalidResources)
 	return m

@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"fmt"
 	"sort"
 	"testing"
 	"time"
@@ -188,4 +189,42 @@ func histogram(t testing.TB, m *metrics.Metrics, name string, labels ...string) 
 		}
 	}
 	return &dto.Histogram{}
+}
+
+// TestPushThrottleBoundsConcurrentSends: with a throttle of 1, a full push to 8 proxies sends
+// one response at a time; every response waited its turn in pilot_proxy_queue_time.
+func TestPushThrottleBoundsConcurrentSends(t *testing.T) {
+	r := newRigWith(t, 1, 10*time.Millisecond, time.Second)
+	for i := 0; i < 50; i++ {
+		r.applyIn(t, "a", fmt.Sprintf("s%d", i), "10.0.0.1")
+	}
+	r.start(t)
+	var clients []*adsclient.Client
+	for i := 0; i < 8; i++ {
+		clients = append(clients, r.client(t, fmt.Sprintf("sidecar~10.1.0.%d~p%d.a~a.svc.cluster.local", i, i)))
+	}
+	eventually(t, "initial CDS everywhere", func() bool {
+		for _, c := range clients {
+			if len(clusterNames(c)) != 50 {
+				return false
+			}
+		}
+		return true
+	})
+	r.pusher.Push(model.Change{Full: true, Reasons: []string{"test"}})
+	r.applyIn(t, "a", "s50", "10.0.0.1")
+	eventually(t, "the push everywhere", func() bool {
+		for _, c := range clients {
+			if len(clusterNames(c)) != 51 {
+				return false
+			}
+		}
+		return true
+	})
+	assert.Equal(t, 1, r.server.MaxConcurrentSends())
+	assert.GreaterOrEqual(t, histogramCount(t, r.met, "pilot_proxy_queue_time"), uint64(16), "every response queued for a slot")
+}
+
+func histogramCount(t testing.TB, m *metrics.Metrics, name string) uint64 {
+	return histogram(t, m, name).GetSampleCount()
 }

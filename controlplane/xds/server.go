@@ -37,6 +37,7 @@ type Server struct {
 	log    *slog.Logger
 	m      *metrics.Metrics
 	grpc   *grpc.Server
+	sends  *throttle
 
 	mu      sync.Mutex
 	streams map[int64]*streamState
@@ -73,11 +74,20 @@ type typeState struct {
 }
 
 // NewServer wires a go-control-plane server over the caches into a gRPC server.
+//
+// At most DefaultPushThrottle responses are sent at once; NewServerThrottled sets another limit.
 func NewServer(ctx context.Context, caches *Caches, pusher *Pusher, gate Gate, m *metrics.Metrics, log *slog.Logger) *Server {
+	return NewServerThrottled(ctx, caches, pusher, gate, m, log, DefaultPushThrottle)
+}
+
+// NewServerThrottled is NewServer with at most throttle responses being sent at once (istiod's
+// PILOT_PUSH_THROTTLE; 0: the default).
+func NewServerThrottled(ctx context.Context, caches *Caches, pusher *Pusher, gate Gate, m *metrics.Metrics, log *slog.Logger, throttle int) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{caches: caches, pusher: pusher, gate: gate, log: log, m: m, streams: map[int64]*streamState{}}
+	s := &Server{caches: caches, pusher: pusher, gate: gate, log: log, m: m, streams: map[int64]*streamState{},
+		sends: newThrottle(throttle, m)}
 	xs := serverv3.NewServer(ctx, caches, s.callbacks())
 	s.grpc = grpc.NewServer(
 		grpc.StreamInterceptor(s.refuseUntilReady),
@@ -104,7 +114,7 @@ func (s *Server) refuseUntilReady(srv any, ss grpc.ServerStream, info *grpc.Stre
 		s.m.StreamsRefused.Inc()
 		return status.Error(codes.Unavailable, "control plane not ready: informers have not synced yet; retry")
 	}
-	return handler(srv, ss)
+	return handler(srv, throttledStream{ServerStream: ss, t: s.sends})
 }
 
 func (s *Server) callbacks() serverv3.Callbacks {
@@ -342,6 +352,9 @@ func (s *Server) Syncz() []SyncStatus {
 	}
 	return out
 }
+
+// MaxConcurrentSends is the most responses ever sent at once (bounded by the push throttle).
+func (s *Server) MaxConcurrentSends() int { return int(s.sends.maxInFlight.Load()) }
 
 // NodeOf returns the node of the first connected stream whose node id is id.
 func (s *Server) NodeOf(id string) (*core.Node, bool) {
