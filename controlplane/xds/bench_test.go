@@ -11,6 +11,7 @@ import (
 
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"istio.io/api/networking/v1alpha3"
 
@@ -191,4 +192,78 @@ func BenchmarkFullPushScopes(b *testing.B) {
 			b.ReportMetric(float64(len(r.caches.Scopes())), "scopes")
 		})
 	}
+}
+
+// BenchmarkScopedChange5000: 5000 ServiceEntries × 10 endpoints in 10 namespaces, each with a
+// Sidecar "./*", and 100 proxies (10 per namespace). Each iteration adds a ServiceEntry in one
+// namespace (a full push): only that namespace's scope is regenerated and only its 10 proxies
+// get CDS. Reports the CDS responses and scope generations per change.
+func BenchmarkScopedChange5000(b *testing.B) {
+	const services, scopes, proxies = 5000, 10, 100
+	r := newRig(b, 10*time.Millisecond, 10*time.Second)
+	se := func(ns string, i int) {
+		spec := &v1alpha3.ServiceEntry{Hosts: []string{fmt.Sprintf("se-%d.%s.test", i, ns)}, Resolution: v1alpha3.ServiceEntry_STATIC,
+			Ports: []*v1alpha3.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP", TargetPort: 8080}}}
+		for j := 0; j < 10; j++ {
+			spec.Endpoints = append(spec.Endpoints, &v1alpha3.WorkloadEntry{Address: fmt.Sprintf("10.%d.%d.%d", 1+j, i/256%256, i%256)})
+		}
+		conv, _, err := model.ConvertServiceEntry(ns, fmt.Sprintf("se-%d", i), spec)
+		require.NoError(b, err)
+		r.pusher.Enqueue(r.m.SetServiceEntry(ns, fmt.Sprintf("se-%d", i), time.Unix(0, 0), conv))
+	}
+	for i := 0; i < services; i++ {
+		se(fmt.Sprintf("ns-%d", i%scopes), i)
+	}
+	for s := 0; s < scopes; s++ {
+		ns := fmt.Sprintf("ns-%d", s)
+		r.m.SetSidecar(ns, "default", &model.Sidecar{Namespace: ns, Name: "default", Hosts: []string{"./*"}})
+	}
+	r.start(b)
+	got := make([]chan struct{}, scopes)
+	for s := range got {
+		got[s] = make(chan struct{}, proxies)
+	}
+	for c := 0; c < proxies; c++ {
+		s := c % scopes
+		ns := fmt.Sprintf("ns-%d", s)
+		cl, err := adsclient.Dial(b.Context(), r.addr, fmt.Sprintf("sidecar~10.0.0.%d~p-%d.%s~%s.svc.cluster.local", c, c, ns, ns))
+		require.NoError(b, err)
+		cl.OnResponse = func(resp adsclient.Response) {
+			if resp.TypeURL == resourcev3.ClusterType {
+				got[s] <- struct{}{}
+			}
+		}
+		require.NoError(b, cl.SetNames(resourcev3.ClusterType, nil))
+		go cl.Run()
+		b.Cleanup(cl.Close)
+	}
+	wait := func(s, n int) {
+		for c := 0; c < n; c++ {
+			select {
+			case <-got[s]:
+			case <-time.After(60 * time.Second):
+				b.Fatalf("scope %d: only %d of %d proxies got CDS", s, c, n)
+			}
+		}
+	}
+	for s := 0; s < scopes; s++ {
+		wait(s, proxies/scopes) // initial fetch
+	}
+	gens := func() int {
+		n := 0
+		for _, sc := range r.caches.Scopes() {
+			n += sc.Pushes()
+		}
+		return n
+	}
+	cds0, gens0 := testutil.ToFloat64(r.met.XDSPushes.WithLabelValues("cds")), gens()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s := i % scopes
+		se(fmt.Sprintf("ns-%d", s), services+i)
+		wait(s, proxies/scopes)
+	}
+	b.StopTimer()
+	b.ReportMetric((testutil.ToFloat64(r.met.XDSPushes.WithLabelValues("cds"))-cds0)/float64(b.N), "cds-responses/change")
+	b.ReportMetric(float64(gens()-gens0)/float64(b.N), "generations/change")
 }
