@@ -40,10 +40,16 @@ type Caches struct {
 	populate func(sc *ScopeCaches, entries []*model.Entry)
 }
 
-// ScopeCaches are the scope-dependent caches of the proxies of one namespace.
+// ScopeCaches are the scope-dependent caches of the sidecars, or of the gateways, of one
+// namespace.
 type ScopeCaches struct {
+	// Key names the scope: the namespace for sidecars, "router~NS" for gateways.
+	Key string
 	// Namespace is the proxies' namespace ("" for proxies that do not say theirs).
-	Namespace    string
+	Namespace string
+	// Gateway: the scope of router (gateway) proxies, which no Sidecar scopes (as istiod:
+	// gateways get the namespace's default scope, egress "*/*").
+	Gateway      bool
 	Clusters     *cachev3.LinearCache
 	Routes       *cachev3.LinearCache
 	Listeners    *cachev3.LinearCache
@@ -70,10 +76,31 @@ func NewCaches(prefix string) *Caches {
 	}
 }
 
-// Scope returns the caches of namespace ns, creating and filling them on first use.
-func (c *Caches) Scope(ns string) *ScopeCaches {
+// Scope returns the caches of the sidecars of namespace ns, creating and filling them on first
+// use.
+func (c *Caches) Scope(ns string) *ScopeCaches { return c.scope(ns, false) }
+
+// ScopeOf returns the caches of node's scope (see ScopeKey).
+func (c *Caches) ScopeOf(node *core.Node) *ScopeCaches {
+	return c.scope(ProxyNamespace(node), isGateway(node))
+}
+
+// ScopeKey names node's scope: its namespace, or "router~NS" for a gateway (node id "router~...").
+func ScopeKey(node *core.Node) string { return keyOf(ProxyNamespace(node), isGateway(node)) }
+
+func keyOf(ns string, gateway bool) string {
+	if gateway {
+		return "router~" + ns
+	}
+	return ns
+}
+
+func isGateway(node *core.Node) bool { return strings.HasPrefix(node.GetId(), "router~") }
+
+func (c *Caches) scope(ns string, gateway bool) *ScopeCaches {
+	key := keyOf(ns, gateway)
 	c.mu.Lock()
-	sc := c.scopes[ns]
+	sc := c.scopes[key]
 	if sc != nil {
 		c.mu.Unlock()
 		<-sc.ready // never serve a scope before its first fill
@@ -81,8 +108,8 @@ func (c *Caches) Scope(ns string) *ScopeCaches {
 	}
 	// Versions carry the namespace so a proxy moving between scopes never takes one scope's
 	// version for another's.
-	prefix := c.prefix + ns + "-"
-	sc = &ScopeCaches{Namespace: ns, ready: make(chan struct{}),
+	prefix := c.prefix + key + "-"
+	sc = &ScopeCaches{Key: key, Namespace: ns, Gateway: gateway, ready: make(chan struct{}),
 		Clusters:     cachev3.NewLinearCache(resourcev3.ClusterType, cachev3.WithVersionPrefix(prefix)),
 		Routes:       cachev3.NewLinearCache(resourcev3.RouteType, cachev3.WithVersionPrefix(prefix)),
 		Listeners:    cachev3.NewLinearCache(resourcev3.ListenerType, cachev3.WithVersionPrefix(prefix)),
@@ -91,7 +118,7 @@ func (c *Caches) Scope(ns string) *ScopeCaches {
 	// Filled before anyone else can see it, from the model of the latest full push; a push
 	// that starts now waits for sc.mu and then brings it up to date.
 	sc.mu.Lock()
-	c.scopes[ns] = sc
+	c.scopes[key] = sc
 	entries, populate := c.latest, c.populate
 	c.mu.Unlock()
 	if populate != nil {
@@ -102,7 +129,7 @@ func (c *Caches) Scope(ns string) *ScopeCaches {
 	return sc
 }
 
-// Scopes lists the scopes, by namespace.
+// Scopes lists the scopes, by key.
 func (c *Caches) Scopes() []*ScopeCaches {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -110,7 +137,7 @@ func (c *Caches) Scopes() []*ScopeCaches {
 	for _, sc := range c.scopes {
 		out = append(out, sc)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Namespace < out[j].Namespace })
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out
 }
 
@@ -134,7 +161,7 @@ func (c *Caches) ForNode(typeURL string, node *core.Node) *cachev3.LinearCache {
 	if typeURL == resourcev3.EndpointType {
 		return c.Endpoints
 	}
-	sc := c.Scope(ProxyNamespace(node))
+	sc := c.ScopeOf(node)
 	switch typeURL {
 	case resourcev3.ClusterType:
 		return sc.Clusters

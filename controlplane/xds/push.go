@@ -208,6 +208,7 @@ type PushStatus struct {
 // ScopeStatus is one scope: its namespace, Sidecar, visible services and generations.
 type ScopeStatus struct {
 	Namespace   string `json:"namespace"`
+	Gateway     bool   `json:"gateway,omitempty"`
 	Sidecar     string `json:"sidecar,omitempty"` // "ns/name"; empty: every host visible
 	Services    int    `json:"services"`
 	Generations int    `json:"generations"`
@@ -220,7 +221,7 @@ func (p *Pusher) Status() PushStatus {
 	p.mu.Unlock()
 	for _, sc := range p.caches.Scopes() {
 		sc.mu.Lock()
-		ss := ScopeStatus{Namespace: sc.Namespace, Services: len(sc.entries), Generations: sc.pushes}
+		ss := ScopeStatus{Namespace: sc.Namespace, Gateway: sc.Gateway, Services: len(sc.entries), Generations: sc.pushes}
 		if sc.sidecar != nil {
 			ss.Sidecar = sc.sidecar.Namespace + "/" + sc.sidecar.Name
 		}
@@ -239,20 +240,20 @@ type pushRecord struct {
 
 	mu     sync.Mutex
 	types  map[string]bool     // type URLs it changed
-	scopes map[string]bool     // namespaces whose CDS/LDS/RDS it resent
+	scopes map[string]bool     // scope keys whose CDS/LDS/RDS it resent
 	clas   map[string]struct{} // ClusterLoadAssignments it changed or removed
 }
 
-// expects reports whether a proxy of namespace ns subscribed to names of typeURL (nil:
-// wildcard) gets a response from this push.
-func (r *pushRecord) expects(typeURL, ns string, names []string) bool {
+// expects reports whether a proxy of scope key subscribed to names of typeURL (nil: wildcard)
+// gets a response from this push.
+func (r *pushRecord) expects(typeURL, key string, names []string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.types[typeURL] {
 		return false
 	}
 	if typeURL != resourcev3.EndpointType {
-		return r.scopes[ns]
+		return r.scopes[key]
 	}
 	for _, n := range names {
 		if _, ok := r.clas[n]; ok {
@@ -323,7 +324,10 @@ func (p *Pusher) pushScope(sc *ScopeCaches, entries []*model.Entry, ch *model.Ch
 
 // pushScopeLocked is pushScope with sc.mu held.
 func (p *Pusher) pushScopeLocked(sc *ScopeCaches, entries []*model.Entry, ch *model.Change) {
-	sidecar := p.model.SidecarFor(sc.Namespace)
+	var sidecar *model.Sidecar
+	if !sc.Gateway {
+		sidecar = p.model.SidecarFor(sc.Namespace)
+	}
 	visible := entries
 	if sidecar != nil {
 		visible = make([]*model.Entry, 0, len(entries))
@@ -339,7 +343,7 @@ func (p *Pusher) pushScopeLocked(sc *ScopeCaches, entries []*model.Entry, ch *mo
 	}
 	if ch != nil {
 		p.rec.mu.Lock()
-		p.rec.scopes[sc.Namespace] = true
+		p.rec.scopes[sc.Key] = true
 		p.rec.mu.Unlock()
 	}
 	opts := p.opts.Generate

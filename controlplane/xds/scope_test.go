@@ -228,3 +228,18 @@ func TestPushThrottleBoundsConcurrentSends(t *testing.T) {
 func histogramCount(t testing.TB, m *metrics.Metrics, name string) uint64 {
 	return histogram(t, m, name).GetSampleCount()
 }
+
+// TestGatewaysIgnoreSidecars: as istiod (getSidecarScope returns the default scope for a
+// Router), a gateway in a namespace whose Sidecar narrows its sidecars still sees every host.
+func TestGatewaysIgnoreSidecars(t *testing.T) {
+	r := newRig(t, 10*time.Millisecond, time.Second)
+	r.applyIn(t, "a", "a1", "10.0.0.1")
+	r.applyIn(t, "b", "b1", "10.0.0.2")
+	r.pusher.Enqueue(r.m.SetSidecar("a", "default", &model.Sidecar{Namespace: "a", Name: "default", Hosts: []string{"./*"}}))
+	r.start(t)
+	side := r.client(t, "sidecar~10.1.0.1~app.a~a.svc.cluster.local")
+	gw := r.client(t, "router~10.1.0.2~gateway-0.a~a.svc.cluster.local")
+	eventually(t, "both CDS", func() bool { return len(clusterNames(side)) == 1 && len(clusterNames(gw)) == 2 })
+	assert.Equal(t, []string{"outbound|80||a1.test", "outbound|80||b1.test"}, clusterNames(gw))
+	assert.Equal(t, "router~a", ScopeKey(&core.Node{Id: "router~10.1.0.2~gateway-0.a~a.svc.cluster.local"}))
+}

@@ -256,9 +256,9 @@ func (s *Server) response(id int64, typeURL, version, nonce string, size int) {
 		}
 	}
 	pp.sent[typeURL] = true
-	ns := ProxyNamespace(st.node)
+	key := ScopeKey(st.node)
 	for t, tts := range st.types {
-		if !pp.sent[t] && rec.expects(t, ns, tts.names) {
+		if !pp.sent[t] && rec.expects(t, key, tts.names) {
 			return // more of this push to come
 		}
 	}
