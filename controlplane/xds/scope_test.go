@@ -34,6 +34,17 @@ func (r *rig) applyIn(t testing.TB, ns, name string, addrs ...string) {
 	r.pusher.Enqueue(r.m.SetServiceEntry(ns, name, time.Unix(0, 0), conv))
 }
 
+// sidecarRig is a started rig with a1.test in namespace a, b1.test in b, and a Sidecar "./*"
+// in a.
+func sidecarRig(t *testing.T) *rig {
+	r := newRig(t, 10*time.Millisecond, time.Second)
+	r.applyIn(t, "a", "a1", "10.0.0.1")
+	r.applyIn(t, "b", "b1", "10.0.0.2")
+	r.pusher.Enqueue(r.m.SetSidecar("a", "default", &model.Sidecar{Namespace: "a", Name: "default", Hosts: []string{"./*"}}))
+	r.start(t)
+	return r
+}
+
 func clusterNames(c *adsclient.Client) []string {
 	var out []string
 	for n := range c.Resources(resourcev3.ClusterType) {
@@ -47,11 +58,7 @@ func clusterNames(c *adsclient.Client) []string {
 // a's services; b's proxies (no Sidecar) see everything. b's two proxies share one generation;
 // a ServiceEntry change outside a's scope sends a's proxy nothing.
 func TestSidecarScopesWhatEachProxyGets(t *testing.T) {
-	r := newRig(t, 10*time.Millisecond, time.Second)
-	r.applyIn(t, "a", "a1", "10.0.0.1")
-	r.applyIn(t, "b", "b1", "10.0.0.2")
-	r.pusher.Enqueue(r.m.SetSidecar("a", "default", &model.Sidecar{Namespace: "a", Name: "default", Hosts: []string{"./*"}}))
-	r.start(t)
+	r := sidecarRig(t)
 
 	pa := r.client(t, "sidecar~10.1.0.1~pa.a~a.svc.cluster.local")
 	pb := r.client(t, "sidecar~10.1.0.2~pb.b~b.svc.cluster.local")
@@ -232,11 +239,7 @@ func histogramCount(t testing.TB, m *metrics.Metrics, name string) uint64 {
 // TestGatewaysIgnoreSidecars: as istiod (getSidecarScope returns the default scope for a
 // Router), a gateway in a namespace whose Sidecar narrows its sidecars still sees every host.
 func TestGatewaysIgnoreSidecars(t *testing.T) {
-	r := newRig(t, 10*time.Millisecond, time.Second)
-	r.applyIn(t, "a", "a1", "10.0.0.1")
-	r.applyIn(t, "b", "b1", "10.0.0.2")
-	r.pusher.Enqueue(r.m.SetSidecar("a", "default", &model.Sidecar{Namespace: "a", Name: "default", Hosts: []string{"./*"}}))
-	r.start(t)
+	r := sidecarRig(t)
 	side := r.client(t, "sidecar~10.1.0.1~app.a~a.svc.cluster.local")
 	gw := r.client(t, "router~10.1.0.2~gateway-0.a~a.svc.cluster.local")
 	eventually(t, "both CDS", func() bool { return len(clusterNames(side)) == 1 && len(clusterNames(gw)) == 2 })
