@@ -92,13 +92,35 @@ func testKubeAndAdmin(t *testing.T, c *testCluster) {
 	require.Equal(t, http.StatusOK, code)
 	for _, name := range []string{"pilot_xds_pushes", "pilot_proxy_convergence_time", "pilot_debounce_time", "pilot_xds_push_time",
 		"pilot_xds ", "pilot_services", "meshchaos_controlplane_sync_gate_open 1", "meshchaos_controlplane_time_to_ready_seconds",
-		"meshchaos_controlplane_pushes_total"} {
+		"meshchaos_controlplane_pushes_total", `pilot_xds_push_time_bucket{type="eds"`, `pilot_xds_config_size_bytes_bucket{type="cds"`,
+		`pilot_inbound_updates{type="eds"}`, `pilot_inbound_updates{type="svc"}`, `pilot_k8s_reg_events{event="add",type="Services"}`,
+		`pilot_k8s_reg_events{event="update",type="EndpointSlice"}`, `pilot_push_triggers{type="endpoint"}`,
+		"meshchaos_controlplane_push_cycle_seconds", "meshchaos_controlplane_scopes"} {
 		require.Contains(t, body, name)
 	}
+	code, body = get(t, base+"/debug/syncz")
+	require.Equal(t, http.StatusOK, code)
+	var syncz []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(body), &syncz))
+	require.NotEmpty(t, syncz)
+	require.Equal(t, "sidecar~10.0.0.1~client.kube~kube.svc.cluster.local", syncz[len(syncz)-1]["proxy"])
+	require.Equal(t, "kube", syncz[len(syncz)-1]["namespace"])
+	require.NotEmpty(t, syncz[len(syncz)-1]["cluster_sent"])
+	code, body = get(t, base+"/debug/push_status")
+	require.Equal(t, http.StatusOK, code)
+	var ps struct {
+		Kind   string `json:"kind"`
+		Scopes []struct {
+			Namespace string `json:"namespace"`
+		} `json:"scopes"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &ps))
+	require.Equal(t, "eds", ps.Kind, "the latest push was the readiness flip")
+	require.NotEmpty(t, ps.Scopes)
 	code, body = get(t, base+"/debug/connections")
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "client.kube")
-	code, body = get(t, base+"/debug/config_dump?proxy="+url.QueryEscape("sidecar~10.0.0.1~client.kube~kube.svc.cluster.local"))
+	code, body = get(t, base+"/debug/config_dump?proxyID="+url.QueryEscape("sidecar~10.0.0.1~client.kube~kube.svc.cluster.local"))
 	require.Equal(t, http.StatusOK, code, body)
 	var dump struct {
 		Resources map[string][]json.RawMessage `json:"resources"`

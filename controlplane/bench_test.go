@@ -60,6 +60,9 @@ func BenchmarkHeapPerEndpoint(b *testing.B) {
 				for i := 0; i < b.N; i++ {
 					before := heapstat.Live()
 					cp, _ := startAndWait(b, c, tc.sw...)
+					// One scope's clusters, listeners and routes, as the first connected proxy
+					// would create (scopes are generated on demand).
+					cp.Caches.Scope("")
 					hosts, endpoints := cp.Model.Stats()
 					if hosts < n || endpoints < n*eps {
 						b.Fatalf("model has %d hosts / %d endpoints, want %d / %d", hosts, endpoints, n, n*eps)

@@ -50,6 +50,8 @@ type Options struct {
 	// DebounceQuiet and DebounceMax are the push debounce (defaults 100 ms and 10 s).
 	DebounceQuiet, DebounceMax time.Duration
 	Regress                    regress.Set
+	// PushThrottle bounds the responses sent at once (istiod's PILOT_PUSH_THROTTLE; default 100).
+	PushThrottle int
 	// NoRouteDefaults leaves istiod's default retry policy and route timeout 0 out of routes.
 	NoRouteDefaults bool
 	DomainSuffix    string
@@ -121,6 +123,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		return nil, fmt.Errorf("start control plane: %w", err)
 	}
 	cp.source = src
+	src.OnEvent = cp.countEvent
 
 	cp.xdsL, err = net.Listen("tcp", opts.XDSAddr)
 	if err != nil {
@@ -132,7 +135,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		return nil, fmt.Errorf("start control plane: listen for admin on %s: %w", opts.AdminAddr, err)
 	}
 	ctx, cp.cancel = context.WithCancel(ctx)
-	cp.Server = xds.NewServer(ctx, cp.Caches, cp.Pusher, cp.Gate, cp.Metrics, opts.Logger)
+	cp.Server = xds.NewServerThrottled(ctx, cp.Caches, cp.Pusher, cp.Gate, cp.Metrics, opts.Logger, opts.PushThrottle)
 	if opts.Webhook != nil {
 		if err := cp.startWebhook(ctx); err != nil {
 			cp.cancel()
@@ -179,6 +182,27 @@ func (cp *ControlPlane) waitSync(ctx context.Context) {
 			"maxWait", cp.opts.MaxWait, "eventsApplied", cp.source.Applied())
 		cp.Pusher.Push(model.Change{Full: true, Reasons: []string{"max-wait"}})
 		cp.openGate("max wait elapsed", true)
+	}
+}
+
+// countEvent maps an informer event to istiod's pilot_k8s_reg_events (Kubernetes registry
+// kinds) and pilot_inbound_updates (config, eds, svc, svcdelete).
+func (cp *ControlPlane) countEvent(kind, event string) {
+	switch kind {
+	case "Service":
+		cp.Metrics.K8sRegEvents.WithLabelValues("Services", event).Inc()
+		if event == "delete" {
+			cp.Metrics.InboundUpdates.WithLabelValues("svcdelete").Inc()
+		} else {
+			cp.Metrics.InboundUpdates.WithLabelValues("svc").Inc()
+		}
+	case "EndpointSlice":
+		cp.Metrics.K8sRegEvents.WithLabelValues("EndpointSlice", event).Inc()
+		cp.Metrics.InboundUpdates.WithLabelValues("eds").Inc()
+	case "Pod":
+		cp.Metrics.K8sRegEvents.WithLabelValues("Pods", event).Inc()
+	default: // Istio config: ServiceEntry, WorkloadEntry, Sidecar
+		cp.Metrics.InboundUpdates.WithLabelValues("config").Inc()
 	}
 }
 
@@ -264,6 +288,8 @@ func (cp *ControlPlane) adminMux() *http.ServeMux {
 		writeJSON(w, cp.Server.Proxies())
 	})
 	mux.HandleFunc("/debug/config_dump", cp.configDump)
+	mux.HandleFunc("/debug/syncz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, cp.Server.Syncz()) })
+	mux.HandleFunc("/debug/push_status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, cp.Pusher.Status()) })
 	mux.Handle("/debug/ballast", &ballast{})
 	return mux
 }
@@ -275,13 +301,16 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = enc.Encode(v)
 }
 
-// configDump answers /debug/config_dump?proxy=ID: the resources of every type the connected
+// configDump answers /debug/config_dump?proxyID=ID (istiod's parameter; ?proxy= too): the resources of every type the connected
 // proxy ID subscribed to (all of them for a wildcard subscription), as the caches hold them now,
 // with the versions sent and acknowledged.
 func (cp *ControlPlane) configDump(w http.ResponseWriter, r *http.Request) {
-	id := r.URL.Query().Get("proxy")
+	id := r.URL.Query().Get("proxyID")
 	if id == "" {
-		http.Error(w, "give ?proxy=NODE_ID (see /debug/connections)", http.StatusBadRequest)
+		id = r.URL.Query().Get("proxy")
+	}
+	if id == "" {
+		http.Error(w, "give ?proxyID=NODE_ID (see /debug/syncz)", http.StatusBadRequest)
 		return
 	}
 	node, ok := cp.Server.NodeOf(id)

@@ -57,7 +57,7 @@ func startCluster(t testing.TB) *testCluster {
 	require.NoError(t, err)
 	kc, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
-	for _, ns := range []string{"bulk", "flap-plain", "flap-regress", "wle", "grpc", "kube"} {
+	for _, ns := range []string{"bulk", "flap-plain", "flap-regress", "wle", "grpc", "kube", "scope-a", "scope-b"} {
 		_, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
@@ -219,6 +219,7 @@ func TestIntegration(t *testing.T) {
 	t.Run("ServiceEntryEndpointPort", func(t *testing.T) { testSEEndpointPort(t, c) })
 	t.Run("GRPCProxyless", func(t *testing.T) { testGRPC(t, c) })
 	t.Run("KubernetesServicesAndAdmin", func(t *testing.T) { testKubeAndAdmin(t, c) })
+	t.Run("SidecarScopes", func(t *testing.T) { testSidecarScopes(t, c) })
 	t.Run("MaxWaitOpensTheGate", func(t *testing.T) { testMaxWait(t, c) })
 	t.Run("ManifestsApply", func(t *testing.T) {
 		data, err := manifests.ControlPlane(manifests.Params{SyncGate: true})

@@ -1,7 +1,7 @@
 // Package kube feeds the model from the cluster: client-go informers for Services,
-// EndpointSlices and Pods and istio.io/client-go informers for ServiceEntries and
-// WorkloadEntries. Informer handlers only enqueue; one worker applies events to the model in
-// order and hands each resulting change to the pusher. Synced reports when every informer has
+// EndpointSlices and Pods and istio.io/client-go informers for ServiceEntries,
+// WorkloadEntries and Sidecars. Informer handlers only enqueue; one worker applies events to the
+// model in order and hands each resulting change to the pusher. Synced reports when every informer has
 // synced and every event delivered before that has been applied (the sync gate's condition).
 package kube
 
@@ -36,6 +36,10 @@ type Source struct {
 	istioFactory istioinformers.SharedInformerFactory
 	regs         []cache.ResourceEventHandlerRegistration
 
+	// OnEvent, if set before Start, is called for every informer event with the object's kind
+	// and "add", "update" or "delete" (for metrics).
+	OnEvent func(kind, event string)
+
 	q       *queue
 	synced  chan struct{}
 	applied uint64 // events applied (worker only)
@@ -63,11 +67,18 @@ func NewSource(cfg *rest.Config, m *model.Model, onChange func(model.Change), lo
 	s.kubeFactory = informers.NewSharedInformerFactoryWithOptions(kc, 0, informers.WithTransform(strip))
 	s.istioFactory = istioinformers.NewSharedInformerFactoryWithOptions(ic, 0, istioinformers.WithTransform(strip))
 
-	add := func(inf cache.SharedIndexInformer, set func(obj any) model.Change, del func(ns, name string) model.Change) error {
+	add := func(kind string, inf cache.SharedIndexInformer, set func(obj any) model.Change, del func(ns, name string) model.Change) error {
 		reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { s.q.push(func() model.Change { return set(obj) }) },
-			UpdateFunc: func(_, obj any) { s.q.push(func() model.Change { return set(obj) }) },
+			AddFunc: func(obj any) {
+				s.event(kind, "add")
+				s.q.push(func() model.Change { return set(obj) })
+			},
+			UpdateFunc: func(_, obj any) {
+				s.event(kind, "update")
+				s.q.push(func() model.Change { return set(obj) })
+			},
 			DeleteFunc: func(obj any) {
+				s.event(kind, "delete")
 				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 					obj = d.Obj
 				}
@@ -86,13 +97,13 @@ func NewSource(cfg *rest.Config, m *model.Model, onChange func(model.Change), lo
 		return nil
 	}
 	errs := []error{
-		add(s.kubeFactory.Core().V1().Services().Informer(),
+		add("Service", s.kubeFactory.Core().V1().Services().Informer(),
 			func(o any) model.Change { return m.SetKubeService(o.(*corev1.Service)) }, m.DeleteKubeService),
-		add(s.kubeFactory.Discovery().V1().EndpointSlices().Informer(),
+		add("EndpointSlice", s.kubeFactory.Discovery().V1().EndpointSlices().Informer(),
 			func(o any) model.Change { return m.SetEndpointSlice(o.(*discoveryv1.EndpointSlice)) }, m.DeleteEndpointSlice),
-		add(s.kubeFactory.Core().V1().Pods().Informer(),
+		add("Pod", s.kubeFactory.Core().V1().Pods().Informer(),
 			func(o any) model.Change { return m.SetPod(o.(*corev1.Pod)) }, m.DeletePod),
-		add(s.istioFactory.Networking().V1().ServiceEntries().Informer(), func(o any) model.Change {
+		add("ServiceEntry", s.istioFactory.Networking().V1().ServiceEntries().Informer(), func(o any) model.Change {
 			se := o.(*networkingv1.ServiceEntry)
 			conv, skips, _ := model.ConvertServiceEntry(se.Namespace, se.Name, &se.Spec)
 			for _, sk := range skips {
@@ -100,7 +111,7 @@ func NewSource(cfg *rest.Config, m *model.Model, onChange func(model.Change), lo
 			}
 			return m.SetServiceEntry(se.Namespace, se.Name, se.CreationTimestamp.Time, conv)
 		}, m.DeleteServiceEntry),
-		add(s.istioFactory.Networking().V1().WorkloadEntries().Informer(), func(o any) model.Change {
+		add("WorkloadEntry", s.istioFactory.Networking().V1().WorkloadEntries().Informer(), func(o any) model.Change {
 			we := o.(*networkingv1.WorkloadEntry)
 			ep, sk := model.ConvertWorkloadEntry(we.Namespace, we.Name, &we.Spec)
 			if sk != nil {
@@ -108,6 +119,14 @@ func NewSource(cfg *rest.Config, m *model.Model, onChange func(model.Change), lo
 			}
 			return m.SetWorkloadEntry(we.Namespace, we.Name, ep, sk == nil)
 		}, m.DeleteWorkloadEntry),
+		add("Sidecar", s.istioFactory.Networking().V1().Sidecars().Informer(), func(o any) model.Change {
+			sc := o.(*networkingv1.Sidecar)
+			conv, sk := model.ConvertSidecar(sc.Namespace, sc.Name, sc.CreationTimestamp.Time, &sc.Spec)
+			if sk != nil {
+				m.Skip(*sk)
+			}
+			return m.SetSidecar(sc.Namespace, sc.Name, conv)
+		}, m.DeleteSidecar),
 	}
 	for _, err := range errs {
 		if err != nil {
@@ -115,6 +134,12 @@ func NewSource(cfg *rest.Config, m *model.Model, onChange func(model.Change), lo
 		}
 	}
 	return s, nil
+}
+
+func (s *Source) event(kind, event string) {
+	if s.OnEvent != nil {
+		s.OnEvent(kind, event)
+	}
 }
 
 // strip drops managed fields and the last-applied annotation: the model never reads them and

@@ -12,15 +12,35 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	// XDSPushes counts responses sent to proxies, by type (cds, eds, lds, rds), as istiod's
+	// XDSPushes counts responses sent, one per proxy per type (cds, eds, lds, rds), as istiod's
 	// pilot_xds_pushes.
 	XDSPushes *prometheus.CounterVec
-	// ProxyConvergence is push start → the proxy's ACK of that push, per proxy and type.
+	// ProxyConvergence is, per proxy and push, the first event of the debounced batch → the
+	// last response of that push sent to that proxy (every type the push changed that the proxy
+	// watches), as istiod's pilot_proxy_convergence_time. Merged pushes count once.
 	ProxyConvergence prometheus.Histogram
 	// DebounceTime is the first merged event → push start.
 	DebounceTime prometheus.Histogram
-	// PushTime is the time to generate a push and hand it to the caches, by kind (full, eds).
+	// PushTime is, per proxy and type (cds, eds, lds, rds), push start → that proxy's response
+	// sent (istiod's pilot_xds_push_time: the time to push one type to one proxy).
 	PushTime *prometheus.HistogramVec
+	// PushCycleTime is the time to generate one push and hand it to the caches, by kind (full,
+	// eds).
+	PushCycleTime *prometheus.HistogramVec
+	// ConfigSize is the size in bytes of each response sent, by type (istiod's
+	// pilot_xds_config_size_bytes).
+	ConfigSize *prometheus.HistogramVec
+	// InboundUpdates counts informer events by istiod's type: config (ServiceEntry,
+	// WorkloadEntry, Sidecar), eds (EndpointSlice), svc (Service add/update), svcdelete.
+	InboundUpdates *prometheus.CounterVec
+	// K8sRegEvents counts Kubernetes registry events by type (Services, EndpointSlices, Pods)
+	// and event (add, update, delete), as istiod's pilot_k8s_reg_events.
+	K8sRegEvents *prometheus.CounterVec
+	// ProxyQueueTime is the time a response waits for a send slot of the push throttle
+	// (istiod's pilot_proxy_queue_time: time in the push queue before being dequeued).
+	ProxyQueueTime prometheus.Histogram
+	// Scopes is the number of proxy scopes (namespaces with their own generated config).
+	Scopes prometheus.Gauge
 	// ConnectedProxies counts open xDS streams (istiod's pilot_xds).
 	ConnectedProxies prometheus.Gauge
 	// Rejects counts NACKs by type (istiod's pilot_total_xds_rejects).
@@ -65,6 +85,20 @@ func New() *Metrics {
 			Buckets: []float64{.01, .1, 1, 3, 5, 10, 20, 30}}),
 		PushTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pilot_xds_push_time",
 			Help: "Total time in seconds Pilot takes to push lds, rds, cds and eds.", Buckets: pushBuckets}, []string{"type"}),
+		PushCycleTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "meshchaos_controlplane_push_cycle_seconds",
+			Help: "Time to generate one push and hand it to the caches, by kind (full, eds).", Buckets: pushBuckets}, []string{"kind"}),
+		ConfigSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pilot_xds_config_size_bytes",
+			Help:    "Distribution of configuration sizes pushed to clients",
+			Buckets: []float64{1, 10000, 1000000, 4000000, 10000000, 40000000}}, []string{"type"}),
+		InboundUpdates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pilot_inbound_updates",
+			Help: "Total number of updates received by pilot."}, []string{"type"}),
+		K8sRegEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pilot_k8s_reg_events",
+			Help: "Events from k8s registry."}, []string{"type", "event"}),
+		ProxyQueueTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pilot_proxy_queue_time",
+			Help:    "Time in seconds, a proxy is in the push queue before being dequeued.",
+			Buckets: []float64{.001, .01, .1, .5, 1, 3, 5, 10, 20, 30}}),
+		Scopes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meshchaos_controlplane_scopes",
+			Help: "Proxy scopes (namespaces) with their own generated clusters, listeners and routes."}),
 		ConnectedProxies: prometheus.NewGauge(prometheus.GaugeOpts{Name: "pilot_xds",
 			Help: "Number of endpoints connected to this pilot using XDS."}),
 		Rejects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pilot_total_xds_rejects",
@@ -89,7 +123,8 @@ func New() *Metrics {
 		InvalidResources: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshchaos_controlplane_invalid_resources_total",
 			Help: "Generated resources that failed Validate() and were left out."}, []string{"type"}),
 	}
-	r.MustRegister(m.XDSPushes, m.ProxyConvergence, m.DebounceTime, m.PushTime, m.ConnectedProxies,
+	r.MustRegister(m.XDSPushes, m.ProxyConvergence, m.DebounceTime, m.PushTime, m.PushCycleTime, m.ConfigSize,
+		m.InboundUpdates, m.K8sRegEvents, m.ProxyQueueTime, m.Scopes, m.ConnectedProxies,
 		m.Rejects, m.PushTriggers, m.Pushes, m.Services, m.Endpoints, m.SyncGateOpen, m.SyncGateForced,
 		m.TimeToReady, m.StreamsRefused, m.InputSkipped, m.InvalidResources)
 	return m

@@ -231,15 +231,32 @@ func checkLabels(l map[string]string) string {
 	return ""
 }
 
+// protocols are istiod's protocol names (protocol.Parse), upper case.
+var protocols = map[string]string{
+	"TCP": "TCP", "UDP": "UDP", "GRPC": "GRPC", "GRPC-WEB": "GRPC-WEB", "HTTP": "HTTP",
+	"HTTP_PROXY": "HTTP_PROXY", "HTTP2": "HTTP2", "HTTPS": "HTTPS", "TLS": "TLS", "MONGO": "MONGO",
+	"REDIS": "REDIS", "MYSQL": "MYSQL", "THRIFT": "THRIFT",
+}
+
+// normalizeProtocol parses a protocol name as istiod does (case-insensitive). An empty or
+// unknown one is "auto" for istiod, which then sniffs the first bytes of each connection; the
+// reference control plane has no sniffing and treats it as TCP (no HTTP connection manager).
 func normalizeProtocol(p string) string {
-	p = strings.ToUpper(p)
-	if p == "" {
-		return "HTTP"
+	if known, ok := protocols[strings.ToUpper(p)]; ok {
+		return known
 	}
-	if len(p) > 32 {
-		return "TCP"
+	return "TCP"
+}
+
+// HTTPLike reports whether a port's protocol gets an HTTP connection manager (istiod's
+// IsHTTP: HTTP, HTTP2, gRPC, gRPC-Web, HTTP_PROXY). HTTPS and TLS are TLS passthrough, the rest
+// opaque TCP.
+func HTTPLike(protocol string) bool {
+	switch protocol {
+	case "HTTP", "HTTP2", "GRPC", "GRPC-WEB", "HTTP_PROXY":
+		return true
 	}
-	return p
+	return false
 }
 
 func truncate(s string) string {

@@ -261,25 +261,22 @@ func (m *Model) computeKubeEndpoints(ks *kubeState) {
 	}
 }
 
+// kubeProtocol is istiod's kube.ConvertProtocol: appProtocol first, else the port name's
+// prefix before the first "-" ("http-web" → HTTP, "grpc-web" → GRPC as in istiod); unknown or
+// unnamed → TCP (istiod would sniff: see normalizeProtocol).
 func kubeProtocol(p corev1.ServicePort) string {
 	if p.AppProtocol != nil && *p.AppProtocol != "" {
-		ap := strings.ToUpper(*p.AppProtocol)
-		switch ap {
+		switch ap := strings.ToUpper(*p.AppProtocol); ap {
 		case "KUBERNETES.IO/H2C":
 			return "HTTP2"
 		case "KUBERNETES.IO/WS", "KUBERNETES.IO/WSS":
 			return "HTTP"
-		}
-		return normalizeProtocol(ap)
-	}
-	name := strings.ToLower(p.Name)
-	for _, pre := range []string{"grpc", "http2", "https", "http", "tcp", "tls", "mongo", "redis", "mysql"} {
-		if name == pre || strings.HasPrefix(name, pre+"-") {
-			return strings.ToUpper(pre)
+		default:
+			return normalizeProtocol(ap)
 		}
 	}
-	// Istio treats an unnamed port as "auto"; the reference control plane assumes HTTP.
-	return "HTTP"
+	name, _, _ := strings.Cut(p.Name, "-")
+	return normalizeProtocol(name)
 }
 
 func mapsEqual(a, b map[string]string) bool {

@@ -19,6 +19,10 @@ type Change struct {
 	Full bool
 	// Hosts whose endpoints changed (EDS). Meaningless when Full.
 	Hosts map[string]struct{}
+	// Configs name what a full push is for: host names whose service changed and
+	// "Sidecar/NS" for Sidecar changes (istiod's ConfigsUpdated), so a full push reaches only
+	// the proxies whose scope sees one of them. Empty with Full: every proxy.
+	Configs map[string]struct{}
 	// Reasons are short labels for logs and metrics ("serviceentry", "endpoints", ...).
 	Reasons []string
 }
@@ -28,8 +32,19 @@ func (c Change) Empty() bool { return !c.Full && len(c.Hosts) == 0 }
 
 // Merge folds o into c.
 func (c *Change) Merge(o Change) {
+	all := (c.Full && len(c.Configs) == 0) || (o.Full && len(o.Configs) == 0)
 	if o.Full {
 		c.Full = true
+	}
+	if all {
+		c.Configs = nil
+	} else {
+		for k := range o.Configs {
+			if c.Configs == nil {
+				c.Configs = map[string]struct{}{}
+			}
+			c.Configs[k] = struct{}{}
+		}
 	}
 	for h := range o.Hosts {
 		if c.Hosts == nil {
@@ -52,10 +67,20 @@ func (c *Change) eds(host, reason string) {
 	c.addReason(reason)
 }
 
-func (c *Change) full(reason string) {
+// fullConfig is a full push for the proxies that see config (a host or "Sidecar/NS").
+func (c *Change) fullConfig(config, reason string) {
+	if !c.Full || len(c.Configs) > 0 {
+		if c.Configs == nil {
+			c.Configs = map[string]struct{}{}
+		}
+		c.Configs[config] = struct{}{}
+	}
 	c.Full = true
 	c.addReason(reason)
 }
+
+// AllProxies reports whether a full change concerns every proxy (no Configs).
+func (c Change) AllProxies() bool { return c.Full && len(c.Configs) == 0 }
 
 func (c *Change) addReason(r string) {
 	if !slices.Contains(c.Reasons, r) {
@@ -70,6 +95,18 @@ type Entry struct {
 	Endpoints map[uint32][]Endpoint
 }
 
+// SameConfig reports whether e and o generate the same clusters, listeners and routes: same
+// service, and for services whose endpoints are inline in the cluster (DNS), same endpoints.
+func (e *Entry) SameConfig(o *Entry) bool {
+	if e == o {
+		return true
+	}
+	if e == nil || o == nil || !e.Service.equal(o.Service) {
+		return false
+	}
+	return e.Service.Resolution != ResolutionDNS || endpointsMapEqual(e.Endpoints, o.Endpoints)
+}
+
 // Options configure a Model.
 type Options struct {
 	// Regress enables regression switches that live in the model (se-endpoint-port,
@@ -77,7 +114,9 @@ type Options struct {
 	Regress regress.Set
 	// DomainSuffix is the cluster domain (default "cluster.local").
 	DomainSuffix string
-	Logger       *slog.Logger
+	// RootNamespace holds the mesh-wide default Sidecar (default DefaultRootNamespace).
+	RootNamespace string
+	Logger        *slog.Logger
 	// OnSkip is called for every piece of input the conversion refused (after logging it).
 	OnSkip func(Skip)
 }
@@ -105,6 +144,8 @@ type Model struct {
 	// readySAs is the full-push-on-endpoint-reappear switch's state: host → service accounts of
 	// its ready endpoints (istiod's EndpointShards.ServiceAccounts).
 	readySAs map[string]map[string]struct{}
+	// sidecars: namespace → name → namespace-wide Sidecar.
+	sidecars map[string]map[string]*Sidecar
 }
 
 type claim struct {
@@ -134,6 +175,9 @@ func New(opts Options) *Model {
 	if opts.DomainSuffix == "" {
 		opts.DomainSuffix = "cluster.local"
 	}
+	if opts.RootNamespace == "" {
+		opts.RootNamespace = DefaultRootNamespace
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -145,6 +189,7 @@ func New(opts Options) *Model {
 		slices:      map[string]*sliceState{}, pods: map[string]*podState{},
 		podRefs: map[string]map[string]struct{}{}, claims: map[string]map[string]claim{},
 		hosts: map[string]*Entry{}, readySAs: map[string]map[string]struct{}{},
+		sidecars: map[string]map[string]*Sidecar{},
 	}
 }
 
@@ -518,14 +563,14 @@ func (m *Model) recomputeHost(host string, ch *Change, reason string) {
 		delete(m.readySAs, host)
 		if old != nil {
 			delete(m.hosts, host)
-			ch.full(reason)
+			ch.fullConfig(host, reason)
 		}
 		return
 	}
 	saChanged := m.readyServiceAccountsChanged(host, next)
 	if old == nil || !old.Service.equal(next.Service) {
 		m.hosts[host] = next
-		ch.full(reason)
+		ch.fullConfig(host, reason)
 		return
 	}
 	if endpointsMapEqual(old.Endpoints, next.Endpoints) {
@@ -535,7 +580,7 @@ func (m *Model) recomputeHost(host string, ch *Change, reason string) {
 	}
 	m.hosts[host] = next
 	if saChanged {
-		ch.full("service accounts changed")
+		ch.fullConfig(host, "service accounts changed")
 		return
 	}
 	ch.eds(host, "endpoints")

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	apinet "istio.io/api/networking/v1"
 	"istio.io/api/networking/v1alpha3"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -347,4 +349,54 @@ func TestSkipsAreReported(t *testing.T) {
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 53, Protocol: corev1.ProtocolUDP}}}})
 	require.Len(t, got, 1)
 	require.Equal(t, "no TCP ports", got[0].Reason)
+}
+
+func TestSidecarVisibility(t *testing.T) {
+	svc := func(ns, host string) *Service { return &Service{Namespace: ns, Hostname: host} }
+	inA, inB := svc("a", "web.a.svc.cluster.local"), svc("b", "ext.example.com")
+	for _, c := range []struct {
+		hosts      []string
+		proxyNS    string
+		seeA, seeB bool
+	}{
+		{[]string{"*/*"}, "a", true, true},
+		{[]string{"./*"}, "a", true, false},
+		{[]string{"./*"}, "b", false, true},
+		{[]string{"~/*"}, "a", false, false},
+		{[]string{"b/*"}, "a", false, true},
+		{[]string{"*/*.example.com"}, "a", false, true},
+		{[]string{"*/web.a.svc.cluster.local"}, "c", true, false},
+		{[]string{"a/ext.example.com"}, "a", false, false},
+	} {
+		sc := &Sidecar{Namespace: "x", Hosts: c.hosts}
+		assert.Equal(t, c.seeA, sc.Visible(inA, c.proxyNS), "%v from %s sees %s", c.hosts, c.proxyNS, inA.Hostname)
+		assert.Equal(t, c.seeB, sc.Visible(inB, c.proxyNS), "%v from %s sees %s", c.hosts, c.proxyNS, inB.Hostname)
+	}
+	var none *Sidecar
+	assert.True(t, none.Visible(inA, "z"), "no Sidecar: everything")
+}
+
+func TestSidecarForPrefersOwnNamespaceThenRoot(t *testing.T) {
+	m := New(Options{})
+	require.Nil(t, m.SidecarFor("a"))
+	root := &Sidecar{Namespace: DefaultRootNamespace, Name: "default", Hosts: []string{"./*"}}
+	ch := m.SetSidecar(DefaultRootNamespace, "default", root)
+	require.True(t, ch.Full)
+	assert.Same(t, root, m.SidecarFor("a"))
+	own := &Sidecar{Namespace: "a", Name: "z", Hosts: []string{"*/*"}, Created: time.Unix(10, 0)}
+	older := &Sidecar{Namespace: "a", Name: "y", Hosts: []string{"~/*"}, Created: time.Unix(5, 0)}
+	m.SetSidecar("a", "z", own)
+	m.SetSidecar("a", "y", older)
+	assert.Same(t, older, m.SidecarFor("a"), "the oldest Sidecar of the namespace")
+	assert.Same(t, root, m.SidecarFor("b"))
+	m.DeleteSidecar("a", "y")
+	assert.Same(t, own, m.SidecarFor("a"))
+
+	sc, skip := ConvertSidecar("a", "sel", time.Time{}, &apinet.Sidecar{WorkloadSelector: &apinet.WorkloadSelector{Labels: map[string]string{"app": "x"}}})
+	assert.Nil(t, sc)
+	require.NotNil(t, skip)
+	assert.Equal(t, "workloadSelector not supported", skip.Reason)
+	sc, skip = ConvertSidecar("a", "def", time.Time{}, &apinet.Sidecar{})
+	require.Nil(t, skip)
+	assert.Equal(t, []string{"*/*"}, sc.Hosts, "no egress: everything")
 }

@@ -11,6 +11,7 @@ import (
 
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"istio.io/api/networking/v1alpha3"
 
@@ -34,11 +35,12 @@ func fill(b testing.TB, m *model.Model, n, eps int) {
 }
 
 // BenchmarkFullPush5000 is the time of one full push (generate + validate + hand to the caches)
-// of 5000 ServiceEntries × 10 endpoints, with no proxies connected.
+// of 5000 ServiceEntries × 10 endpoints, into one scope, with no proxies connected.
 func BenchmarkFullPush5000(b *testing.B) {
 	r := newRig(b, 100*time.Millisecond, 10*time.Second)
 	fill(b, r.m, 5000, 10)
 	r.start(b)
+	r.caches.Scope("") // scopes are generated on demand: one, as for proxies of one namespace
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		r.pusher.Push(model.Change{Full: true})
@@ -136,4 +138,133 @@ func BenchmarkEDSConvergence100Clients(b *testing.B) {
 	b.ReportMetric(p(0.5), "p50-ms")
 	b.ReportMetric(p(0.99), "p99-ms")
 	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms")
+}
+
+// BenchmarkFullPushScopes: 100 proxies (wildcard CDS) on 1000 ServiceEntries × 10 endpoints, in
+// 1, 10 or 100 namespaces (scopes). Each iteration is a full push for every proxy, timed from
+// its start until every proxy has received its new CDS. Generation is once per scope, sending
+// once per proxy, as istiod's: reports the generations per push and the time per push.
+func BenchmarkFullPushScopes(b *testing.B) {
+	const services, proxies = 1000, 100
+	for _, scopes := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("scopes=%d", scopes), func(b *testing.B) {
+			r := newRig(b, 100*time.Millisecond, 10*time.Second)
+			fill(b, r.m, services, 10)
+			r.start(b)
+			got := make(chan struct{}, proxies*4)
+			for c := 0; c < proxies; c++ {
+				ns := fmt.Sprintf("ns-%d", c%scopes)
+				cl, err := adsclient.Dial(b.Context(), r.addr, fmt.Sprintf("sidecar~10.0.0.%d~p-%d.%s~%s.svc.cluster.local", c, c, ns, ns))
+				require.NoError(b, err)
+				cl.OnResponse = func(resp adsclient.Response) {
+					if resp.TypeURL == resourcev3.ClusterType {
+						got <- struct{}{}
+					}
+				}
+				require.NoError(b, cl.SetNames(resourcev3.ClusterType, nil))
+				go cl.Run()
+				b.Cleanup(cl.Close)
+			}
+			wait := func() {
+				for c := 0; c < proxies; c++ {
+					select {
+					case <-got:
+					case <-time.After(60 * time.Second):
+						b.Fatalf("only %d of %d proxies got CDS", c, proxies)
+					}
+				}
+			}
+			wait() // the initial fetch
+			gens := func() int {
+				n := 0
+				for _, sc := range r.caches.Scopes() {
+					n += sc.Pushes()
+				}
+				return n
+			}
+			before := gens()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				r.pusher.Push(model.Change{Full: true})
+				wait()
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(gens()-before)/float64(b.N), "generations/push")
+			b.ReportMetric(float64(len(r.caches.Scopes())), "scopes")
+		})
+	}
+}
+
+// BenchmarkScopedChange5000: 5000 ServiceEntries × 10 endpoints in 10 namespaces, each with a
+// Sidecar "./*", and 100 proxies (10 per namespace). Each iteration adds a ServiceEntry in one
+// namespace (a full push): only that namespace's scope is regenerated and only its 10 proxies
+// get CDS. Reports the CDS responses and scope generations per change.
+func BenchmarkScopedChange5000(b *testing.B) {
+	const services, scopes, proxies = 5000, 10, 100
+	r := newRig(b, 10*time.Millisecond, 10*time.Second)
+	se := func(ns string, i int) {
+		spec := &v1alpha3.ServiceEntry{Hosts: []string{fmt.Sprintf("se-%d.%s.test", i, ns)}, Resolution: v1alpha3.ServiceEntry_STATIC,
+			Ports: []*v1alpha3.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP", TargetPort: 8080}}}
+		for j := 0; j < 10; j++ {
+			spec.Endpoints = append(spec.Endpoints, &v1alpha3.WorkloadEntry{Address: fmt.Sprintf("10.%d.%d.%d", 1+j, i/256%256, i%256)})
+		}
+		conv, _, err := model.ConvertServiceEntry(ns, fmt.Sprintf("se-%d", i), spec)
+		require.NoError(b, err)
+		r.pusher.Enqueue(r.m.SetServiceEntry(ns, fmt.Sprintf("se-%d", i), time.Unix(0, 0), conv))
+	}
+	for i := 0; i < services; i++ {
+		se(fmt.Sprintf("ns-%d", i%scopes), i)
+	}
+	for s := 0; s < scopes; s++ {
+		ns := fmt.Sprintf("ns-%d", s)
+		r.m.SetSidecar(ns, "default", &model.Sidecar{Namespace: ns, Name: "default", Hosts: []string{"./*"}})
+	}
+	r.start(b)
+	got := make([]chan struct{}, scopes)
+	for s := range got {
+		got[s] = make(chan struct{}, proxies)
+	}
+	for c := 0; c < proxies; c++ {
+		s := c % scopes
+		ns := fmt.Sprintf("ns-%d", s)
+		cl, err := adsclient.Dial(b.Context(), r.addr, fmt.Sprintf("sidecar~10.0.0.%d~p-%d.%s~%s.svc.cluster.local", c, c, ns, ns))
+		require.NoError(b, err)
+		cl.OnResponse = func(resp adsclient.Response) {
+			if resp.TypeURL == resourcev3.ClusterType {
+				got[s] <- struct{}{}
+			}
+		}
+		require.NoError(b, cl.SetNames(resourcev3.ClusterType, nil))
+		go cl.Run()
+		b.Cleanup(cl.Close)
+	}
+	wait := func(s, n int) {
+		for c := 0; c < n; c++ {
+			select {
+			case <-got[s]:
+			case <-time.After(60 * time.Second):
+				b.Fatalf("scope %d: only %d of %d proxies got CDS", s, c, n)
+			}
+		}
+	}
+	for s := 0; s < scopes; s++ {
+		wait(s, proxies/scopes) // initial fetch
+	}
+	gens := func() int {
+		n := 0
+		for _, sc := range r.caches.Scopes() {
+			n += sc.Pushes()
+		}
+		return n
+	}
+	cds0, gens0 := testutil.ToFloat64(r.met.XDSPushes.WithLabelValues("cds")), gens()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s := i % scopes
+		se(fmt.Sprintf("ns-%d", s), services+i)
+		wait(s, proxies/scopes)
+	}
+	b.StopTimer()
+	b.ReportMetric((testutil.ToFloat64(r.met.XDSPushes.WithLabelValues("cds"))-cds0)/float64(b.N), "cds-responses/change")
+	b.ReportMetric(float64(gens()-gens0)/float64(b.N), "generations/change")
 }

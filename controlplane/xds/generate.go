@@ -13,8 +13,8 @@
 //     adds the header respflags.Header = "%RESPONSE_FLAGS%" to every proxy-generated reply.
 //   - Route configurations: "PORT", one virtual host per service on that port, named "HOST:PORT",
 //     with the domains HOST and HOST:PORT and, for Kubernetes Services, the short forms
-//     name, name.ns, name.ns.svc (each with and without :PORT) and the ClusterIP (with and
-//     without :PORT). A domain is given to the first service (by host name) that claims it, so
+//     name.ns, name.ns.svc and, for proxies of the service's namespace (GenOptions.Namespace),
+//     name (each with and without :PORT) and the ClusterIP (with and without :PORT). A domain is given to the first service (by host name) that claims it, so
 //     route configurations never carry duplicates. One route, prefix "/", to the cluster, with
 //     istiod's defaults unless GenOptions.NoRouteDefaults: timeout 0 and DefaultRetryPolicy.
 //   - Proxyless gRPC (grpc-go's xds resolver, target xds:///HOST:PORT): API listeners named
@@ -25,8 +25,9 @@
 // No Envoy listener or route configuration is generated for a port the proxy binds itself (see
 // ProxyPort); the clusters and the proxyless gRPC listeners of such a port are.
 //
-// Ports with protocol TCP, TLS, MONGO, REDIS or MYSQL get clusters but no HTTP listener or
-// route (the reference control plane generates no tcp_proxy chains).
+// Only HTTP-like ports (model.HTTPLike) get an HTTP listener and routes; the others get clusters
+// only (the reference control plane generates no tcp_proxy chains). Only STATIC (EDS) services
+// get proxyless gRPC listeners: grpc-go cannot use STRICT_DNS or ORIGINAL_DST clusters.
 package xds
 
 import (
@@ -83,6 +84,9 @@ type GenOptions struct {
 	// NoRouteDefaults leaves out istiod's route defaults (DefaultRetryPolicy and timeout 0, i.e.
 	// no route timeout), so a route carries only its cluster: the proxy's own defaults apply.
 	NoRouteDefaults bool
+	// Namespace is the proxies' namespace: the bare short name of a Kubernetes Service
+	// ("name") resolves only in its own namespace, as istiod generates it.
+	Namespace string
 }
 
 // Invalid is a resource that failed Validate() and was left out.
@@ -98,6 +102,12 @@ type validator interface{ Validate() error }
 // Generate builds every resource from the model's entries (sorted by host). Resources that fail
 // Validate() are left out and reported; generation never fails as a whole.
 func Generate(entries []*model.Entry, opts GenOptions) (*Resources, []Invalid) {
+	return generate(entries, opts, true)
+}
+
+// generate builds the resources of entries; withEndpoints adds the ClusterLoadAssignments (a
+// scope's generation leaves them out: they are shared by every scope).
+func generate(entries []*model.Entry, opts GenOptions, withEndpoints bool) (*Resources, []Invalid) {
 	r := &Resources{
 		Clusters: map[string]types.Resource{}, Endpoints: map[string]types.Resource{},
 		Listeners: map[string]types.Resource{}, Routes: map[string]types.Resource{},
@@ -128,14 +138,20 @@ func Generate(entries []*model.Entry, opts GenOptions) (*Resources, []Invalid) {
 		for _, p := range s.Ports {
 			cn := model.ClusterName(s.Hostname, p.Number)
 			add(r.Clusters, "Cluster", cn, BuildCluster(e, p))
-			if s.Resolution == model.ResolutionStatic {
+			if withEndpoints && s.Resolution == model.ResolutionStatic {
 				add(r.Endpoints, "ClusterLoadAssignment", cn, BuildCLA(e, p))
 				r.claSources[cn] = e.Endpoints[p.Number]
 			}
-			if !httpLike(p.Protocol) {
+			if !model.HTTPLike(p.Protocol) {
 				continue
 			}
 			vhosts[p.Number] = append(vhosts[p.Number], buildVirtualHost(s, p, taken[p.Number], opts))
+			if s.Resolution != model.ResolutionStatic {
+				// grpc-go's xds resolver handles EDS and LOGICAL_DNS clusters only: no API
+				// listener for STRICT_DNS or ORIGINAL_DST ones (the dial fails instead of
+				// hanging on a cluster the client rejects).
+				continue
+			}
 			for _, h := range grpcHosts(s) {
 				name := APIListenerName(h, p.Number)
 				add(r.APIListeners, "Listener", name, buildAPIListener(name, cn, opts))
@@ -164,14 +180,6 @@ var proxyPorts = map[uint32]bool{15000: true, 15001: true, 15006: true, 15021: t
 
 // ProxyPort reports whether port is one the proxy binds itself (no listener is generated on it).
 func ProxyPort(port uint32) bool { return proxyPorts[port] }
-
-func httpLike(proto string) bool {
-	switch proto {
-	case "TCP", "TLS", "MONGO", "REDIS", "MYSQL", "UDP":
-		return false
-	}
-	return true
-}
 
 func grpcHosts(s *model.Service) []string {
 	if s.KubeName == "" {
@@ -269,7 +277,14 @@ func buildVirtualHost(s *model.Service, p model.Port, taken map[string]bool, opt
 	domains := []string{s.Hostname, s.Hostname + ":" + ps}
 	var extra []string
 	if s.KubeName != "" {
-		for _, short := range []string{s.KubeName, s.KubeName + "." + s.Namespace, s.KubeName + "." + s.Namespace + ".svc"} {
+		// istiod's alt hosts: the host minus the DNS domain it shares with the proxy's
+		// (ns.svc.cluster.local): name, name.ns, name.ns.svc in the proxy's namespace; name.ns,
+		// name.ns.svc elsewhere.
+		shorts := []string{s.KubeName + "." + s.Namespace, s.KubeName + "." + s.Namespace + ".svc"}
+		if s.Namespace == opts.Namespace {
+			shorts = append([]string{s.KubeName}, shorts...)
+		}
+		for _, short := range shorts {
 			extra = append(extra, short, short+":"+ps)
 		}
 		if s.ClusterIP != "" {

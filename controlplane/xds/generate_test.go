@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/encoding/protojson"
 	"istio.io/api/networking/v1alpha3"
@@ -87,7 +87,7 @@ func dump(t testing.TB, r *Resources) []byte {
 }
 
 func TestGenerateGolden(t *testing.T) {
-	r, bad := Generate(goldenModel(t).Entries(), GenOptions{})
+	r, bad := Generate(goldenModel(t).Entries(), GenOptions{Namespace: "app"})
 	require.Empty(t, bad)
 	got := dump(t, r)
 	path := filepath.Join("testdata", "golden.json")
@@ -100,7 +100,7 @@ func TestGenerateGolden(t *testing.T) {
 }
 
 func TestGenerateContract(t *testing.T) {
-	r, bad := Generate(goldenModel(t).Entries(), GenOptions{})
+	r, bad := Generate(goldenModel(t).Entries(), GenOptions{Namespace: "app"})
 	require.Empty(t, bad)
 	// Names the proxies rely on.
 	for _, n := range []string{"outbound|80||echo.app.svc.cluster.local", "outbound|7070||echo.app.svc.cluster.local",
@@ -117,6 +117,8 @@ func TestGenerateContract(t *testing.T) {
 	require.Contains(t, r.APIListeners, "echo.app.svc.cluster.local:7070")
 	require.Contains(t, r.APIListeners, "echo.app:7070")
 	require.Contains(t, r.APIListeners, "static.test:80")
+	require.NotContains(t, r.APIListeners, "dns.test:443", "grpc-go cannot use a STRICT_DNS cluster")
+	require.NotContains(t, r.APIListeners, "none.test:80", "grpc-go cannot use an ORIGINAL_DST cluster")
 
 	// The listener's HCM uses RDS "80" and stamps %RESPONSE_FLAGS% on local replies.
 	var m hcm.HttpConnectionManager
@@ -157,26 +159,39 @@ func keys[V any](m map[string]V) []string {
 	return out
 }
 
-func TestDuplicateShortNamesGoToTheFirstService(t *testing.T) {
+// TestShortNamesResolveInTheProxysNamespace: as istiod, the bare name of a Kubernetes Service
+// is a domain only for proxies of its namespace; name.ns and name.ns.svc are for everyone.
+func TestShortNamesResolveInTheProxysNamespace(t *testing.T) {
 	m := quietModel()
 	for _, ns := range []string{"a", "b"} {
 		m.SetKubeService(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
 			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}})
 	}
-	r, bad := Generate(m.Entries(), GenOptions{})
-	require.Empty(t, bad)
-	rc := r.Routes["80"].(*route.RouteConfiguration)
-	require.NoError(t, rc.Validate())
-	count := 0
-	for _, vh := range rc.GetVirtualHosts() {
-		for _, d := range vh.GetDomains() {
-			if d == "web" {
-				count++
-				require.True(t, strings.HasSuffix(vh.GetName(), "web.a.svc.cluster.local:80"))
+	domains := func(proxyNS string) map[string]string {
+		r, bad := Generate(m.Entries(), GenOptions{Namespace: proxyNS})
+		require.Empty(t, bad)
+		rc := r.Routes["80"].(*route.RouteConfiguration)
+		require.NoError(t, rc.Validate())
+		out := map[string]string{}
+		for _, vh := range rc.GetVirtualHosts() {
+			for _, d := range vh.GetDomains() {
+				require.NotContains(t, out, d, "duplicate domain %s", d)
+				out[d] = vh.GetRoutes()[0].GetRoute().GetCluster()
 			}
 		}
+		return out
 	}
-	require.Equal(t, 1, count)
+	b := domains("b")
+	assert.Equal(t, "outbound|80||web.b.svc.cluster.local", b["web"], "proxy in b: web is web.b")
+	assert.Equal(t, "outbound|80||web.b.svc.cluster.local", b["web:80"])
+	assert.Equal(t, "outbound|80||web.a.svc.cluster.local", b["web.a"])
+	assert.Equal(t, "outbound|80||web.a.svc.cluster.local", b["web.a.svc:80"])
+	assert.Equal(t, "outbound|80||web.a.svc.cluster.local", domains("a")["web"], "proxy in a: web is web.a")
+	for _, ns := range []string{"c", ""} {
+		d := domains(ns)
+		assert.NotContains(t, d, "web", "proxy in %q: no bare name of another namespace's service", ns)
+		assert.Equal(t, "outbound|80||web.b.svc.cluster.local", d["web.b"])
+	}
 }
 
 // FuzzGenerate: whatever the conversion accepts generates resources that pass Validate().
@@ -214,7 +229,7 @@ func claPorts(t testing.TB, r *Resources, name string) []uint32 {
 // Envoy's default initial_fetch_timeout (15 s) would let a cluster or listener warm with no
 // endpoints or routes; istiod sets 0 (wait) on both config sources.
 func TestConfigSourcesWaitForFirstFetch(t *testing.T) {
-	r, bad := Generate(goldenModel(t).Entries(), GenOptions{})
+	r, bad := Generate(goldenModel(t).Entries(), GenOptions{Namespace: "app"})
 	require.Empty(t, bad)
 	eds := r.Clusters["outbound|80||static.test"].(*cluster.Cluster).GetEdsClusterConfig().GetEdsConfig()
 	require.NotNil(t, eds.GetInitialFetchTimeout(), "EDS config source without initial_fetch_timeout")

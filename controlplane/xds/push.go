@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,9 +47,12 @@ type Pusher struct {
 	firstAt  time.Time
 	lastAt   time.Time
 	kick     chan struct{}
-	enabled  bool                 // pushes are held until the initial full push
-	lastPush map[string]time.Time // type URL → start of the latest push that changed it
-	pushMu   sync.Mutex           // one push in flight
+	enabled  bool                   // pushes are held until the initial full push
+	lastPush map[string]*pushRecord // type URL → the latest push that changed it
+	seq      uint64
+	rec      *pushRecord // the push in flight (push goroutine only)
+	status   PushStatus  // the latest push, for /debug/push_status
+	pushMu   sync.Mutex  // one push in flight
 
 	// pushed: the model endpoint slice behind each CLA in the cache (push goroutine only).
 	pushed map[string][]model.Endpoint
@@ -65,8 +69,12 @@ func NewPusher(m *model.Model, c *Caches, opts PushOptions) *Pusher {
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New()
 	}
-	return &Pusher{opts: opts, model: m, caches: c, log: opts.Logger, m: opts.Metrics,
-		kick: make(chan struct{}, 1), lastPush: map[string]time.Time{}}
+	p := &Pusher{opts: opts, model: m, caches: c, log: opts.Logger, m: opts.Metrics,
+		kick: make(chan struct{}, 1), lastPush: map[string]*pushRecord{}}
+	c.mu.Lock()
+	c.populate = func(sc *ScopeCaches, entries []*model.Entry) { p.pushScopeLocked(sc, entries, nil) }
+	c.mu.Unlock()
+	return p
 }
 
 // Enqueue merges a change into the pending push.
@@ -83,7 +91,7 @@ func (p *Pusher) Enqueue(ch model.Change) {
 	p.lastAt = now
 	p.mu.Unlock()
 	for _, r := range ch.Reasons {
-		p.m.PushTriggers.WithLabelValues(r).Inc()
+		p.m.PushTriggers.WithLabelValues(TriggerType(r)).Inc()
 	}
 	select {
 	case p.kick <- struct{}{}:
@@ -132,78 +140,266 @@ func (p *Pusher) Run(ctx context.Context) {
 		p.pending, p.firstAt, p.lastAt = model.Change{}, time.Time{}, time.Time{}
 		p.mu.Unlock()
 		p.m.DebounceTime.Observe(now.Sub(first).Seconds())
-		p.Push(ch)
+		p.push(ch, first)
 	}
 }
 
 // Push pushes ch now (no debounce) and enables debounced pushes. The sync gate uses it for the
 // initial full push.
-func (p *Pusher) Push(ch model.Change) {
+func (p *Pusher) Push(ch model.Change) { p.push(ch, time.Now()) }
+
+// push pushes ch; first is the first event of its debounced batch (for convergence).
+func (p *Pusher) push(ch model.Change, first time.Time) {
 	p.pushMu.Lock()
 	defer p.pushMu.Unlock()
 	start := time.Now()
+	p.seq++
+	p.rec = &pushRecord{seq: p.seq, first: first, start: start, types: map[string]bool{},
+		scopes: map[string]bool{}, clas: map[string]struct{}{}}
 	if !ch.Full && p.inlineEndpoints(ch.Hosts) {
 		// A DNS service's endpoints are inline in its cluster: only CDS carries them. istiod
 		// answers endpoint changes of DNS ServiceEntries with a full push too.
 		ch.Full = true
+		ch.Configs = ch.Hosts
 	}
 	if ch.Full {
 		// Everything merged so far is covered: the full push reads the model after this.
 		p.mu.Lock()
 		p.pending, p.firstAt, p.lastAt = model.Change{}, time.Time{}, time.Time{}
 		p.mu.Unlock()
-		p.fullPush(start)
+		p.fullPush(ch)
 		p.m.Pushes.WithLabelValues("full").Inc()
-		p.m.PushTime.WithLabelValues("full").Observe(time.Since(start).Seconds())
+		p.m.PushCycleTime.WithLabelValues("full").Observe(time.Since(start).Seconds())
 	} else {
-		p.edsPush(start, ch.Hosts)
+		p.edsPush(ch.Hosts)
 		p.m.Pushes.WithLabelValues("eds").Inc()
-		p.m.PushTime.WithLabelValues("eds").Observe(time.Since(start).Seconds())
+		p.m.PushCycleTime.WithLabelValues("eds").Observe(time.Since(start).Seconds())
 	}
 	hosts, eps := p.model.Stats()
 	p.m.Services.Set(float64(hosts))
 	p.m.Endpoints.Set(float64(eps))
+	kind := "eds"
+	if ch.Full {
+		kind = "full"
+	}
+	p.mu.Lock()
+	p.status = PushStatus{Seq: p.rec.seq, Kind: kind, Reasons: ch.Reasons, FirstEvent: first, Start: start,
+		End: time.Now(), Services: hosts, Endpoints: eps}
+	p.mu.Unlock()
 	p.log.Debug("push", "full", ch.Full, "hosts", len(ch.Hosts), "reasons", ch.Reasons, "took", time.Since(start))
 	p.mu.Lock()
 	p.enabled = true
 	p.mu.Unlock()
 }
 
-// LastPush is the start of the latest push that changed typeURL (for convergence).
-func (p *Pusher) LastPush(typeURL string) time.Time {
+// PushStatus is /debug/push_status: the latest push and the scopes.
+type PushStatus struct {
+	Seq        uint64        `json:"seq"`
+	Kind       string        `json:"kind"` // full or eds
+	Reasons    []string      `json:"reasons"`
+	FirstEvent time.Time     `json:"firstEvent"`
+	Start      time.Time     `json:"start"`
+	End        time.Time     `json:"end"`
+	Services   int           `json:"services"`
+	Endpoints  int           `json:"endpoints"`
+	Scopes     []ScopeStatus `json:"scopes"`
+}
+
+// ScopeStatus is one scope: its namespace, Sidecar, visible services and generations.
+type ScopeStatus struct {
+	Namespace   string `json:"namespace"`
+	Gateway     bool   `json:"gateway,omitempty"`
+	Sidecar     string `json:"sidecar,omitempty"` // "ns/name"; empty: every host visible
+	Services    int    `json:"services"`
+	Generations int    `json:"generations"`
+}
+
+// Status is the latest push and every scope.
+func (p *Pusher) Status() PushStatus {
+	p.mu.Lock()
+	st := p.status
+	p.mu.Unlock()
+	for _, sc := range p.caches.Scopes() {
+		sc.mu.Lock()
+		ss := ScopeStatus{Namespace: sc.Namespace, Gateway: sc.Gateway, Services: len(sc.entries), Generations: sc.pushes}
+		if sc.sidecar != nil {
+			ss.Sidecar = sc.sidecar.Namespace + "/" + sc.sidecar.Name
+		}
+		sc.mu.Unlock()
+		st.Scopes = append(st.Scopes, ss)
+	}
+	return st
+}
+
+// pushRecord is one push as the server needs it for istiod's per-proxy metrics: when its batch
+// began, when it started, and what it changed. Filled by the push goroutine before the caches
+// notify anyone; read by the streams.
+type pushRecord struct {
+	seq          uint64
+	first, start time.Time
+
+	mu     sync.Mutex
+	types  map[string]bool     // type URLs it changed
+	scopes map[string]bool     // scope keys whose CDS/LDS/RDS it resent
+	clas   map[string]struct{} // ClusterLoadAssignments it changed or removed
+}
+
+// expects reports whether a proxy of scope key subscribed to names of typeURL (nil: wildcard)
+// gets a response from this push.
+func (r *pushRecord) expects(typeURL, key string, names []string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.types[typeURL] {
+		return false
+	}
+	if typeURL != resourcev3.EndpointType {
+		return r.scopes[key]
+	}
+	for _, n := range names {
+		if _, ok := r.clas[n]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// lastRecord is the latest push that changed typeURL (nil before any).
+func (p *Pusher) lastRecord(typeURL string) *pushRecord {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.lastPush[typeURL]
 }
 
-func (p *Pusher) markPushed(start time.Time, typeURLs ...string) {
+func (p *Pusher) markPushed(typeURLs ...string) {
+	p.rec.mu.Lock()
+	for _, t := range typeURLs {
+		p.rec.types[t] = true
+	}
+	p.rec.mu.Unlock()
 	p.mu.Lock()
 	for _, t := range typeURLs {
-		p.lastPush[t] = start
+		p.lastPush[t] = p.rec
 	}
 	p.mu.Unlock()
 }
 
-func (p *Pusher) fullPush(start time.Time) {
+func (p *Pusher) fullPush(ch model.Change) {
 	// Its own change needs no push of its own: this push reads the model after it.
 	p.model.RefreshForFullPush()
 	entries := p.model.Entries()
 	if p.opts.Regress.On(regress.QuadraticScope) {
 		p.buildScopes(entries)
 	}
-	res, bad := Generate(entries, p.opts.Generate)
+	res, bad := generateEndpoints(entries)
+	p.reportInvalid(bad)
+	p.markPushed(resourcev3.ClusterType, resourcev3.ListenerType, resourcev3.RouteType, resourcev3.EndpointType)
+	// EDS first so clusters warm with their endpoints already there; then each scope's CDS,
+	// LDS, RDS.
+	p.updateEndpoints(res.Endpoints, res.claSources, true)
+	scopes := p.caches.setLatest(entries)
+	for _, sc := range scopes {
+		p.pushScope(sc, entries, &ch)
+	}
+	p.m.Scopes.Set(float64(len(scopes)))
+}
+
+func (p *Pusher) reportInvalid(bad []Invalid) {
 	for _, b := range bad {
 		p.log.Error("generated resource failed validation; left out", "type", b.Type, "name", b.Name, "err", b.Err)
 		p.m.InvalidResources.WithLabelValues(b.Type).Inc()
 	}
-	p.markPushed(start, resourcev3.ClusterType, resourcev3.ListenerType, resourcev3.RouteType, resourcev3.EndpointType)
-	// EDS first so clusters warm with their endpoints already there; then CDS, LDS, RDS. A full
-	// push resends CDS/LDS/RDS to every proxy (SetResources marks every resource changed).
-	p.updateEndpoints(res.Endpoints, res.claSources, true)
-	p.caches.Clusters.SetResources(res.Clusters)
-	p.caches.Listeners.SetResources(res.Listeners)
-	p.caches.APIListeners.SetResources(res.APIListeners)
-	p.caches.Routes.SetResources(res.Routes)
+}
+
+// pushScope brings one scope's caches up to date with entries. ch is the full push's change
+// (nil when a new scope is filled): a scope that neither sees a changed config nor changed
+// itself is left alone, so its proxies get nothing (istiod's ProxyNeedsPush with the
+// SidecarScope's dependencies); any other is regenerated once for all its proxies and resent to
+// each of them (SetResources marks every resource changed: istiod's full push; Delta proxies get
+// only what changed, by content hash).
+func (p *Pusher) pushScope(sc *ScopeCaches, entries []*model.Entry, ch *model.Change) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	p.pushScopeLocked(sc, entries, ch)
+}
+
+// pushScopeLocked is pushScope with sc.mu held.
+func (p *Pusher) pushScopeLocked(sc *ScopeCaches, entries []*model.Entry, ch *model.Change) {
+	var sidecar *model.Sidecar
+	if !sc.Gateway {
+		sidecar = p.model.SidecarFor(sc.Namespace)
+	}
+	visible := entries
+	if sidecar != nil {
+		visible = make([]*model.Entry, 0, len(entries))
+		for _, e := range entries {
+			if sidecar.Visible(e.Service, sc.Namespace) {
+				visible = append(visible, e)
+			}
+		}
+	}
+	if ch != nil && sc.generated && sidecar == sc.sidecar && !ch.AllProxies() &&
+		!seesConfig(sc.hosts, ch.Configs) && !seesConfig(hostSet(visible), ch.Configs) && sameConfig(visible, sc.entries) {
+		return
+	}
+	if ch != nil {
+		p.rec.mu.Lock()
+		p.rec.scopes[sc.Key] = true
+		p.rec.mu.Unlock()
+	}
+	opts := p.opts.Generate
+	opts.Namespace = sc.Namespace
+	res, bad := generate(visible, opts, false)
+	p.reportInvalid(bad)
+	sc.Clusters.SetResources(res.Clusters)
+	sc.Listeners.SetResources(res.Listeners)
+	sc.APIListeners.SetResources(res.APIListeners)
+	sc.Routes.SetResources(res.Routes)
+	sc.generated, sc.sidecar, sc.entries, sc.hosts = true, sidecar, visible, hostSet(visible)
+	sc.pushes++
+}
+
+// generateEndpoints builds the ClusterLoadAssignments of every STATIC service port.
+func generateEndpoints(entries []*model.Entry) (*Resources, []Invalid) {
+	r := &Resources{Endpoints: map[string]types.Resource{}, claSources: map[string][]model.Endpoint{}}
+	var bad []Invalid
+	for _, e := range entries {
+		if e.Service.Resolution != model.ResolutionStatic {
+			continue
+		}
+		for _, port := range e.Service.Ports {
+			cla := BuildCLA(e, port)
+			if err := cla.Validate(); err != nil {
+				bad = append(bad, Invalid{Type: "ClusterLoadAssignment", Name: cla.ClusterName, Err: err})
+				continue
+			}
+			r.Endpoints[cla.ClusterName] = cla
+			r.claSources[cla.ClusterName] = e.Endpoints[port.Number]
+		}
+	}
+	return r, bad
+}
+
+func hostSet(entries []*model.Entry) map[string]struct{} {
+	out := make(map[string]struct{}, len(entries))
+	for _, e := range entries {
+		out[e.Service.Hostname] = struct{}{}
+	}
+	return out
+}
+
+// seesConfig reports whether any of configs is one of hosts.
+func seesConfig(hosts, configs map[string]struct{}) bool {
+	for c := range configs {
+		if _, ok := hosts[c]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// sameConfig reports whether two lists of entries generate the same scope config.
+func sameConfig(a, b []*model.Entry) bool {
+	return slices.EqualFunc(a, b, (*model.Entry).SameConfig)
 }
 
 // inlineEndpoints reports whether any of hosts is a DNS service (endpoints inline in its cluster).
@@ -216,27 +412,17 @@ func (p *Pusher) inlineEndpoints(hosts map[string]struct{}) bool {
 	return false
 }
 
-func (p *Pusher) edsPush(start time.Time, hosts map[string]struct{}) {
-	next := map[string]types.Resource{}
-	sources := map[string][]model.Endpoint{}
+func (p *Pusher) edsPush(hosts map[string]struct{}) {
+	entries := make([]*model.Entry, 0, len(hosts))
 	for h := range hosts {
-		e := p.model.Entry(h)
-		if e == nil || e.Service.Resolution != model.ResolutionStatic {
-			continue
-		}
-		for _, port := range e.Service.Ports {
-			cla := BuildCLA(e, port)
-			if err := cla.Validate(); err != nil {
-				p.log.Error("generated resource failed validation; left out", "type", "ClusterLoadAssignment", "name", cla.ClusterName, "err", err)
-				p.m.InvalidResources.WithLabelValues("ClusterLoadAssignment").Inc()
-				continue
-			}
-			next[cla.ClusterName] = cla
-			sources[cla.ClusterName] = e.Endpoints[port.Number]
+		if e := p.model.Entry(h); e != nil {
+			entries = append(entries, e)
 		}
 	}
-	p.markPushed(start, resourcev3.EndpointType)
-	p.updateEndpoints(next, sources, false)
+	res, bad := generateEndpoints(entries)
+	p.reportInvalid(bad)
+	p.markPushed(resourcev3.EndpointType)
+	p.updateEndpoints(res.Endpoints, res.claSources, false)
 }
 
 // updateEndpoints writes CLAs that differ from the cache's; all means next is the complete set
@@ -269,9 +455,32 @@ func (p *Pusher) updateEndpoints(next map[string]types.Resource, sources map[str
 	if len(changed) == 0 && len(deleted) == 0 {
 		return
 	}
+	p.rec.mu.Lock()
+	for n := range changed {
+		p.rec.clas[n] = struct{}{}
+	}
+	for _, n := range deleted {
+		p.rec.clas[n] = struct{}{}
+	}
+	p.rec.mu.Unlock()
 	if err := p.caches.Endpoints.UpdateResources(changed, deleted); err != nil {
 		p.log.Error("update endpoint cache", "err", err)
 	}
+}
+
+// TriggerType maps a model change reason to istiod's pilot_push_triggers type: endpoint
+// (EndpointSlice and WorkloadEntry endpoint changes, service accounts), service (Services,
+// ServiceEntries), config (Sidecars), global (the initial push).
+func TriggerType(reason string) string {
+	switch reason {
+	case "endpoints", "endpointslice", "workloadentry", "service accounts changed":
+		return "endpoint"
+	case "service", "serviceentry":
+		return "service"
+	case "sidecar":
+		return "config"
+	}
+	return "global"
 }
 
 // scopeKey mirrors Istio 1.6's model.ConfigKey: a GroupVersionKind (three strings), a name and a

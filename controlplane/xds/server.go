@@ -3,20 +3,24 @@ package xds
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/meshchaos/meshchaos/controlplane/metrics"
 )
@@ -33,6 +37,7 @@ type Server struct {
 	log    *slog.Logger
 	m      *metrics.Metrics
 	grpc   *grpc.Server
+	sends  *throttle
 
 	mu      sync.Mutex
 	streams map[int64]*streamState
@@ -44,24 +49,46 @@ type streamState struct {
 	node   *core.Node
 	opened time.Time
 	types  map[string]*typeState
+	// pending: pushes that sent this proxy some but not yet all of their types (by seq), with
+	// the types sent so far.
+	pending map[uint64]*pendingPush
 }
+
+type pendingPush struct {
+	rec  *pushRecord
+	sent map[string]bool
+}
+
+// maxPending bounds a stream's pending pushes (a push whose responses were merged into a later
+// one completes with it).
+const maxPending = 16
 
 type typeState struct {
 	names        []string
 	sentVersion  string
 	sentNonce    string
+	ackedNonce   string
 	ackedVersion string
-	pushStart    time.Time // start of the push the in-flight response carries; zero if none
+	sentSeq      uint64 // the latest push whose response of this type was sent
 	nacks        int
 }
 
 // NewServer wires a go-control-plane server over the caches into a gRPC server.
+//
+// At most DefaultPushThrottle responses are sent at once; NewServerThrottled sets another limit.
 func NewServer(ctx context.Context, caches *Caches, pusher *Pusher, gate Gate, m *metrics.Metrics, log *slog.Logger) *Server {
+	return NewServerThrottled(ctx, caches, pusher, gate, m, log, DefaultPushThrottle)
+}
+
+// NewServerThrottled is NewServer with at most throttle responses being sent at once (istiod's
+// PILOT_PUSH_THROTTLE; 0: the default).
+func NewServerThrottled(ctx context.Context, caches *Caches, pusher *Pusher, gate Gate, m *metrics.Metrics, log *slog.Logger, throttle int) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{caches: caches, pusher: pusher, gate: gate, log: log, m: m, streams: map[int64]*streamState{}}
-	xs := serverv3.NewServer(ctx, caches.Mux, s.callbacks())
+	s := &Server{caches: caches, pusher: pusher, gate: gate, log: log, m: m, streams: map[int64]*streamState{},
+		sends: newThrottle(throttle, m)}
+	xs := serverv3.NewServer(ctx, caches, s.callbacks())
 	s.grpc = grpc.NewServer(
 		grpc.StreamInterceptor(s.refuseUntilReady),
 		grpc.MaxConcurrentStreams(1<<20),
@@ -87,7 +114,7 @@ func (s *Server) refuseUntilReady(srv any, ss grpc.ServerStream, info *grpc.Stre
 		s.m.StreamsRefused.Inc()
 		return status.Error(codes.Unavailable, "control plane not ready: informers have not synced yet; retry")
 	}
-	return handler(srv, ss)
+	return handler(srv, throttledStream{ServerStream: ss, t: s.sends})
 }
 
 func (s *Server) callbacks() serverv3.Callbacks {
@@ -114,7 +141,7 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			return nil
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, _ *discovery.DiscoveryRequest, r *discovery.DiscoveryResponse) {
-			s.response(id, r.GetTypeUrl(), r.GetVersionInfo(), r.GetNonce())
+			s.response(id, r.GetTypeUrl(), r.GetVersionInfo(), r.GetNonce(), proto.Size(r))
 		},
 		StreamDeltaRequestFunc: func(id int64, r *discovery.DeltaDiscoveryRequest) error {
 			s.request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), "", r.GetErrorDetail(),
@@ -122,14 +149,15 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			return nil
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discovery.DeltaDiscoveryRequest, r *discovery.DeltaDiscoveryResponse) {
-			s.response(id, r.GetTypeUrl(), r.GetSystemVersionInfo(), r.GetNonce())
+			s.response(id, r.GetTypeUrl(), r.GetSystemVersionInfo(), r.GetNonce(), proto.Size(r))
 		},
 	}
 }
 
 func (s *Server) open(id int64, delta bool) {
 	s.mu.Lock()
-	s.streams[id] = &streamState{id: id, delta: delta, opened: time.Now(), types: map[string]*typeState{}}
+	s.streams[id] = &streamState{id: id, delta: delta, opened: time.Now(), types: map[string]*typeState{},
+		pending: map[uint64]*pendingPush{}}
 	s.mu.Unlock()
 	s.m.ConnectedProxies.Inc()
 }
@@ -182,7 +210,6 @@ func (s *Server) request(id int64, node *core.Node, typeURL, nonce, version stri
 		s.m.Rejects.WithLabelValues(ShortType(typeURL)).Inc()
 		s.log.Warn("proxy rejected config (NACK)", "proxy", st.node.GetId(), "type", ShortType(typeURL),
 			"nonce", nonce, "rejected", ts.sentVersion, "kept", version, "error", errDetail.GetMessage())
-		ts.pushStart = time.Time{}
 		return ts.sentVersion
 	}
 	if delta {
@@ -190,19 +217,22 @@ func (s *Server) request(id int64, node *core.Node, typeURL, nonce, version stri
 	} else {
 		ts.ackedVersion = version
 	}
-	if !ts.pushStart.IsZero() {
-		s.m.ProxyConvergence.Observe(time.Since(ts.pushStart).Seconds())
-		ts.pushStart = time.Time{}
-	}
+	ts.ackedNonce = nonce
 	return ""
 }
 
-func (s *Server) response(id int64, typeURL, version, nonce string) {
-	s.m.XDSPushes.WithLabelValues(ShortType(typeURL)).Inc()
-	var last time.Time
+// response records a response handed to a proxy's stream: istiod's per-proxy metrics
+// (pilot_xds_pushes, pilot_xds_config_size_bytes, pilot_xds_push_time and, once the proxy has
+// been sent every type the push changed that it watches, pilot_proxy_convergence_time).
+func (s *Server) response(id int64, typeURL, version, nonce string, size int) {
+	short := ShortType(typeURL)
+	s.m.XDSPushes.WithLabelValues(short).Inc()
+	s.m.ConfigSize.WithLabelValues(short).Observe(float64(size))
+	var rec *pushRecord
 	if s.pusher != nil {
-		last = s.pusher.LastPush(typeURL)
+		rec = s.pusher.lastRecord(typeURL)
 	}
+	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.streams[id]
@@ -211,12 +241,39 @@ func (s *Server) response(id int64, typeURL, version, nonce string) {
 	}
 	ts := st.typ(typeURL)
 	ts.sentVersion, ts.sentNonce = version, nonce
-	// Convergence is measured for pushes, not for a proxy's initial fetch.
-	if last.After(st.opened) {
-		ts.pushStart = last
-	} else {
-		ts.pushStart = time.Time{}
+	// Pushes only, not a proxy's initial fetch; each push once per type.
+	if rec == nil || !rec.start.After(st.opened) || rec.seq <= ts.sentSeq {
+		return
 	}
+	ts.sentSeq = rec.seq
+	s.m.PushTime.WithLabelValues(short).Observe(now.Sub(rec.start).Seconds())
+	pp := st.pending[rec.seq]
+	if pp == nil {
+		pp = &pendingPush{rec: rec, sent: map[string]bool{}}
+		st.pending[rec.seq] = pp
+		if len(st.pending) > maxPending {
+			delete(st.pending, slices.Min(slices.Collect(maps.Keys(st.pending))))
+		}
+	}
+	pp.sent[typeURL] = true
+	key := ScopeKey(st.node)
+	for t, tts := range st.types {
+		if !pp.sent[t] && rec.expects(t, key, tts.names) {
+			return // more of this push to come
+		}
+	}
+	// Converged on rec, and on every earlier push merged into it: one observation from the
+	// earliest first event (istiod merges queued pushes keeping the earliest start).
+	first := rec.first
+	for seq, p := range st.pending {
+		if seq <= rec.seq {
+			if p.rec.first.Before(first) {
+				first = p.rec.first
+			}
+			delete(st.pending, seq)
+		}
+	}
+	s.m.ProxyConvergence.Observe(now.Sub(first).Seconds())
 }
 
 // ProxyStatus is what the server knows about one connected proxy.
@@ -254,6 +311,50 @@ func (s *Server) Proxies() []ProxyStatus {
 	sort.Slice(out, func(i, j int) bool { return out[i].StreamID < out[j].StreamID })
 	return out
 }
+
+// SyncStatus is one proxy in /debug/syncz, with istiod's JSON names: per type, the nonce of the
+// latest response sent and the nonce the proxy last acknowledged (equal: in sync).
+type SyncStatus struct {
+	ProxyID       string `json:"proxy"`
+	ProxyType     string `json:"proxy_type"`
+	Namespace     string `json:"namespace"`
+	ClusterSent   string `json:"cluster_sent,omitempty"`
+	ClusterAcked  string `json:"cluster_acked,omitempty"`
+	ListenerSent  string `json:"listener_sent,omitempty"`
+	ListenerAcked string `json:"listener_acked,omitempty"`
+	RouteSent     string `json:"route_sent,omitempty"`
+	RouteAcked    string `json:"route_acked,omitempty"`
+	EndpointSent  string `json:"endpoint_sent,omitempty"`
+	EndpointAcked string `json:"endpoint_acked,omitempty"`
+	Delta         bool   `json:"delta,omitempty"`
+}
+
+// Syncz is /debug/syncz: every connected proxy's sent and acknowledged nonces, by stream.
+func (s *Server) Syncz() []SyncStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := slices.Sorted(maps.Keys(s.streams))
+	out := make([]SyncStatus, 0, len(ids))
+	for _, id := range ids {
+		st := s.streams[id]
+		ss := SyncStatus{ProxyID: st.node.GetId(), Namespace: ProxyNamespace(st.node), Delta: st.delta}
+		ss.ProxyType, _, _ = strings.Cut(st.node.GetId(), "~")
+		pick := func(typeURL string, sent, acked *string) {
+			if ts := st.types[typeURL]; ts != nil {
+				*sent, *acked = ts.sentNonce, ts.ackedNonce
+			}
+		}
+		pick(resourcev3.ClusterType, &ss.ClusterSent, &ss.ClusterAcked)
+		pick(resourcev3.ListenerType, &ss.ListenerSent, &ss.ListenerAcked)
+		pick(resourcev3.RouteType, &ss.RouteSent, &ss.RouteAcked)
+		pick(resourcev3.EndpointType, &ss.EndpointSent, &ss.EndpointAcked)
+		out = append(out, ss)
+	}
+	return out
+}
+
+// MaxConcurrentSends is the most responses ever sent at once (bounded by the push throttle).
+func (s *Server) MaxConcurrentSends() int { return int(s.sends.maxInFlight.Load()) }
 
 // NodeOf returns the node of the first connected stream whose node id is id.
 func (s *Server) NodeOf(id string) (*core.Node, bool) {

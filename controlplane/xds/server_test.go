@@ -46,6 +46,12 @@ type rig struct {
 
 func newRig(t testing.TB, quiet, max time.Duration, sw ...regress.Switch) *rig {
 	t.Helper()
+	return newRigWith(t, DefaultPushThrottle, quiet, max, sw...)
+}
+
+// newRigWith is newRig with a push throttle.
+func newRigWith(t testing.TB, throttle int, quiet, max time.Duration, sw ...regress.Switch) *rig {
+	t.Helper()
 	set := regress.Set{}
 	for _, s := range sw {
 		set[s] = true
@@ -54,7 +60,7 @@ func newRig(t testing.TB, quiet, max time.Duration, sw ...regress.Switch) *rig {
 	r := &rig{m: model.New(model.Options{Regress: set, Logger: log}), caches: NewCaches("t-"), gate: gate.New(), met: metrics.New()}
 	r.pusher = NewPusher(r.m, r.caches, PushOptions{Quiet: quiet, Max: max, Regress: set, Logger: log, Metrics: r.met})
 	ctx, cancel := context.WithCancel(context.Background())
-	r.server = NewServer(ctx, r.caches, r.pusher, r.gate, r.met, log)
+	r.server = NewServerThrottled(ctx, r.caches, r.pusher, r.gate, r.met, log, throttle)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	r.addr = l.Addr().String()

@@ -128,7 +128,7 @@ func (r *Reference) Metrics() map[Measure]Metric {
 		HeapInUse:        {Name: "go_memstats_heap_inuse_bytes"},
 		TimeToReady:      {Name: "meshchaos_controlplane_time_to_ready_seconds"},
 		HeapLive:         {Name: "go_memstats_heap_alloc_bytes"},
-		FullPushTime:     {Name: "pilot_xds_push_time", Labels: map[string]string{"type": "full"}},
+		FullPushTime:     {Name: "meshchaos_controlplane_push_cycle_seconds", Labels: map[string]string{"kind": "full"}},
 		PushTime:         {Name: "pilot_xds_push_time"},
 		XDSPushes:        {Name: "pilot_xds_pushes"},
 		PushTriggers:     {Name: "pilot_push_triggers"},

@@ -36,9 +36,11 @@ const (
 	// HeapLive is a gauge of the bytes in allocated heap objects (Go's heap_alloc): right after
 	// a forced GC, the live heap — what a heap profile's inuse_space estimates.
 	HeapLive Measure = "heap-live"
-	// FullPushTime is the histogram of the time full pushes take (generate and hand to the caches).
+	// FullPushTime is the histogram of the time a full push cycle takes (generate and hand to the
+	// caches, once for all proxies).
 	FullPushTime Measure = "full-push-time"
-	// PushTime is a histogram (in seconds) of the time a push takes.
+	// PushTime is a histogram (in seconds) of the time a push takes, per proxy and xDS type
+	// (istiod's pilot_xds_push_time{type}: push start → response sent).
 	PushTime Measure = "push-time"
 	// XDSPushes counts responses sent to proxies, labelled by xDS type (istiod's
 	// pilot_xds_pushes{type}).

@@ -51,10 +51,10 @@ func TestReferenceMetricsExist(t *testing.T) {
 	for _, measure := range []Measure{FullPushes, EDSPushes} {
 		m.Pushes.With(prometheus.Labels(ref.Metrics()[measure].Labels)).Add(0)
 	}
-	m.PushTime.With(prometheus.Labels(ref.Metrics()[FullPushTime].Labels)).Observe(0)
+	m.PushCycleTime.With(prometheus.Labels(ref.Metrics()[FullPushTime].Labels)).Observe(0)
 	m.PushTime.WithLabelValues("eds").Observe(0)
 	m.XDSPushes.WithLabelValues("eds").Add(0)
-	m.PushTriggers.WithLabelValues("endpointslice").Add(0)
+	m.PushTriggers.WithLabelValues("endpoint").Add(0)
 	fams, err := m.Registry.Gather()
 	require.NoError(t, err)
 	names := map[string]bool{}

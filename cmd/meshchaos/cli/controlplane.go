@@ -23,6 +23,7 @@ func newControlPlaneCmd() *cobra.Command {
 	var (
 		kubeconfig, xdsAddr, adminAddr, domain, logLevel string
 		syncGate, noRouteDefaults                        bool
+		pushThrottle                                     int
 		maxWait, quiet, debounceMax                      time.Duration
 		switches                                         []string
 		wh                                               webhook.Options
@@ -57,6 +58,9 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 			if quiet < 0 || debounceMax < 0 || maxWait < 0 {
 				return Usagef("durations must not be negative")
 			}
+			if pushThrottle < 1 {
+				return Usagef("--push-throttle must be at least 1 (istiod's default is 100)")
+			}
 			cfg, err := kubeConfig(kubeconfig)
 			if err != nil {
 				return Usagef("%v", err)
@@ -76,7 +80,7 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 			defer stop()
 			cp, err := controlplane.Start(ctx, controlplane.Options{Kube: cfg, XDSAddr: xdsAddr, AdminAddr: adminAddr,
 				SyncGate: syncGate, MaxWait: maxWait, DebounceQuiet: quiet, DebounceMax: debounceMax,
-				Regress: set, NoRouteDefaults: noRouteDefaults, DomainSuffix: domain, Logger: log, Webhook: whOpts})
+				Regress: set, NoRouteDefaults: noRouteDefaults, PushThrottle: pushThrottle, DomainSuffix: domain, Logger: log, Webhook: whOpts})
 			if err != nil {
 				return err
 			}
@@ -95,6 +99,7 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 	f.DurationVar(&quiet, "debounce", 100*time.Millisecond, "push debounce quiet period")
 	f.DurationVar(&debounceMax, "debounce-max", 10*time.Second, "longest a change waits in debounce")
 	f.StringArrayVar(&switches, "regress", nil, "enable a regression switch (repeatable): "+fmt.Sprint(regress.Names()))
+	f.IntVar(&pushThrottle, "push-throttle", 100, "responses sent at once, across every proxy (istiod's PILOT_PUSH_THROTTLE)")
 	f.BoolVar(&noRouteDefaults, "no-route-defaults", false, "leave istiod's default retry policy (2 retries on connect-failure,refused-stream,unavailable,cancelled,503) and route timeout 0 out of generated routes")
 	f.StringVar(&domain, "domain-suffix", "cluster.local", "cluster DNS domain")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

@@ -1,0 +1,248 @@
+package xds
+
+import (
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/structpb"
+	"istio.io/api/networking/v1alpha3"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
+	"github.com/meshchaos/meshchaos/controlplane/internal/adsclient"
+	"github.com/meshchaos/meshchaos/controlplane/metrics"
+	"github.com/meshchaos/meshchaos/controlplane/model"
+)
+
+// applyIn applies a STATIC ServiceEntry "name" in namespace ns with host name.test.
+func (r *rig) applyIn(t testing.TB, ns, name string, addrs ...string) {
+	t.Helper()
+	spec := &v1alpha3.ServiceEntry{Hosts: []string{name + ".test"}, Resolution: v1alpha3.ServiceEntry_STATIC,
+		Ports: []*v1alpha3.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP"}}}
+	for _, a := range addrs {
+		spec.Endpoints = append(spec.Endpoints, &v1alpha3.WorkloadEntry{Address: a})
+	}
+	conv, _, err := model.ConvertServiceEntry(ns, name, spec)
+	require.NoError(t, err)
+	r.pusher.Enqueue(r.m.SetServiceEntry(ns, name, time.Unix(0, 0), conv))
+}
+
+// sidecarRig is a started rig with a1.test in namespace a, b1.test in b, and a Sidecar "./*"
+// in a.
+func sidecarRig(t *testing.T) *rig {
+	r := newRig(t, 10*time.Millisecond, time.Second)
+	r.applyIn(t, "a", "a1", "10.0.0.1")
+	r.applyIn(t, "b", "b1", "10.0.0.2")
+	r.pusher.Enqueue(r.m.SetSidecar("a", "default", &model.Sidecar{Namespace: "a", Name: "default", Hosts: []string{"./*"}}))
+	r.start(t)
+	return r
+}
+
+func clusterNames(c *adsclient.Client) []string {
+	var out []string
+	for n := range c.Resources(resourcev3.ClusterType) {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestSidecarScopesWhatEachProxyGets: a Sidecar in namespace a ("./*") limits a's proxies to
+// a's services; b's proxies (no Sidecar) see everything. b's two proxies share one generation;
+// a ServiceEntry change outside a's scope sends a's proxy nothing.
+func TestSidecarScopesWhatEachProxyGets(t *testing.T) {
+	r := sidecarRig(t)
+
+	pa := r.client(t, "sidecar~10.1.0.1~pa.a~a.svc.cluster.local")
+	pb := r.client(t, "sidecar~10.1.0.2~pb.b~b.svc.cluster.local")
+	pb2 := r.client(t, "sidecar~10.1.0.3~pb2.b~b.svc.cluster.local")
+	all := []string{"outbound|80||a1.test", "outbound|80||b1.test"}
+	eventually(t, "every proxy's CDS", func() bool {
+		return len(clusterNames(pa)) == 1 && len(clusterNames(pb)) == 2 && len(clusterNames(pb2)) == 2
+	})
+	assert.Equal(t, []string{"outbound|80||a1.test"}, clusterNames(pa), "a's Sidecar: a's services only")
+	assert.Equal(t, all, clusterNames(pb))
+	assert.Equal(t, all, clusterNames(pb2))
+
+	var sa, sb *ScopeCaches
+	for _, sc := range r.caches.Scopes() {
+		switch sc.Namespace {
+		case "a":
+			sa = sc
+		case "b":
+			sb = sc
+		}
+	}
+	require.NotNil(t, sa)
+	require.NotNil(t, sb)
+	assert.Equal(t, 1, sb.Pushes(), "b's two proxies share one generation")
+
+	// A change outside a's scope: b's proxies get it, a's proxy gets nothing. The barrier is a
+	// later change a does see: its stream is ordered, so a CDS for b2 would have come first.
+	cdsA := count(pa, resourcev3.ClusterType)
+	r.applyIn(t, "b", "b2", "10.0.0.3")
+	eventually(t, "b2 at b's proxies", func() bool { return len(clusterNames(pb)) == 3 && len(clusterNames(pb2)) == 3 })
+	r.applyIn(t, "a", "a2", "10.0.0.4")
+	eventually(t, "a2 at a's proxy", func() bool { return len(clusterNames(pa)) == 2 })
+	assert.Equal(t, cdsA+1, count(pa, resourcev3.ClusterType), "a's proxy got one CDS (a2), none for b2")
+	assert.Equal(t, []string{"outbound|80||a1.test", "outbound|80||a2.test"}, clusterNames(pa))
+	assert.Equal(t, 3, sb.Pushes(), "b's scope regenerated once per push it sees, not once per proxy")
+
+	// Deleting a's Sidecar widens its scope (a full push for a's proxies).
+	r.pusher.Enqueue(r.m.DeleteSidecar("a", "default"))
+	eventually(t, "a sees everything", func() bool { return len(clusterNames(pa)) == 4 })
+}
+
+func TestProxyNamespace(t *testing.T) {
+	md, err := structpb.NewStruct(map[string]any{"NAMESPACE": "meta"})
+	require.NoError(t, err)
+	for _, c := range []struct {
+		node *core.Node
+		want string
+	}{
+		{&core.Node{Id: "sidecar~10.0.0.1~pod-1.app~app.svc.cluster.local"}, "app"},
+		{&core.Node{Id: "router~10.0.0.1~gateway-0.mesh~mesh.svc.cluster.local"}, "mesh"},
+		{&core.Node{Id: "sidecar~10.0.0.1~pod.x~x.svc.cluster.local", Metadata: md}, "meta"},
+		{&core.Node{Id: "sidecar~a"}, ""},
+		{&core.Node{Id: "gateway-0"}, ""},
+		{nil, ""},
+	} {
+		assert.Equal(t, c.want, ProxyNamespace(c.node), "%v", c.node)
+	}
+}
+
+// TestEDSPushStaysOutOfOtherScopes: an endpoint change reaches only the proxies watching the
+// cluster, pilot_xds_pushes counting one EDS response per proxy that got it.
+func TestEDSPushStaysOutOfOtherScopes(t *testing.T) {
+	r := newRig(t, 10*time.Millisecond, time.Second)
+	r.applyIn(t, "a", "a1", "10.0.0.1")
+	r.applyIn(t, "b", "b1", "10.0.0.2")
+	r.start(t)
+	pa := r.client(t, "sidecar~10.1.0.1~pa.a~a.svc.cluster.local", "outbound|80||a1.test")
+	pb := r.client(t, "sidecar~10.1.0.2~pb.b~b.svc.cluster.local", "outbound|80||b1.test")
+	eventually(t, "initial EDS", func() bool {
+		return endpointsOf(t, pa, "outbound|80||a1.test") == 1 && endpointsOf(t, pb, "outbound|80||b1.test") == 1
+	})
+	before := testutil.ToFloat64(r.met.XDSPushes.WithLabelValues("eds"))
+	edsA := count(pa, resourcev3.EndpointType)
+	r.applyIn(t, "b", "b1", "10.0.0.2", "10.0.0.3")
+	eventually(t, "b1's new endpoint", func() bool { return endpointsOf(t, pb, "outbound|80||b1.test") == 2 })
+	r.applyIn(t, "a", "a1", "10.0.0.1", "10.0.0.5")
+	eventually(t, "a1's new endpoint", func() bool { return endpointsOf(t, pa, "outbound|80||a1.test") == 2 })
+	assert.Equal(t, edsA+1, count(pa, resourcev3.EndpointType), "a's proxy got only a1's EDS")
+	assert.Equal(t, before+2, testutil.ToFloat64(r.met.XDSPushes.WithLabelValues("eds")), "one EDS response per proxy per change")
+}
+
+// TestConvergenceIsPerProxyFromTheFirstEvent: pilot_proxy_convergence_time has istiod's
+// meaning: one sample per proxy that the push concerns, from the first event of the debounced
+// batch (so it includes the debounce) to the last type sent; pilot_xds_push_time one per proxy
+// and type sent.
+func TestConvergenceIsPerProxyFromTheFirstEvent(t *testing.T) {
+	const quiet = 150 * time.Millisecond
+	r := newRig(t, quiet, 10*time.Second)
+	r.applyIn(t, "a", "a1", "10.0.0.1")
+	r.applyIn(t, "b", "b1", "10.0.0.2")
+	r.pusher.Enqueue(r.m.SetSidecar("b", "default", &model.Sidecar{Namespace: "b", Name: "default", Hosts: []string{"./*"}}))
+	r.start(t)
+	p1 := r.client(t, "sidecar~10.1.0.1~p1.a~a.svc.cluster.local", "outbound|80||a1.test")
+	p2 := r.client(t, "sidecar~10.1.0.2~p2.a~a.svc.cluster.local", "outbound|80||a1.test")
+	other := r.client(t, "sidecar~10.1.0.3~p3.b~b.svc.cluster.local", "outbound|80||b1.test")
+	eventually(t, "initial EDS", func() bool {
+		return endpointsOf(t, p1, "outbound|80||a1.test") == 1 && endpointsOf(t, p2, "outbound|80||a1.test") == 1 &&
+			endpointsOf(t, other, "outbound|80||b1.test") == 1
+	})
+	require.Zero(t, histCount(t, r.met), "initial fetches are not pushes")
+
+	start := time.Now()
+	r.applyIn(t, "a", "a1", "10.0.0.1", "10.0.0.7")
+	eventually(t, "the EDS push at a's proxies", func() bool {
+		return endpointsOf(t, p1, "outbound|80||a1.test") == 2 && endpointsOf(t, p2, "outbound|80||a1.test") == 2
+	})
+	elapsed := time.Since(start)
+	eventually(t, "two convergence samples", func() bool { return histCount(t, r.met) == 2 })
+	h := histogram(t, r.met, "pilot_proxy_convergence_time")
+	assert.GreaterOrEqual(t, h.GetSampleSum()/2, quiet.Seconds(), "from the first event: the debounce is included")
+	assert.LessOrEqual(t, h.GetSampleSum()/2, elapsed.Seconds())
+	assert.Equal(t, uint64(2), histogram(t, r.met, "pilot_xds_push_time", "eds").GetSampleCount(), "one per proxy sent")
+
+	// A full push that adds a service to a's scope: each of a's proxies converges once, b's
+	// proxy (its Sidecar hides a) not at all: the barrier is a change b's proxy does see.
+	r.applyIn(t, "a", "a2", "10.0.0.8")
+	eventually(t, "a2 at a's proxies", func() bool { return len(clusterNames(p1)) == 2 && len(clusterNames(p2)) == 2 })
+	r.applyIn(t, "b", "b1", "10.0.0.2", "10.0.0.9")
+	eventually(t, "b1's new endpoint", func() bool { return endpointsOf(t, other, "outbound|80||b1.test") == 2 })
+	eventually(t, "five convergence samples", func() bool { return histCount(t, r.met) >= 5 })
+	assert.Equal(t, uint64(5), histCount(t, r.met), "2 (EDS) + 2 (a's full push) + 1 (b's EDS)")
+}
+
+func histogram(t testing.TB, m *metrics.Metrics, name string, labels ...string) *dto.Histogram {
+	mfs, err := m.Registry.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, mm := range mf.GetMetric() {
+			if len(labels) == 0 || (len(mm.GetLabel()) > 0 && mm.GetLabel()[0].GetValue() == labels[0]) {
+				return mm.GetHistogram()
+			}
+		}
+	}
+	return &dto.Histogram{}
+}
+
+// TestPushThrottleBoundsConcurrentSends: with a throttle of 1, a full push to 8 proxies sends
+// one response at a time; every response waited its turn in pilot_proxy_queue_time.
+func TestPushThrottleBoundsConcurrentSends(t *testing.T) {
+	r := newRigWith(t, 1, 10*time.Millisecond, time.Second)
+	for i := 0; i < 50; i++ {
+		r.applyIn(t, "a", fmt.Sprintf("s%d", i), "10.0.0.1")
+	}
+	r.start(t)
+	var clients []*adsclient.Client
+	for i := 0; i < 8; i++ {
+		clients = append(clients, r.client(t, fmt.Sprintf("sidecar~10.1.0.%d~p%d.a~a.svc.cluster.local", i, i)))
+	}
+	eventually(t, "initial CDS everywhere", func() bool {
+		for _, c := range clients {
+			if len(clusterNames(c)) != 50 {
+				return false
+			}
+		}
+		return true
+	})
+	r.pusher.Push(model.Change{Full: true, Reasons: []string{"test"}})
+	r.applyIn(t, "a", "s50", "10.0.0.1")
+	eventually(t, "the push everywhere", func() bool {
+		for _, c := range clients {
+			if len(clusterNames(c)) != 51 {
+				return false
+			}
+		}
+		return true
+	})
+	assert.Equal(t, 1, r.server.MaxConcurrentSends())
+	assert.GreaterOrEqual(t, histogramCount(t, r.met, "pilot_proxy_queue_time"), uint64(16), "every response queued for a slot")
+}
+
+func histogramCount(t testing.TB, m *metrics.Metrics, name string) uint64 {
+	return histogram(t, m, name).GetSampleCount()
+}
+
+// TestGatewaysIgnoreSidecars: as istiod (getSidecarScope returns the default scope for a
+// Router), a gateway in a namespace whose Sidecar narrows its sidecars still sees every host.
+func TestGatewaysIgnoreSidecars(t *testing.T) {
+	r := sidecarRig(t)
+	side := r.client(t, "sidecar~10.1.0.1~app.a~a.svc.cluster.local")
+	gw := r.client(t, "router~10.1.0.2~gateway-0.a~a.svc.cluster.local")
+	eventually(t, "both CDS", func() bool { return len(clusterNames(side)) == 1 && len(clusterNames(gw)) == 2 })
+	assert.Equal(t, []string{"outbound|80||a1.test", "outbound|80||b1.test"}, clusterNames(gw))
+	assert.Equal(t, "router~a", ScopeKey(&core.Node{Id: "router~10.1.0.2~gateway-0.a~a.svc.cluster.local"}))
+}
