@@ -318,7 +318,8 @@ func counterAt(sr results.Series, first, t time.Time) float64 {
 // converge matches the API's endpoint changes after syncedAt with each proxy's receipts: the
 // receipt of a change is the proxy's first receipt, after the one it matched for the previous
 // change, that carries the new endpoint count and arrives before the change after next (which
-// brings the same count back). A change without such a receipt is missed by that proxy.
+// brings the same count back: a later receipt cannot be told from that change's). A change
+// without such a receipt is missed by that proxy, whether it came too late or never.
 func converge(service string, syncedAt time.Time, changes []apiChange, clients [][]adsload.Receipt) *results.Convergence {
 	out := &results.Convergence{Service: service, Proxies: len(clients), Changes: make([]results.EndpointChange, len(changes))}
 	per := make([][]time.Duration, len(changes))
