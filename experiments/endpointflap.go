@@ -25,7 +25,7 @@ func init() {
 		Name:    "endpoint-flap",
 		Summary: "a single-pod service flaps Ready/NotReady under a fleet of proxies (incident 2: a full push on every 0→1)",
 		Params: params.Set{
-			params.Rate, params.Length.WithDefault("100s"), params.Steady, params.Nodes.WithDefault("1"),
+			params.Rate, params.Length.WithDefault("120s"), params.Steady, params.Nodes.WithDefault("1"),
 			params.CPMemory, params.CPCPU,
 			params.EnumParam("flap", flapReadiness, []string{flapReadiness, flapCrash, flapEvict}, "how the pod flaps: its readiness probe fails and recovers, its container crashes and is restarted, or it is deleted (evicted) and recreated"),
 			params.DurationParam("unready", 2*time.Second, time.Second, time.Minute, "how long the pod stays NotReady in each flap (readiness)"),
@@ -127,14 +127,26 @@ func endpointFlapChaos(ctx context.Context, s *experiment.State) error {
 	v, m := s.Params, s.Mesh
 	const ns = "default"
 	sel := "app=" + flapService
-	if err := s.Measure(
-		&observe.Pods{Client: m.Client, Namespace: ns, Selector: sel, As: flapRole},
-		// After the control plane's metrics: it attributes their pushes to each change.
-		&observe.Convergence{Client: m.Client, Namespace: ns, Service: flapService, URL: m.ADSLoadURL + "/tracked",
-			Dial: m.Cluster.Dialer(max(m.Spec.ADSLoad.Node, 1)), As: "adsload", Pushes: s.CP.Metrics()},
-	); err != nil {
+	// After the control plane's metrics: it attributes their pushes to each change.
+	conv := &observe.Convergence{Client: m.Client, Namespace: ns, Service: flapService, URL: m.ADSLoadURL + "/tracked",
+		Dial: m.Cluster.Dialer(max(m.Spec.ADSLoad.Node, 1)), As: "adsload", Pushes: s.CP.Metrics()}
+	if err := s.Measure(&observe.Pods{Client: m.Client, Namespace: ns, Selector: sel, As: flapRole}, conv); err != nil {
 		return err
 	}
+	if err := flapPod(ctx, s, v.String("flap"), ns, sel); err != nil {
+		return err
+	}
+	// The last change's receipts belong to the run: wait for them (a control plane that never
+	// delivers it shows as missed receipts, not as a harness failure).
+	if err := conv.WaitConverged(ctx, 2*time.Minute); err != nil {
+		s.Event("convergence.incomplete", "adsload", err.Error())
+	}
+	return nil
+}
+
+// flapPod makes the pod flap the chosen way for flapFor.
+func flapPod(ctx context.Context, s *experiment.State, kind, ns, sel string) error {
+	v, m := s.Params, s.Mesh
 	until := time.Now().Add(v.Duration("flapFor"))
 	// repeat injects a fault that ends on its own until flapFor is over, leaving the pod Ready
 	// for the ready period between two.
@@ -156,7 +168,7 @@ func endpointFlapChaos(ctx context.Context, s *experiment.State) error {
 		}
 		return nil
 	}
-	switch v.String("flap") {
+	switch kind {
 	case flapEvict:
 		return repeat(func() chaos.Injector { return &chaos.PodKill{Client: m.Client, Namespace: ns, Selector: sel} })
 	case flapCrash:
@@ -170,7 +182,8 @@ func endpointFlapChaos(ctx context.Context, s *experiment.State) error {
 		if err := s.Inject(ctx, flap); err != nil {
 			return err
 		}
-		if err := experiment.Sleep(ctx, time.Until(until)); err != nil {
+		// From the first transition on (the switch may take a while on a loaded machine).
+		if err := experiment.Sleep(ctx, v.Duration("flapFor")); err != nil {
 			return err
 		}
 		return s.Clear(ctx, flap)

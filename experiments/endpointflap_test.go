@@ -26,7 +26,7 @@ func TestEndpointFlapParams(t *testing.T) {
 	assert.Equal(t, "||flap.default.svc.", spec.ADSLoad.Track)
 	for bad, want := range map[string]string{
 		"flap=wobble":   `want one of`,
-		"flapFor=80s":   "at least steady + flapFor + 15s",
+		"flapFor=100s":  "at least steady + flapFor + 15s",
 		"proxies=0":     "want a whole number from 1 to 5000",
 		"hosts=2000":    "at most serviceEntries",
 		"unready=100ms": "want a duration from 1s",

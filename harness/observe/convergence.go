@@ -99,27 +99,12 @@ func (c *Convergence) Start(ctx context.Context, sink Sink) error {
 	c.ready = readyEndpoints(inf.GetStore())
 	c.mu.Unlock()
 
-	timeout := orDefault(c.SyncTimeout, 2*time.Minute)
-	sctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		t, err := c.fetch(sctx)
-		c.mu.Lock()
-		want := c.ready
-		c.mu.Unlock()
-		if err == nil && allHold(t, want) {
-			c.mu.Lock()
-			c.syncedAt, c.changes = time.Now(), nil
-			c.mu.Unlock()
-			break
-		}
-		select {
-		case <-sctx.Done():
-			return fmt.Errorf("the proxies (%s) did not all hold the %d ready endpoint(s) of %s/%s within %s (last: %v, %s): are they connected to the control plane, and does --track name the service's cluster?",
-				c.URL, want, c.Namespace, c.Service, timeout, err, holding(t, want))
-		case <-time.After(200 * time.Millisecond):
-		}
+	if err := c.WaitConverged(ctx, orDefault(c.SyncTimeout, 2*time.Minute)); err != nil {
+		return err
 	}
+	c.mu.Lock()
+	c.syncedAt, c.changes = time.Now(), nil
+	c.mu.Unlock()
 	sink.Background(func(ctx context.Context) {
 		t := time.NewTicker(orDefault(c.Every, 2*time.Second))
 		defer t.Stop()
@@ -137,6 +122,28 @@ func (c *Convergence) Start(ctx context.Context, sink Sink) error {
 		}
 	})
 	return nil
+}
+
+// WaitConverged waits until every proxy holds the Service's current ready endpoints: after
+// the last change, so that its receipts are measured before the run ends.
+func (c *Convergence) WaitConverged(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		t, err := c.fetch(ctx)
+		c.mu.Lock()
+		want := c.ready
+		c.mu.Unlock()
+		if err == nil && allHold(t, want) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the proxies (%s) did not all hold the %d ready endpoint(s) of %s/%s within %s (last: %v, %s): are they connected to the control plane, and does --track name the service's cluster?",
+				c.URL, want, c.Namespace, c.Service, timeout, err, holding(t, want))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 func orDefault(d, def time.Duration) time.Duration {
@@ -311,7 +318,8 @@ func counterAt(sr results.Series, first, t time.Time) float64 {
 // converge matches the API's endpoint changes after syncedAt with each proxy's receipts: the
 // receipt of a change is the proxy's first receipt, after the one it matched for the previous
 // change, that carries the new endpoint count and arrives before the change after next (which
-// brings the same count back). A change without such a receipt is missed by that proxy.
+// brings the same count back: a later receipt cannot be told from that change's). A change
+// without such a receipt is missed by that proxy, whether it came too late or never.
 func converge(service string, syncedAt time.Time, changes []apiChange, clients [][]adsload.Receipt) *results.Convergence {
 	out := &results.Convergence{Service: service, Proxies: len(clients), Changes: make([]results.EndpointChange, len(changes))}
 	per := make([][]time.Duration, len(changes))
