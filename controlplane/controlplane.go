@@ -50,8 +50,10 @@ type Options struct {
 	// DebounceQuiet and DebounceMax are the push debounce (defaults 100 ms and 10 s).
 	DebounceQuiet, DebounceMax time.Duration
 	Regress                    regress.Set
-	DomainSuffix               string
-	Logger                     *slog.Logger
+	// NoRouteDefaults leaves istiod's default retry policy and route timeout 0 out of routes.
+	NoRouteDefaults bool
+	DomainSuffix    string
+	Logger          *slog.Logger
 	// Webhook serves the admission webhooks (sidecar injection, config validation); nil: none.
 	Webhook *webhook.Options
 }
@@ -112,7 +114,8 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		}})
 	cp.Caches = xds.NewCaches(strconv.FormatInt(cp.start.UnixNano(), 36) + "-")
 	cp.Pusher = xds.NewPusher(cp.Model, cp.Caches, xds.PushOptions{Quiet: opts.DebounceQuiet, Max: opts.DebounceMax,
-		Regress: opts.Regress, Logger: opts.Logger, Metrics: cp.Metrics})
+		Regress: opts.Regress, Generate: xds.GenOptions{NoRouteDefaults: opts.NoRouteDefaults},
+		Logger: opts.Logger, Metrics: cp.Metrics})
 	src, err := kube.NewSource(opts.Kube, cp.Model, cp.Pusher.Enqueue, opts.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("start control plane: %w", err)

@@ -108,7 +108,7 @@ func testSEEndpointPort(t *testing.T, c *testCluster) {
 	require.NoError(t, c.istio.NetworkingV1().WorkloadEntries(ns).Delete(ctx, "b", metav1.DeleteOptions{}))
 	mkWE("e", "10.9.0.5", 9005)
 	waitFor(t, 10*time.Second, "a WorkloadEntry after the delete served", func() bool {
-		return slices.Contains(servedPorts(t, labelBug, cn), 9005)
+		return slices.Contains(servedPorts(t, labelBug, cn), 9005) && slices.Contains(servedPorts(t, plain, cn), 9005)
 	})
 	require.ElementsMatch(t, []uint32{9001, 9002, 9004, 9005}, servedPorts(t, labelBug, cn), "we-stale-label: the deleted entry stays")
 	require.ElementsMatch(t, []uint32{9001, 9004, 9005}, servedPorts(t, plain, cn))

@@ -217,3 +217,15 @@ func checkStatic(path string) error {
 	}
 	return nil
 }
+
+// Missing lists the catalog images whose tarballs are not in dir, so a run can refuse to start
+// (and say to run 'make images') before it brings a cluster up.
+func Missing(dir string) []string {
+	var out []string
+	for _, s := range Catalog {
+		if fi, err := os.Stat(TarPath(dir, s.Name)); err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 {
+			out = append(out, s.Name+".tar")
+		}
+	}
+	return out
+}

@@ -15,11 +15,15 @@
 //     with the domains HOST and HOST:PORT and, for Kubernetes Services, the short forms
 //     name, name.ns, name.ns.svc (each with and without :PORT) and the ClusterIP (with and
 //     without :PORT). A domain is given to the first service (by host name) that claims it, so
-//     route configurations never carry duplicates. One route, prefix "/", to the cluster.
+//     route configurations never carry duplicates. One route, prefix "/", to the cluster, with
+//     istiod's defaults unless GenOptions.NoRouteDefaults: timeout 0 and DefaultRetryPolicy.
 //   - Proxyless gRPC (grpc-go's xds resolver, target xds:///HOST:PORT): API listeners named
 //     "HOST:PORT" for HOST the FQDN (and, for Kubernetes Services, name.ns and name.ns.svc),
 //     each an HTTP connection manager with an inline route configuration to the cluster
 //     "outbound|PORT||FQDN".
+//
+// No Envoy listener or route configuration is generated for a port the proxy binds itself (see
+// ProxyPort); the clusters and the proxyless gRPC listeners of such a port are.
 //
 // Ports with protocol TCP, TLS, MONGO, REDIS or MYSQL get clusters but no HTTP listener or
 // route (the reference control plane generates no tcp_proxy chains).
@@ -27,6 +31,7 @@ package xds
 
 import (
 	"fmt"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -38,6 +43,7 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	previoushosts "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	httpopts "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"google.golang.org/protobuf/proto"
@@ -72,6 +78,13 @@ func APIListenerName(host string, port uint32) string {
 	return host + ":" + strconv.FormatUint(uint64(port), 10)
 }
 
+// GenOptions configure generation.
+type GenOptions struct {
+	// NoRouteDefaults leaves out istiod's route defaults (DefaultRetryPolicy and timeout 0, i.e.
+	// no route timeout), so a route carries only its cluster: the proxy's own defaults apply.
+	NoRouteDefaults bool
+}
+
 // Invalid is a resource that failed Validate() and was left out.
 type Invalid struct {
 	Type, Name string
@@ -84,7 +97,7 @@ type validator interface{ Validate() error }
 
 // Generate builds every resource from the model's entries (sorted by host). Resources that fail
 // Validate() are left out and reported; generation never fails as a whole.
-func Generate(entries []*model.Entry) (*Resources, []Invalid) {
+func Generate(entries []*model.Entry, opts GenOptions) (*Resources, []Invalid) {
 	r := &Resources{
 		Clusters: map[string]types.Resource{}, Endpoints: map[string]types.Resource{},
 		Listeners: map[string]types.Resource{}, Routes: map[string]types.Resource{},
@@ -122,14 +135,17 @@ func Generate(entries []*model.Entry) (*Resources, []Invalid) {
 			if !httpLike(p.Protocol) {
 				continue
 			}
-			vhosts[p.Number] = append(vhosts[p.Number], buildVirtualHost(s, p, taken[p.Number]))
+			vhosts[p.Number] = append(vhosts[p.Number], buildVirtualHost(s, p, taken[p.Number], opts))
 			for _, h := range grpcHosts(s) {
 				name := APIListenerName(h, p.Number)
-				add(r.APIListeners, "Listener", name, buildAPIListener(name, cn))
+				add(r.APIListeners, "Listener", name, buildAPIListener(name, cn, opts))
 			}
 		}
 	}
 	for port, vh := range vhosts {
+		if ProxyPort(port) {
+			continue
+		}
 		rn := RouteName(port)
 		add(r.Routes, "RouteConfiguration", rn, &route.RouteConfiguration{Name: rn, VirtualHosts: vh,
 			ValidateClusters: wrapperspb.Bool(false)})
@@ -138,6 +154,16 @@ func Generate(entries []*model.Entry) (*Resources, []Invalid) {
 	}
 	return r, bad
 }
+
+// proxyPorts are the ports the proxy binds itself: Envoy's (and xdsproxy's) admin 15000, the
+// capture ports 15001 (outbound) and 15006 (inbound), health 15021 and Prometheus 15090. istiod
+// (conflictWithReservedListener) builds no listener on 15001/15006/15021/15090; 15000 is added
+// because the gateways serve admin on all addresses, so a 0.0.0.0:15000 listener cannot bind
+// and the proxy would reject every LDS response.
+var proxyPorts = map[uint32]bool{15000: true, 15001: true, 15006: true, 15021: true, 15090: true}
+
+// ProxyPort reports whether port is one the proxy binds itself (no listener is generated on it).
+func ProxyPort(port uint32) bool { return proxyPorts[port] }
 
 func httpLike(proto string) bool {
 	switch proto {
@@ -186,8 +212,12 @@ func socketAddress(addr string, port uint32) *core.Address {
 		Address: addr, PortSpecifier: &core.SocketAddress_PortValue{PortValue: port}}}}
 }
 
+// adsSource is the config source of EDS clusters and RDS routes. initial_fetch_timeout 0 (as
+// istiod sets it) makes Envoy wait for the first response instead of warming with an empty
+// assignment or route table after Envoy's default 15 s.
 var adsSource = &core.ConfigSource{
 	ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
+	InitialFetchTimeout:   durationpb.New(0),
 	ResourceApiVersion:    core.ApiVersion_V3,
 }
 
@@ -234,7 +264,7 @@ func BuildCluster(e *model.Entry, p model.Port) *cluster.Cluster {
 	return c
 }
 
-func buildVirtualHost(s *model.Service, p model.Port, taken map[string]bool) *route.VirtualHost {
+func buildVirtualHost(s *model.Service, p model.Port, taken map[string]bool, opts GenOptions) *route.VirtualHost {
 	ps := RouteName(p.Number)
 	domains := []string{s.Hostname, s.Hostname + ":" + ps}
 	var extra []string
@@ -255,15 +285,36 @@ func buildVirtualHost(s *model.Service, p model.Port, taken map[string]bool) *ro
 	return &route.VirtualHost{
 		Name:    APIListenerName(s.Hostname, p.Number),
 		Domains: domains,
-		Routes:  []*route.Route{clusterRoute(model.ClusterName(s.Hostname, p.Number))},
+		Routes:  []*route.Route{clusterRoute(model.ClusterName(s.Hostname, p.Number), opts)},
 	}
 }
 
-func clusterRoute(cn string) *route.Route {
+func clusterRoute(cn string, opts GenOptions) *route.Route {
+	action := &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: cn}}
+	if !opts.NoRouteDefaults {
+		// istiod's route without a VirtualService: timeout 0 disables Envoy's 15 s default.
+		action.Timeout = durationpb.New(0)
+		action.RetryPolicy = DefaultRetryPolicy()
+	}
 	return &route.Route{
-		Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
-		Action: &route.Route_Route{Route: &route.RouteAction{
-			ClusterSpecifier: &route.RouteAction_Cluster{Cluster: cn},
+		Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+		Action: &route.Route_Route{Route: action},
+	}
+}
+
+// DefaultRetryPolicy is istiod's default retry policy (route/retry.DefaultPolicy): 2 retries on
+// connect failures, refused streams, gRPC unavailable/cancelled and 503, each on another host
+// where one is available.
+func DefaultRetryPolicy() *route.RetryPolicy {
+	return &route.RetryPolicy{
+		RetryOn:                       "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes",
+		NumRetries:                    wrapperspb.UInt32(2),
+		RetriableStatusCodes:          []uint32{http.StatusServiceUnavailable},
+		HostSelectionRetryMaxAttempts: 5,
+		RetryHostPredicate: []*route.RetryPolicy_RetryHostPredicate{{
+			Name: "envoy.retry_host_predicates.previous_hosts",
+			ConfigType: &route.RetryPolicy_RetryHostPredicate_TypedConfig{
+				TypedConfig: mustAny(&previoushosts.PreviousHostsPredicate{})},
 		}},
 	}
 }
@@ -305,13 +356,13 @@ func buildListener(name string, port uint32) *listener.Listener {
 	}
 }
 
-func buildAPIListener(name, cn string) *listener.Listener {
+func buildAPIListener(name, cn string, opts GenOptions) *listener.Listener {
 	manager := &hcm.HttpConnectionManager{
 		StatPrefix: name,
 		RouteSpecifier: &hcm.HttpConnectionManager_RouteConfig{RouteConfig: &route.RouteConfiguration{
 			Name: name,
 			VirtualHosts: []*route.VirtualHost{{Name: name, Domains: []string{"*"},
-				Routes: []*route.Route{clusterRoute(cn)}}},
+				Routes: []*route.Route{clusterRoute(cn, opts)}}},
 		}},
 		HttpFilters: []*hcm.HttpFilter{routerFilter},
 	}

@@ -87,7 +87,7 @@ func dump(t testing.TB, r *Resources) []byte {
 }
 
 func TestGenerateGolden(t *testing.T) {
-	r, bad := Generate(goldenModel(t).Entries())
+	r, bad := Generate(goldenModel(t).Entries(), GenOptions{})
 	require.Empty(t, bad)
 	got := dump(t, r)
 	path := filepath.Join("testdata", "golden.json")
@@ -100,7 +100,7 @@ func TestGenerateGolden(t *testing.T) {
 }
 
 func TestGenerateContract(t *testing.T) {
-	r, bad := Generate(goldenModel(t).Entries())
+	r, bad := Generate(goldenModel(t).Entries(), GenOptions{})
 	require.Empty(t, bad)
 	// Names the proxies rely on.
 	for _, n := range []string{"outbound|80||echo.app.svc.cluster.local", "outbound|7070||echo.app.svc.cluster.local",
@@ -163,7 +163,7 @@ func TestDuplicateShortNamesGoToTheFirstService(t *testing.T) {
 		m.SetKubeService(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
 			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}})
 	}
-	r, bad := Generate(m.Entries())
+	r, bad := Generate(m.Entries(), GenOptions{})
 	require.Empty(t, bad)
 	rc := r.Routes["80"].(*route.RouteConfiguration)
 	require.NoError(t, rc.Validate())
@@ -194,7 +194,7 @@ func FuzzGenerate(f *testing.F) {
 		}
 		m := quietModel()
 		m.SetServiceEntry("ns", "fuzz", time.Unix(0, 0), conv)
-		_, bad := Generate(m.Entries())
+		_, bad := Generate(m.Entries(), GenOptions{})
 		require.Empty(t, bad)
 	})
 }
@@ -209,4 +209,72 @@ func claPorts(t testing.TB, r *Resources, name string) []uint32 {
 		}
 	}
 	return out
+}
+
+// Envoy's default initial_fetch_timeout (15 s) would let a cluster or listener warm with no
+// endpoints or routes; istiod sets 0 (wait) on both config sources.
+func TestConfigSourcesWaitForFirstFetch(t *testing.T) {
+	r, bad := Generate(goldenModel(t).Entries(), GenOptions{})
+	require.Empty(t, bad)
+	eds := r.Clusters["outbound|80||static.test"].(*cluster.Cluster).GetEdsClusterConfig().GetEdsConfig()
+	require.NotNil(t, eds.GetInitialFetchTimeout(), "EDS config source without initial_fetch_timeout")
+	require.Zero(t, eds.GetInitialFetchTimeout().AsDuration())
+	var m hcm.HttpConnectionManager
+	l := r.Listeners["0.0.0.0_80"].(*listener.Listener)
+	require.NoError(t, l.GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&m))
+	rds := m.GetRds().GetConfigSource()
+	require.NotNil(t, rds.GetInitialFetchTimeout(), "RDS config source without initial_fetch_timeout")
+	require.Zero(t, rds.GetInitialFetchTimeout().AsDuration())
+}
+
+// Routes carry istiod's defaults (no VirtualService): DefaultRetryPolicy and timeout 0, on
+// Envoy's RDS routes and on proxyless gRPC's inline routes; NoRouteDefaults leaves both out.
+func TestRouteDefaultsAsIstiod(t *testing.T) {
+	routesOf := func(opts GenOptions) []*route.Route {
+		r, bad := Generate(goldenModel(t).Entries(), opts)
+		require.Empty(t, bad)
+		var out []*route.Route
+		for _, vh := range r.Routes["80"].(*route.RouteConfiguration).GetVirtualHosts() {
+			out = append(out, vh.GetRoutes()...)
+		}
+		var m hcm.HttpConnectionManager
+		require.NoError(t, r.APIListeners["echo.app:7070"].(*listener.Listener).GetApiListener().GetApiListener().UnmarshalTo(&m))
+		return append(out, m.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()...)
+	}
+	for _, rt := range routesOf(GenOptions{}) {
+		a := rt.GetRoute()
+		require.NotNil(t, a.GetTimeout(), "route to %s without timeout", a.GetCluster())
+		require.Zero(t, a.GetTimeout().AsDuration())
+		rp := a.GetRetryPolicy()
+		require.NotNil(t, rp, "route to %s without retry policy", a.GetCluster())
+		require.Equal(t, "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes", rp.GetRetryOn())
+		require.EqualValues(t, 2, rp.GetNumRetries().GetValue())
+		require.Equal(t, []uint32{503}, rp.GetRetriableStatusCodes())
+		require.Equal(t, "envoy.retry_host_predicates.previous_hosts", rp.GetRetryHostPredicate()[0].GetName())
+	}
+	for _, rt := range routesOf(GenOptions{NoRouteDefaults: true}) {
+		require.Nil(t, rt.GetRoute().GetTimeout())
+		require.Nil(t, rt.GetRoute().GetRetryPolicy())
+	}
+}
+
+// A service on a port the proxy binds itself (the gateway Service exposes admin 15000) gets its
+// clusters but no Envoy listener or route: the proxy could not bind it and would reject LDS.
+func TestNoListenerOnProxyPorts(t *testing.T) {
+	m := goldenModel(t)
+	var ports []*v1alpha3.ServicePort
+	for _, p := range []uint32{15000, 15001, 15006, 15021, 15090} {
+		ports = append(ports, &v1alpha3.ServicePort{Number: p, Name: "http-" + RouteName(p), Protocol: "HTTP"})
+	}
+	addSE(t, m, "proxy", &v1alpha3.ServiceEntry{Hosts: []string{"proxy.test"}, Resolution: v1alpha3.ServiceEntry_STATIC,
+		Ports: ports, Endpoints: []*v1alpha3.WorkloadEntry{{Address: "10.2.0.1"}}})
+	r, bad := Generate(m.Entries(), GenOptions{})
+	require.Empty(t, bad)
+	for _, p := range ports {
+		require.NotContains(t, r.Listeners, ListenerName(p.Number))
+		require.NotContains(t, r.Routes, RouteName(p.Number))
+		require.Contains(t, r.Clusters, model.ClusterName("proxy.test", p.Number))
+		require.Contains(t, r.APIListeners, APIListenerName("proxy.test", p.Number), "proxyless gRPC binds nothing")
+	}
+	require.Contains(t, r.Listeners, "0.0.0.0_80")
 }

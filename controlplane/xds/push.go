@@ -24,13 +24,16 @@ type PushOptions struct {
 	// event (istiod's PILOT_DEBOUNCE_MAX, 10 s).
 	Max     time.Duration
 	Regress regress.Set
-	Logger  *slog.Logger
-	Metrics *metrics.Metrics
+	// Generate configures resource generation (route defaults).
+	Generate GenOptions
+	Logger   *slog.Logger
+	Metrics  *metrics.Metrics
 }
 
 // Pusher merges model changes (debounce), keeps one push in flight, and writes the generated
 // resources into the caches: endpoint-only changes update only the affected
 // ClusterLoadAssignments (EDS push), anything else regenerates and resends everything (full push).
+// Endpoint changes of DNS services are full pushes: their endpoints are inline in the cluster.
 type Pusher struct {
 	opts   PushOptions
 	model  *model.Model
@@ -139,6 +142,11 @@ func (p *Pusher) Push(ch model.Change) {
 	p.pushMu.Lock()
 	defer p.pushMu.Unlock()
 	start := time.Now()
+	if !ch.Full && p.inlineEndpoints(ch.Hosts) {
+		// A DNS service's endpoints are inline in its cluster: only CDS carries them. istiod
+		// answers endpoint changes of DNS ServiceEntries with a full push too.
+		ch.Full = true
+	}
 	if ch.Full {
 		// Everything merged so far is covered: the full push reads the model after this.
 		p.mu.Lock()
@@ -183,7 +191,7 @@ func (p *Pusher) fullPush(start time.Time) {
 	if p.opts.Regress.On(regress.QuadraticScope) {
 		p.buildScopes(entries)
 	}
-	res, bad := Generate(entries)
+	res, bad := Generate(entries, p.opts.Generate)
 	for _, b := range bad {
 		p.log.Error("generated resource failed validation; left out", "type", b.Type, "name", b.Name, "err", b.Err)
 		p.m.InvalidResources.WithLabelValues(b.Type).Inc()
@@ -196,6 +204,16 @@ func (p *Pusher) fullPush(start time.Time) {
 	p.caches.Listeners.SetResources(res.Listeners)
 	p.caches.APIListeners.SetResources(res.APIListeners)
 	p.caches.Routes.SetResources(res.Routes)
+}
+
+// inlineEndpoints reports whether any of hosts is a DNS service (endpoints inline in its cluster).
+func (p *Pusher) inlineEndpoints(hosts map[string]struct{}) bool {
+	for h := range hosts {
+		if e := p.model.Entry(h); e != nil && e.Service.Resolution == model.ResolutionDNS {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *Pusher) edsPush(start time.Time, hosts map[string]struct{}) {

@@ -103,7 +103,14 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		},
 		DeltaStreamClosedFunc: func(id int64, _ *core.Node) { s.close(id) },
 		StreamRequestFunc: func(id int64, r *discovery.DiscoveryRequest) error {
-			s.request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), r.GetVersionInfo(), r.GetErrorDetail(), r.GetResourceNames(), nil, false)
+			rejected := s.request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), r.GetVersionInfo(), r.GetErrorDetail(), r.GetResourceNames(), nil, false)
+			if rejected != "" && r.GetVersionInfo() == "" {
+				// A NACK of the first response carries no accepted version. To the cache an
+				// empty version means "I have nothing": it would resend the rejected config at
+				// once, and the proxy would reject it again, in a loop. As istiod, a NACK gets
+				// no answer: the next push carries the next change.
+				r.VersionInfo = rejected
+			}
 			return nil
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, _ *discovery.DiscoveryRequest, r *discovery.DiscoveryResponse) {
@@ -143,12 +150,13 @@ func (st *streamState) typ(t string) *typeState {
 	return ts
 }
 
-func (s *Server) request(id int64, node *core.Node, typeURL, nonce, version string, errDetail *rpcstatus.Status, names, unsub []string, delta bool) {
+// request records a request; for a NACK of the latest response it returns the rejected version.
+func (s *Server) request(id int64, node *core.Node, typeURL, nonce, version string, errDetail *rpcstatus.Status, names, unsub []string, delta bool) (rejected string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.streams[id]
 	if st == nil {
-		return
+		return ""
 	}
 	if node != nil && node.GetId() != "" {
 		st.node = node
@@ -165,17 +173,17 @@ func (s *Server) request(id int64, node *core.Node, typeURL, nonce, version stri
 		ts.names = names
 	}
 	if nonce == "" || nonce != ts.sentNonce {
-		return
+		return ""
 	}
 	if errDetail != nil {
-		// A NACK: count and log it; the proxy keeps its previous config and the next push
-		// carries on. Never retried in a loop.
+		// A NACK: count and log it; the proxy keeps its previous config (the version it
+		// sends) and the next push carries on. Never retried in a loop.
 		ts.nacks++
 		s.m.Rejects.WithLabelValues(ShortType(typeURL)).Inc()
 		s.log.Warn("proxy rejected config (NACK)", "proxy", st.node.GetId(), "type", ShortType(typeURL),
-			"nonce", nonce, "error", errDetail.GetMessage())
+			"nonce", nonce, "rejected", ts.sentVersion, "kept", version, "error", errDetail.GetMessage())
 		ts.pushStart = time.Time{}
-		return
+		return ts.sentVersion
 	}
 	if delta {
 		ts.ackedVersion = ts.sentVersion
@@ -186,6 +194,7 @@ func (s *Server) request(id int64, node *core.Node, typeURL, nonce, version stri
 		s.m.ProxyConvergence.Observe(time.Since(ts.pushStart).Seconds())
 		ts.pushStart = time.Time{}
 	}
+	return ""
 }
 
 func (s *Server) response(id int64, typeURL, version, nonce string) {

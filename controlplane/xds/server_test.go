@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -214,15 +215,24 @@ func TestDebounceMaxBoundsTheWait(t *testing.T) {
 	require.LessOrEqual(t, pushes, 6.0, "but merge events")
 }
 
-func TestNACKIsCountedAndPushesGoOn(t *testing.T) {
+// nackRig is a started rig with service "a" and a raw ADS stream to it (for NACKs, which
+// adsclient never sends).
+func nackRig(t *testing.T) (*rig, discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient) {
 	r := newRig(t, 10*time.Millisecond, time.Second)
 	r.apply(t, "a", "10.0.0.1")
 	r.start(t)
 	conn, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
-	defer conn.Close()
-	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(context.Background())
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // Recv fails, not hangs
+	t.Cleanup(cancel)
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	require.NoError(t, err)
+	return r, stream
+}
+
+func TestNACKIsCountedAndPushesGoOn(t *testing.T) {
+	r, stream := nackRig(t)
 	node := &core.Node{Id: "sidecar~nack"}
 	require.NoError(t, stream.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType}))
 	resp, err := stream.Recv()
@@ -230,8 +240,7 @@ func TestNACKIsCountedAndPushesGoOn(t *testing.T) {
 	require.NoError(t, stream.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType,
 		ResponseNonce: resp.GetNonce(), ErrorDetail: &status.Status{Code: 3, Message: "rejected for the test"}}))
 	eventually(t, "NACK counted", func() bool { return testutil.ToFloat64(r.met.Rejects.WithLabelValues("cds")) == 1 })
-	// The next change is still pushed (a NACK without a version may first get the same config
-	// again: the proxy said it has nothing).
+	// The next change is still pushed.
 	r.apply(t, "b", "10.0.0.2")
 	for {
 		resp, err = stream.Recv()
@@ -245,6 +254,75 @@ func TestNACKIsCountedAndPushesGoOn(t *testing.T) {
 	st := r.server.Proxies()
 	require.Len(t, st, 1)
 	require.Equal(t, 1, st[0].Types["cds"].NACKs)
+}
+
+// A NACK gets no answer: the rejected config is not resent (a proxy would reject it again, in a
+// loop), neither for a NACK of the first response (Envoy sends no version: it accepted none) nor
+// for a later one (Envoy sends the last accepted version); the next response is the next change.
+func TestNACKedConfigIsNotResent(t *testing.T) {
+	r, stream := nackRig(t)
+	send := func(version, nonce string, nack bool) {
+		req := &discovery.DiscoveryRequest{Node: &core.Node{Id: "sidecar~nack-loop"}, TypeUrl: resourcev3.ClusterType,
+			VersionInfo: version, ResponseNonce: nonce}
+		if nack {
+			req.ErrorDetail = &status.Status{Code: 3, Message: "rejected for the test"}
+		}
+		require.NoError(t, stream.Send(req))
+	}
+	recv := func() *discovery.DiscoveryResponse {
+		resp, err := stream.Recv()
+		require.NoError(t, err)
+		return resp
+	}
+	send("", "", false)
+	first := recv()
+	require.Len(t, first.GetResources(), 1)
+	send("", first.GetNonce(), true) // NACK of the first response: no accepted version
+	r.apply(t, "b", "10.0.0.2")
+	second := recv()
+	require.Len(t, second.GetResources(), 2, "the first response after a NACK is the next change, not the rejected config again")
+	send(second.GetVersionInfo(), second.GetNonce(), false)
+	r.apply(t, "c", "10.0.0.3")
+	third := recv()
+	require.Len(t, third.GetResources(), 3)
+	send(second.GetVersionInfo(), third.GetNonce(), true) // NACK with the last accepted version
+	r.apply(t, "d", "10.0.0.4")
+	require.Len(t, recv().GetResources(), 4, "the first response after a NACK is the next change")
+
+	st := r.server.Proxies()
+	require.Len(t, st, 1)
+	require.Equal(t, 2, st[0].Types["cds"].NACKs)
+	require.Equal(t, 2.0, testutil.ToFloat64(r.met.Rejects.WithLabelValues("cds")))
+}
+
+// A DNS ServiceEntry's endpoints are inline in its STRICT_DNS cluster: an endpoint-only change
+// must reach the proxies through CDS (istiod does a full push), not an EDS push nobody watches.
+func TestDNSServiceEntryEndpointChangeReachesProxies(t *testing.T) {
+	r := newRig(t, 10*time.Millisecond, time.Second)
+	apply := func(addr string) model.Change {
+		conv, _, err := model.ConvertServiceEntry("ns", "dns", &v1alpha3.ServiceEntry{Hosts: []string{"dns.test"},
+			Resolution: v1alpha3.ServiceEntry_DNS, Ports: []*v1alpha3.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP"}},
+			Endpoints: []*v1alpha3.WorkloadEntry{{Address: addr}}})
+		require.NoError(t, err)
+		ch := r.m.SetServiceEntry("ns", "dns", time.Unix(0, 0), conv)
+		r.pusher.Enqueue(ch)
+		return ch
+	}
+	apply("dns-a.test")
+	r.start(t)
+	c := r.client(t, "sidecar~dns")
+	inline := func() string {
+		a, ok := c.Resources(resourcev3.ClusterType)["outbound|80||dns.test"]
+		if !ok {
+			return ""
+		}
+		var cl cluster.Cluster
+		require.NoError(t, a.UnmarshalTo(&cl))
+		return cl.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetAddress()
+	}
+	eventually(t, "the DNS cluster", func() bool { return inline() == "dns-a.test" })
+	require.False(t, apply("dns-b.test").Full, "the model reports an endpoint-only change")
+	eventually(t, "the DNS cluster with the new endpoint", func() bool { return inline() == "dns-b.test" })
 }
 
 func TestDeltaADS(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/meshchaos/meshchaos/harness/kube"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apinet "istio.io/api/networking/v1alpha3"
@@ -27,9 +28,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/meshchaos/meshchaos/controlplane"
 	cpmanifests "github.com/meshchaos/meshchaos/controlplane/manifests"
+	"github.com/meshchaos/meshchaos/controlplane/xds"
 	"github.com/meshchaos/meshchaos/harness/cluster/apiserver"
 	"github.com/meshchaos/meshchaos/results/respflags"
 	"github.com/meshchaos/meshchaos/workloads/echo"
@@ -55,13 +58,10 @@ func serviceEntry(name, host string, port uint32, backends ...uint32) *networkin
 	return se
 }
 
-// TestGatewayReachesEchoByHostThroughReferenceCP: real kube-apiserver, the reference control
-// plane, xdsproxy as the gateway; traffic by host name reaches the echo backends, and endpoint
-// and service changes propagate.
-func TestGatewayReachesEchoByHostThroughReferenceCP(t *testing.T) {
+// meshAPI is a real kube-apiserver with the Istio CRDs and the namespace "mesh".
+func meshAPI(t *testing.T) (*rest.Config, *istioclient.Clientset) {
 	ctx := context.Background()
-	s := apiserver.StartForTest(t)
-	cfg := s.RESTConfig()
+	cfg := apiserver.StartForTest(t).RESTConfig()
 	require.NoError(t, kube.InstallCRDs(ctx, cfg, cpmanifests.CRDs))
 	kc, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
@@ -69,28 +69,44 @@ func TestGatewayReachesEchoByHostThroughReferenceCP(t *testing.T) {
 	require.NoError(t, err)
 	ic, err := istioclient.NewForConfig(cfg)
 	require.NoError(t, err)
+	return cfg, ic
+}
+
+// gatewayThroughReferenceCP starts the reference control plane on cfg and xdsproxy as a gateway
+// (listeners on 127.0.0.1, admin on admin) configured by it.
+func gatewayThroughReferenceCP(t *testing.T, cfg *rest.Config, admin string) (*controlplane.ControlPlane, *xdsproxy.Proxy) {
+	ctx := context.Background()
+	cp, err := controlplane.Start(ctx, controlplane.Options{Kube: cfg, XDSAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0",
+		SyncGate: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	t.Cleanup(cp.Stop)
+	<-cp.Gate.Done()
+	gw, err := xdsproxy.New(xdsproxy.Options{XDSAddress: cp.XDSAddr(), NodeID: "router~127.0.0.1~gateway-0.mesh~mesh.svc.cluster.local",
+		ListenerIP: "127.0.0.1", AdminAddress: admin, BackoffBase: 50 * time.Millisecond})
+	require.NoError(t, err, "start xdsproxy with admin on %s (must be free on loopback)", admin)
+	require.NoError(t, gw.Start(ctx))
+	t.Cleanup(gw.Close)
+	return cp, gw
+}
+
+// TestGatewayReachesEchoByHostThroughReferenceCP: real kube-apiserver, the reference control
+// plane, xdsproxy as the gateway; traffic by host name reaches the echo backends, and endpoint
+// and service changes propagate.
+func TestGatewayReachesEchoByHostThroughReferenceCP(t *testing.T) {
+	ctx := context.Background()
+	cfg, ic := meshAPI(t)
 
 	_, p, _ := net.SplitHostPort(xdstest.FreeAddr(t))
 	port64, _ := strconv.ParseUint(p, 10, 32)
 	port := uint32(port64) // the service port: the control plane's listener is 0.0.0.0:port
 	a0, a1, b0 := echoPod(t, "echo-a-0"), echoPod(t, "echo-a-1"), echoPod(t, "echo-b-0")
 	ses := ic.NetworkingV1().ServiceEntries("mesh")
-	_, err = ses.Create(ctx, serviceEntry("echo-a", "echo-a.mesh.test", port, a0, a1), metav1.CreateOptions{})
+	_, err := ses.Create(ctx, serviceEntry("echo-a", "echo-a.mesh.test", port, a0, a1), metav1.CreateOptions{})
 	require.NoError(t, err)
 	_, err = ses.Create(ctx, serviceEntry("echo-b", "echo-b.mesh.test", port, b0), metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	cp, err := controlplane.Start(ctx, controlplane.Options{Kube: cfg, XDSAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0",
-		SyncGate: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	require.NoError(t, err)
-	t.Cleanup(cp.Stop)
-	<-cp.Gate.Done()
-
-	gw, err := xdsproxy.New(xdsproxy.Options{XDSAddress: cp.XDSAddr(), NodeID: "router~127.0.0.1~gateway-0.mesh~mesh.svc.cluster.local",
-		ListenerIP: "127.0.0.1", AdminAddress: "127.0.0.1:0", BackoffBase: 50 * time.Millisecond})
-	require.NoError(t, err)
-	require.NoError(t, gw.Start(ctx))
-	t.Cleanup(gw.Close)
+	_, gw := gatewayThroughReferenceCP(t, cfg, "127.0.0.1:0")
 	require.NoError(t, xdsproxy.Wait(ctx, gw.AdminAddr(), 20*time.Second, 20*time.Millisecond))
 
 	addr := "127.0.0.1:" + p
@@ -145,4 +161,35 @@ func TestGatewayReachesEchoByHostThroughReferenceCP(t *testing.T) {
 	_, dump := adminGet(t, gw, "/config_dump")
 	assert.NotContains(t, dump, "echo-b.mesh.test")
 	assert.True(t, strings.Contains(dump, "outbound|"+p+"||echo-a.mesh.test"), "the reference control plane's cluster names")
+}
+
+// TestNoListenerOnTheProxysOwnPorts: a service on port 15000 (as the gateway Service exposes
+// the admin port) must not make the control plane send a listener the proxy cannot bind: the
+// gateway, admin on 15000 as in a pod, accepts LDS and the control plane counts no reject.
+func TestNoListenerOnTheProxysOwnPorts(t *testing.T) {
+	ctx := context.Background()
+	cfg, ic := meshAPI(t)
+	_, p, _ := net.SplitHostPort(xdstest.FreeAddr(t))
+	port64, _ := strconv.ParseUint(p, 10, 32)
+	ses := ic.NetworkingV1().ServiceEntries("mesh")
+	_, err := ses.Create(ctx, serviceEntry("admin", "gateway-admin.mesh.test", 15000, echoPod(t, "admin-0")), metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = ses.Create(ctx, serviceEntry("echo", "echo.mesh.test", uint32(port64), echoPod(t, "echo-0")), metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	cp, _ := gatewayThroughReferenceCP(t, cfg, "127.0.0.1:15000") // admin on 15000 as in a pod
+
+	// The gateway answered the first LDS response (ACK or NACK).
+	var lds xds.TypeStatus
+	require.Eventually(t, func() bool {
+		for _, ps := range cp.Server.Proxies() {
+			lds = ps.Types["lds"]
+		}
+		return lds.SentVersion != "" && (lds.AckedVersion == lds.SentVersion || lds.NACKs > 0)
+	}, 20*time.Second, 20*time.Millisecond)
+	rejects := testutil.ToFloat64(cp.Metrics.Rejects.WithLabelValues("lds"))
+	t.Logf("pilot_total_xds_rejects{type=lds} = %v", rejects)
+	require.Zero(t, rejects, "the gateway rejected LDS: %+v", lds)
+	require.Zero(t, lds.NACKs)
+	require.Equal(t, lds.SentVersion, lds.AckedVersion)
 }

@@ -117,16 +117,24 @@ func TestClusterUpAsNonRootExitsTwo(t *testing.T) {
 	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" || os.Geteuid() != 0 {
 		t.Skip("needs root to drop to another user")
 	}
-	bin := buildCLI(t)
-	cmd := exec.Command(bin, "cluster", "up", "--name", "nonroot")
+	code, out := runAsNobody(t, "cluster", "up", "--name", "nonroot")
+	assert.Equal(t, 2, code, out)
+	assert.Contains(t, out, "needs root")
+	assert.Contains(t, out, "kind")
+}
+
+// runAsNobody runs the compiled CLI as user nobody, in a directory nobody can enter, and returns
+// its exit code and output.
+func runAsNobody(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(buildCLI(t), args...)
+	cmd.Dir = os.TempDir()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/nonexistent"}
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee, string(out))
-	assert.Equal(t, 2, ee.ExitCode())
-	assert.Contains(t, string(out), "needs root")
-	assert.Contains(t, string(out), "kind")
+	return ee.ExitCode(), string(out)
 }
 
 // TestClusterCrashRecovery: a `cluster up` killed with SIGKILL leaves everything running;

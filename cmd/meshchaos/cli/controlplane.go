@@ -22,7 +22,7 @@ func init() { register(newControlPlaneCmd) }
 func newControlPlaneCmd() *cobra.Command {
 	var (
 		kubeconfig, xdsAddr, adminAddr, domain, logLevel string
-		syncGate                                         bool
+		syncGate, noRouteDefaults                        bool
 		maxWait, quiet, debounceMax                      time.Duration
 		switches                                         []string
 		wh                                               webhook.Options
@@ -76,7 +76,7 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 			defer stop()
 			cp, err := controlplane.Start(ctx, controlplane.Options{Kube: cfg, XDSAddr: xdsAddr, AdminAddr: adminAddr,
 				SyncGate: syncGate, MaxWait: maxWait, DebounceQuiet: quiet, DebounceMax: debounceMax,
-				Regress: set, DomainSuffix: domain, Logger: log, Webhook: whOpts})
+				Regress: set, NoRouteDefaults: noRouteDefaults, DomainSuffix: domain, Logger: log, Webhook: whOpts})
 			if err != nil {
 				return err
 			}
@@ -95,6 +95,7 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 	f.DurationVar(&quiet, "debounce", 100*time.Millisecond, "push debounce quiet period")
 	f.DurationVar(&debounceMax, "debounce-max", 10*time.Second, "longest a change waits in debounce")
 	f.StringArrayVar(&switches, "regress", nil, "enable a regression switch (repeatable): "+fmt.Sprint(regress.Names()))
+	f.BoolVar(&noRouteDefaults, "no-route-defaults", false, "leave istiod's default retry policy (2 retries on connect-failure,refused-stream,unavailable,cancelled,503) and route timeout 0 out of generated routes")
 	f.StringVar(&domain, "domain-suffix", "cluster.local", "cluster DNS domain")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&wh.Addr, "webhook-addr", "", "serve the admission webhooks (HTTPS, own CA) on this address, e.g. $(POD_IP):15017; empty: no webhooks")

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/experiment"
 	"github.com/meshchaos/meshchaos/harness/runner"
 	"github.com/meshchaos/meshchaos/harness/subject"
+	imgs "github.com/meshchaos/meshchaos/images"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -89,12 +92,15 @@ func newRunCmd() *cobra.Command {
 			if err != nil {
 				return WithExitCode(2, err)
 			}
+			if missing := imgs.Missing(images); len(missing) > 0 {
+				return WithExitCode(2, fmt.Errorf("images directory %s lacks %s: run 'make images' (or pass --images DIR)", images, strings.Join(missing, ", ")))
+			}
 			exp, err := def.Build(experiment.Env{Substrate: local.Substrate{Home: local.Home(), ImagesDir: images}, ControlPlane: sut}, vals)
 			if err != nil {
 				return Usagef("%v", err)
 			}
-			if out == "" {
-				out = filepath.Join("runs", fmt.Sprintf("%s-%s-%s", def.Name, strings.ReplaceAll(cp, ":", "-"), time.Now().Format("20060102-150405")))
+			if out, err = claimRunDir(out, def.Name, cp); err != nil {
+				return WithExitCode(2, err)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -124,4 +130,54 @@ func newRunCmd() *cobra.Command {
 	cmd.Flags().StringVar(&out, "out", "", "run directory (default runs/EXPERIMENT-CP-TIME)")
 	cmd.Flags().StringVar(&imagesDir, "images", "", "image tarballs (from 'make images'; "+imagesDefault+")")
 	return cmd
+}
+
+// claimRunDir prepares the run directory before anything starts: an explicit one must not hold an
+// earlier run (its evidence would be overwritten) and must be writable; the default one
+// (runs/EXPERIMENT-CP-TIME) gets a suffix when two runs start in the same second.
+func claimRunDir(out, experiment, cp string) (string, error) {
+	if out != "" {
+		if _, err := os.Stat(filepath.Join(out, results.SummaryFile)); err == nil {
+			return "", fmt.Errorf("--out %s already holds a run (%s): choose another directory or remove it", out, results.SummaryFile)
+		}
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return "", fmt.Errorf("create run directory: %w", err)
+		}
+		return out, writable(out)
+	}
+	base := filepath.Join("runs", fmt.Sprintf("%s-%s-%s", experiment, strings.ReplaceAll(cp, ":", "-"), time.Now().Format("20060102-150405")))
+	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
+		return "", fmt.Errorf("create run directory: %w", err)
+	}
+	for i := 1; ; i++ {
+		dir := base
+		if i > 1 {
+			dir = fmt.Sprintf("%s-%d", base, i)
+		}
+		// Mkdir, not MkdirAll: creating it is how a run claims it.
+		err := os.Mkdir(dir, 0o755)
+		if err == nil {
+			return dir, writable(dir)
+		}
+		if !errors.Is(err, fs.ErrExist) || i >= 100 {
+			return "", fmt.Errorf("create run directory: %w", err)
+		}
+	}
+}
+
+// writable proves the run directory takes a file, so a full disk or a read-only mount is
+// reported before a cluster is up rather than when the first summary is written.
+func writable(dir string) error {
+	f, err := os.CreateTemp(dir, ".write-probe-")
+	if err == nil {
+		_, err = f.Write(make([]byte, 64<<10))
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		_ = os.Remove(f.Name())
+	}
+	if err != nil {
+		return fmt.Errorf("run directory %s is not writable (%w): free space or choose another --out", dir, err)
+	}
+	return nil
 }

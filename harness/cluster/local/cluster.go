@@ -416,6 +416,13 @@ func claim(l layout) error {
 	if ns := clusterNetns(l); len(ns) > 0 {
 		return fmt.Errorf("%w: network namespaces %v exist; run 'meshchaos cluster down --name %s' first", ErrNameInUse, ns, l.name)
 	}
+	// The state directory holds the admin kubeconfig, keys and logs: only its owner may enter.
+	if err := os.MkdirAll(l.dir(), 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(l.dir(), 0o700); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(l.logDir(), 0o755); err != nil {
 		return err
 	}

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -96,6 +99,39 @@ func TestLocalCluster(t *testing.T) {
 	require.Len(t, nodes.Items, 2)
 	cs, err := kubernetes.NewForConfig(c.RESTConfig())
 	require.NoError(t, err)
+
+	t.Run("secrets are private", func(t *testing.T) {
+		fi, err := os.Stat(c.Dir())
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "the state directory is its owner's only")
+		// Kubeconfigs, keys and the token file: readable by their owner only.
+		var secrets int
+		require.NoError(t, filepath.WalkDir(c.Dir(), func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() && d.Name() == "pods" && filepath.Base(filepath.Dir(path)) == "kubelet" {
+				// The pods' own volumes (service account tokens): kubelet sets their modes for
+				// the containers; the state directory's 0700 keeps other host users out.
+				return filepath.SkipDir
+			}
+			if !d.Type().IsRegular() {
+				return nil
+			}
+			n := d.Name()
+			if strings.HasPrefix(n, "kubeconfig") || strings.HasSuffix(n, ".key") || strings.Contains(n, "token") {
+				secrets++
+				info, err := d.Info()
+				require.NoError(t, err)
+				assert.Zero(t, info.Mode().Perm()&0o077, "%s is %s", path, info.Mode().Perm())
+			}
+			return nil
+		}))
+		assert.GreaterOrEqual(t, secrets, 4, "host and node kubeconfigs and the PKI keys were found")
+		host, _, err := net.SplitHostPort(hostCfg.Host[len("https://"):])
+		require.NoError(t, err)
+		assert.Equal(t, "127.0.0.1", host, "the host-side API forwarder listens on loopback only")
+	})
 
 	t.Run("echo service across nodes", func(t *testing.T) {
 		svc := deployEcho(ctx, t, cs)

@@ -1,0 +1,158 @@
+package cli
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshchaos/meshchaos/harness/cluster/local"
+	"github.com/meshchaos/meshchaos/images"
+	"github.com/meshchaos/meshchaos/results"
+)
+
+// TestRunBadInputExitsTwo is the bad-input matrix of `meshchaos run`: each input gets a one-line
+// error naming the problem and what to do, exit code 2, and nothing is started (no cluster state,
+// no run directory).
+func TestRunBadInputExitsTwo(t *testing.T) {
+	// Inputs checked after the local substrate's preflight (root, tools, binaries) need a
+	// machine that passes it.
+	preflight := local.Preflight()
+	// A run directory that already holds a run.
+	done := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(done, results.SummaryFile), []byte("{}\n"), 0o644))
+	// An images directory from an interrupted `make images`: one tarball only.
+	partial := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(partial, "pause.tar"), []byte("x"), 0o644))
+	// A complete one, so the run gets as far as its run directory.
+	complete := imagesDir(t)
+
+	for _, tc := range []struct {
+		name           string
+		args           []string
+		env            map[string]string
+		want           string
+		afterPreflight bool
+	}{
+		{name: "no experiment", args: []string{"run"}, want: "give one experiment"},
+		{name: "unknown experiment", args: []string{"run", "nope"}, want: `unknown experiment "nope"`},
+		{name: "unknown parameter", args: []string{"run", "cp-oom-restart", "--set", "nope=1"}, want: "nope: unknown parameter"},
+		{name: "malformed assignment", args: []string{"run", "cp-oom-restart", "--set", "rate"}, want: "rate"},
+		{name: "zero rate", args: []string{"run", "cp-oom-restart", "--set", "rate=0"}, want: "from 1 to"},
+		{name: "rate too high", args: []string{"run", "cp-oom-restart", "--set", "rate=99999999"}, want: "from 1 to"},
+		{name: "quantity not a quantity", args: []string{"run", "cp-oom-restart", "--set", "cpCPULimit=abc"}, want: "cpCPULimit"},
+		{name: "negative duration", args: []string{"run", "cp-oom-restart", "--set", "duration=-1s"}, want: "duration"},
+		{name: "steady not shorter than duration", args: []string{"run", "cp-oom-restart", "--set", "steady=2m"}, want: "must be shorter than duration"},
+		{name: "rule between parameters", args: []string{"run", "cp-oom-restart", "--set", "hosts=5", "--set", "serviceEntries=4"}, want: "at most serviceEntries"},
+		{name: "unknown substrate", args: []string{"run", "cp-oom-restart", "--substrate", "moon"}, want: "--substrate moon"},
+		{name: "unknown control plane", args: []string{"run", "cp-oom-restart", "--cp", "foo"}, want: "unknown control plane"},
+		{name: "unknown switch", args: []string{"run", "cp-oom-restart", "--cp", "reference:nope"}, want: `unknown regression switch "nope"`},
+		{name: "unknown flag", args: []string{"run", "cp-oom-restart", "--bogus"}, want: "unknown flag"},
+		{name: "missing binary", args: []string{"run", "cp-oom-restart"}, env: map[string]string{"MESHCHAOS_KUBELET": "/nonexistent/kubelet"},
+			want: "MESHCHAOS_KUBELET", afterPreflight: true},
+		{name: "no images directory", args: []string{"run", "cp-oom-restart", "--images", "/nonexistent/images"}, want: "make images", afterPreflight: true},
+		{name: "images missing", args: []string{"run", "cp-oom-restart", "--images", partial}, want: "lacks coredns.tar", afterPreflight: true},
+		{name: "run directory holds a run", args: []string{"run", "cp-oom-restart", "--out", done, "--images", complete}, want: "already holds a run", afterPreflight: true},
+		{name: "run directory cannot be created", args: []string{"run", "cp-oom-restart", "--out", "/proc/meshchaos-run", "--images", complete}, want: "create run directory", afterPreflight: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.afterPreflight && preflight != nil {
+				t.Skipf("checked after the preflight, which fails here: %v", preflight)
+			}
+			home := t.TempDir()
+			t.Setenv("MESHCHAOS_HOME", home)
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			_, err := os.Stat("runs")
+			hadRuns := err == nil // the default run directory goes under runs/ here
+			code, out := run(t, tc.args...)
+			assert.Equal(t, 2, code, out)
+			assert.Contains(t, out, tc.want)
+			assertNothingStarted(t, home, !hadRuns)
+		})
+	}
+}
+
+// TestRunRefusesAFullDisk: a run directory on a full file system is refused before a cluster is up.
+func TestRunRefusesAFullDisk(t *testing.T) {
+	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" || os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs")
+	}
+	if err := local.Preflight(); err != nil {
+		t.Skipf("checked after the preflight, which fails here: %v", err)
+	}
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k", "meshchaos-test", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(mnt, syscall.MNT_DETACH) })
+	// Fill it.
+	f, err := os.Create(filepath.Join(mnt, "fill"))
+	require.NoError(t, err)
+	for {
+		if _, err := f.Write(make([]byte, 32<<10)); err != nil {
+			require.True(t, errors.Is(err, syscall.ENOSPC), "%v", err)
+			break
+		}
+	}
+	require.NoError(t, f.Close())
+
+	home := t.TempDir()
+	t.Setenv("MESHCHAOS_HOME", home)
+	code, out := run(t, "run", "cp-oom-restart", "--out", filepath.Join(mnt, "run"), "--images", imagesDir(t))
+	assert.Equal(t, 2, code, out)
+	assert.Contains(t, out, "not writable")
+	assert.Contains(t, out, "no space left on device")
+	assertNothingStarted(t, home, false)
+}
+
+// TestRunAsNonRootExitsTwo: the local substrate needs root, and says so before anything starts.
+func TestRunAsNonRootExitsTwo(t *testing.T) {
+	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" || os.Geteuid() != 0 {
+		t.Skip("needs root to drop to another user")
+	}
+	code, out := runAsNobody(t, "run", "cp-oom-restart", "--out", filepath.Join(t.TempDir(), "run"))
+	assert.Equal(t, 2, code, out)
+	assert.Contains(t, out, "needs root")
+}
+
+// TestDefaultRunDirsAreDistinct: two runs of one experiment started in the same second get
+// their own directories.
+func TestDefaultRunDirsAreDistinct(t *testing.T) {
+	t.Chdir(t.TempDir())
+	a, err := claimRunDir("", "cp-oom-restart", "reference")
+	require.NoError(t, err)
+	b, err := claimRunDir("", "cp-oom-restart", "reference")
+	require.NoError(t, err)
+	assert.NotEqual(t, a, b)
+	assert.DirExists(t, a)
+	assert.DirExists(t, b)
+}
+
+// imagesDir is a directory with a tarball for every catalog image (placeholders: a run refused
+// before its cluster is up never reads them).
+func imagesDir(t *testing.T) string {
+	dir := t.TempDir()
+	for _, s := range images.Catalog {
+		require.NoError(t, os.WriteFile(images.TarPath(dir, s.Name), []byte("placeholder"), 0o644))
+	}
+	return dir
+}
+
+// assertNothingStarted: no cluster state under home and, with noRuns, no default run directory.
+func assertNothingStarted(t *testing.T, home string, noRuns bool) {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(home, "clusters"))
+	if err == nil {
+		assert.Empty(t, ents, "no cluster state")
+	}
+	if noRuns {
+		assert.NoDirExists(t, "runs", "no run directory")
+	}
+}
