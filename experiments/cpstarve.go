@@ -215,11 +215,11 @@ func starveChaos(ctx context.Context, s *experiment.State) error {
 	sum := s.Summary()
 	if f, err := figures(&sum); err == nil {
 		s.Event("starvation.figures", "cp-cpu-starvation", fmt.Sprintf(
-			"window: xDS availability %.1f %%, injection admitted %.1f %%, invalid config accepted %d, staleness P99 %.1f s; "+
+			"window: xDS availability %.1f %%, injection admitted %.1f %% (P99 %.0f ms), invalid config accepted %d (validation P99 %.0f ms), staleness P99 %.1f s; "+
 				"lying: Running %.1f s / Ready %.1f s while not serving xDS; busy node's pods %.2f CPU (throttled %.0f %% of periods), control plane %.3f CPU; "+
-				"gateway xDS disconnects %d; recovery so far %.1f s",
-			f.XDSAvailability, f.InjectSuccess, f.InvalidAccepted, f.StalenessP99, f.RunningNotServing, f.ReadyNotServing,
-			f.NodeCPU, 100*f.NodeThrottled, f.CPCPU, f.GatewayDisconnects, f.Recovery))
+				"gateway xDS disconnects %d",
+			f.XDSAvailability, f.InjectSuccess, f.InjectP99Ms, f.InvalidAccepted, f.ValidateP99Ms, f.StalenessP99, f.RunningNotServing, f.ReadyNotServing,
+			f.NodeCPU, 100*f.NodeThrottled, f.CPCPU, f.GatewayDisconnects))
 	}
 	return nil
 }
@@ -330,12 +330,27 @@ func starveProbes(s *experiment.State, pods *cgroup.Group) []observe.Probe {
 		{Name: seriesNodeCPU, Run: cpuRate(pods)},
 		{Name: seriesNodeThrot, Run: throttleRate(pods)},
 	}
-	if g, err := m.Cluster.PodCgroup(s.CPPod); err == nil {
+	if g, err := m.Cluster.PodCgroup(cpPodOn(s, busyNode)); err == nil {
 		probes = append(probes, observe.Probe{Name: seriesCPCPU, Run: cpuRate(g)})
 	} else {
 		s.Logf("control plane cgroup: %v (its CPU is not followed)", err)
 	}
 	return probes
+}
+
+// cpPodOn is the control plane's pod on node k when one runs there (its CPU is the one the
+// neighbour takes), else the pod the kit follows.
+func cpPodOn(s *experiment.State, k int) *corev1.Pod {
+	list, err := s.Mesh.Client.CoreV1().Pods(s.CP.Namespace()).List(context.Background(), metav1.ListOptions{LabelSelector: s.CP.Selector()})
+	if err != nil {
+		return s.CPPod
+	}
+	for i := range list.Items {
+		if list.Items[i].Spec.NodeName == s.Mesh.Cluster.Nodes()[k-1] {
+			return &list.Items[i]
+		}
+	}
+	return s.CPPod
 }
 
 // cpuRate reads a cgroup's CPU use in CPUs since the previous call.
@@ -482,6 +497,9 @@ type starveFigures struct {
 	// (with a sidecar), in percent; InvalidAccepted the invalid ServiceEntries accepted.
 	InjectSuccess   float64
 	InvalidAccepted int
+	// InjectP99Ms and ValidateP99Ms are the admission latencies' P99 in the window (the
+	// apiserver waits up to the webhooks' 10 s timeout).
+	InjectP99Ms, ValidateP99Ms float64
 	// StalenessP99 is the P99 of the changes' times to be served (seconds); a change never
 	// served counts with the time it waited.
 	StalenessP99 float64
@@ -538,6 +556,8 @@ func figures(s *results.Summary) (starveFigures, error) {
 	}); err != nil {
 		return f, err
 	}
+	f.InjectP99Ms = p99(p.Series[seriesInject], in)
+	f.ValidateP99Ms = p99(p.Series[seriesValidate], in)
 	var stale []float64
 	for _, x := range p.Series[seriesStaleness] {
 		stale = append(stale, x.Ms/1000)
@@ -638,6 +658,21 @@ func nearest(ss []results.ProbeSample, t float64) results.ProbeSample {
 		return ss[i-1]
 	}
 	return ss[i]
+}
+
+// p99 is the P99 of the durations of the samples in the window, in ms.
+func p99(ss []results.ProbeSample, in func(results.ProbeSample) bool) float64 {
+	var ms []float64
+	for _, x := range ss {
+		if in(x) {
+			ms = append(ms, x.Ms)
+		}
+	}
+	if len(ms) == 0 {
+		return 0
+	}
+	sort.Float64s(ms)
+	return ms[int(math.Ceil(0.99*float64(len(ms))))-1]
 }
 
 func meanIn(ss []results.ProbeSample, in func(results.ProbeSample) bool) float64 {

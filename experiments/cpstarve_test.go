@@ -144,6 +144,7 @@ func TestStarvationFigures(t *testing.T) {
 	assert.InDelta(t, 20.0, f.XDSAvailability, 0.01, "4 of 20 window probes answered")
 	assert.InDelta(t, 20.0, f.InjectSuccess, 0.01)
 	assert.Equal(t, 4, f.InvalidAccepted)
+	assert.Equal(t, 5.0, f.InjectP99Ms)
 	assert.InDelta(t, 11.0, f.StalenessP99, 0.01)
 	assert.InDelta(t, 10.0, f.RunningNotServing, 0.01, "Running throughout the 10 s without xDS")
 	assert.InDelta(t, 3.0, f.ReadyNotServing, 0.01, "Ready from 12 s to 15 s without xDS")
