@@ -76,6 +76,9 @@ type Summary struct {
 	Scale *Scale `json:"scale,omitempty"`
 	// Convergence is how long proxies took to receive endpoint changes, measured at the proxies.
 	Convergence *Convergence `json:"convergence,omitempty"`
+	// Probes are active probes' time series (cp-cpu-starvation): what a component actually
+	// served, sample by sample, next to what Kubernetes said of it.
+	Probes *Probes `json:"probes,omitempty"`
 	// Measurements say how each measurement fared: a failed scrape is shown, not hidden.
 	Measurements []Measurement `json:"measurements,omitempty"`
 	Events       []Event       `json:"events"`
@@ -566,4 +569,29 @@ func SortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// Probes are time series of active probes. Seconds count from StartedAt.
+type Probes struct {
+	StartedAt time.Time `json:"startedAt"`
+	// Window marks the fault (e.g. the CPU-starvation window), nil if none was marked.
+	Window *Window `json:"window,omitempty"`
+	// Series are keyed by probe name, e.g. "xds", "inject", "cp-cpu".
+	Series map[string][]ProbeSample `json:"series"`
+}
+
+// Window is a span of seconds from Probes.StartedAt; End is 0 while it is open.
+type Window struct {
+	Start float64 `json:"start"`
+	End   float64 `json:"end"`
+}
+
+// ProbeSample is one probe: when it started, whether it succeeded, how long it took, and a
+// value when the probe reads one (e.g. CPUs used).
+type ProbeSample struct {
+	T     float64 `json:"t"`
+	OK    bool    `json:"ok"`
+	Ms    float64 `json:"ms"`
+	Value float64 `json:"value,omitempty"`
+	Error string  `json:"error,omitempty"`
 }

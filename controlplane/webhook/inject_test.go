@@ -2,7 +2,9 @@ package webhook
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -57,4 +59,33 @@ func TestInjectPatchKeepsAnnotationsAndInitContainers(t *testing.T) {
 	require.Len(t, inits, 2)
 	assert.Equal(t, []string{ProxyContainer, "migrate"}, []string{inits[0].Name, inits[1].Name}, "the app's init containers run with the mesh")
 	assert.Equal(t, int32(60), inits[0].StartupProbe.FailureThreshold, "the startup probe allows WaitTimeout")
+}
+
+// Replicas each add their CA to the caBundle: the bundle trusts all of them, a CA already there
+// changes nothing, and the oldest are dropped past maxBundleCAs.
+func TestWithCAKeepsEveryReplicasCA(t *testing.T) {
+	var cas [][]byte
+	for i := range maxBundleCAs + 1 {
+		ca, err := NewCA(fmt.Sprintf("replica-%d", i), time.Hour)
+		require.NoError(t, err)
+		cas = append(cas, ca.PEM)
+	}
+	b, had := withCA(nil, cas[0])
+	assert.False(t, had)
+	assert.Equal(t, cas[0], b, "an empty bundle becomes the one CA")
+	b, had = withCA(b, cas[1])
+	assert.False(t, had)
+	assert.Equal(t, append(append([]byte{}, cas[0]...), cas[1]...), b)
+	same, had := withCA(b, cas[0])
+	assert.True(t, had, "a CA already trusted is not added again")
+	assert.Equal(t, b, same)
+	for _, ca := range cas[2:] {
+		b, _ = withCA(b, ca)
+	}
+	_, had = withCA(b, cas[0])
+	assert.False(t, had, "the oldest CA was dropped")
+	for _, ca := range cas[1:] {
+		_, had = withCA(b, ca)
+		assert.True(t, had)
+	}
 }

@@ -6,10 +6,12 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -193,19 +195,23 @@ func (s *Server) Run(ctx context.Context, dyn dynamic.Interface, every time.Dura
 	}
 }
 
-// patchCABundle sets every webhook's caBundle in the named configuration with one JSON patch
-// (guarded by the resourceVersion read); changed is false when all already had it.
+// patchCABundle adds the CA to every webhook's caBundle in the named configuration with one
+// JSON patch (guarded by the resourceVersion read); changed is false when all already had it.
+// The CA is added, not set: every replica of the control plane has a CA of its own, and the
+// apiserver reaches any of them, so the bundle must trust them all (replicas that replaced each
+// other's CA would fail every other call, and re-patch each other forever).
 func (s *Server) patchCABundle(ctx context.Context, api dynamic.ResourceInterface, name string) (changed bool, err error) {
 	c, err := api.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return false, err
 	}
 	hooks, _, _ := unstructured.NestedSlice(c.Object, "webhooks")
-	want := base64.StdEncoding.EncodeToString(s.CA.PEM)
 	ops := []patchOp{{Op: "test", Path: "/metadata/resourceVersion", Value: c.GetResourceVersion()}}
 	for i, h := range hooks {
-		if got, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "caBundle"); got != want {
-			ops = append(ops, patchOp{Op: "add", Path: fmt.Sprintf("/webhooks/%d/clientConfig/caBundle", i), Value: want})
+		got, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "caBundle")
+		cur, _ := base64.StdEncoding.DecodeString(got)
+		if want, ok := withCA(cur, s.CA.PEM); !ok {
+			ops = append(ops, patchOp{Op: "add", Path: fmt.Sprintf("/webhooks/%d/clientConfig/caBundle", i), Value: base64.StdEncoding.EncodeToString(want)})
 		}
 	}
 	if len(ops) == 1 {
@@ -217,4 +223,29 @@ func (s *Server) patchCABundle(ctx context.Context, api dynamic.ResourceInterfac
 	}
 	_, err = api.Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{})
 	return err == nil, err
+}
+
+// maxBundleCAs bounds a caBundle: the CAs of replicas that restarted are dropped, oldest first.
+const maxBundleCAs = 4
+
+// withCA returns bundle with ca appended (keeping the newest maxBundleCAs certificates), and
+// whether bundle already held ca.
+func withCA(bundle, ca []byte) ([]byte, bool) {
+	var certs [][]byte
+	for rest := bundle; ; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			break
+		}
+		enc := pem.EncodeToMemory(b)
+		if bytes.Equal(bytes.TrimSpace(enc), bytes.TrimSpace(ca)) {
+			return bundle, true
+		}
+		certs = append(certs, enc)
+	}
+	certs = append(certs, ca)
+	if len(certs) > maxBundleCAs {
+		certs = certs[len(certs)-maxBundleCAs:]
+	}
+	return bytes.Join(certs, nil), false
 }

@@ -41,6 +41,9 @@ type NoisyNeighbour struct {
 	BestEffort bool
 	// Image is the hog's image (default images.Ref("hog"), as `make images` builds it).
 	Image string
+	// MinShare is the share of CPUs the hog must be seen burning as proof (default 0.5). A hog
+	// confined to a node's CPU budget on a host busy with other work gets less than it asks.
+	MinShare float64
 	// Window is how long one measurement of the hog's CPU use lasts (default 2 s).
 	Window time.Duration
 	// Timeout bounds the pod's start, the proof and the pod's deletion (default 1 minute).
@@ -82,7 +85,7 @@ func (n *NoisyNeighbour) podSpec() *corev1.Pod {
 	}
 }
 
-// Inject starts the hog and returns once its cgroup shows it burning at least half of CPUs.
+// Inject starts the hog and returns once its cgroup shows it burning at least MinShare of CPUs.
 func (n *NoisyNeighbour) Inject(ctx context.Context) (Evidence, error) {
 	if nodes := len(n.Cluster.Nodes()); n.Node < 1 || n.Node > nodes {
 		return Evidence{}, fmt.Errorf("%s: no node %d: the cluster has nodes 1 to %d", n.Name(), n.Node, nodes)
@@ -141,7 +144,7 @@ func (n *NoisyNeighbour) prove(ctx context.Context) (Evidence, error) {
 		}
 		rate := (u1 - u0).Seconds() / time.Since(t0).Seconds()
 		best = max(best, rate)
-		if rate >= n.CPUs/2 {
+		if rate >= n.CPUs*orDefault(n.MinShare, 0.5) {
 			n.proven, n.atUse = time.Now(), u1
 			return Evidence{At: n.proven,
 				Summary: fmt.Sprintf("hog on node %d burns %.2f CPU (asked %g) next to the node's pods", n.Node, rate, n.CPUs),

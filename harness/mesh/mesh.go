@@ -226,16 +226,17 @@ func (m *Mesh) deploy(ctx context.Context, manifest string, v wlmanifests.Values
 	return kube.WaitDeploymentReady(ctx, m.Client, "default", name, 2*time.Minute)
 }
 
-// ControlPlanePod returns the control plane's single pod.
+// ControlPlanePod returns the control plane's pod (the first by name when it has replicas).
 func (m *Mesh) ControlPlanePod(ctx context.Context) (*corev1.Pod, error) {
 	cp := m.Spec.ControlPlane
 	pods, err := m.Client.CoreV1().Pods(cp.Namespace()).List(ctx, metav1.ListOptions{LabelSelector: cp.Selector()})
 	if err != nil {
 		return nil, err
 	}
-	if len(pods.Items) != 1 {
-		return nil, fmt.Errorf("want 1 control-plane pod (%s in %s), found %d", cp.Selector(), cp.Namespace(), len(pods.Items))
+	if len(pods.Items) == 0 {
+		return nil, fmt.Errorf("no control-plane pod (%s in %s)", cp.Selector(), cp.Namespace())
 	}
+	sort.Slice(pods.Items, func(i, j int) bool { return pods.Items[i].Name < pods.Items[j].Name })
 	return &pods.Items[0], nil
 }
 

@@ -74,8 +74,16 @@ func (r *Reference) Deploy(ctx context.Context, c cluster.Cluster, p Placement) 
 		return err
 	}
 	muts := []kube.Mutator{kube.CPULimit(r.Container(), p.CPULimit)}
-	if p.Node > 0 {
+	if p.Node > 0 && len(p.Nodes) == 0 {
 		muts = append(muts, kube.PinToNode(cluster.NodeLabel, fmt.Sprint(p.Node)))
+	}
+	more, err := placementMutators(p, refName, r.Container())
+	if err != nil {
+		return fmt.Errorf("control plane placement: %w", err)
+	}
+	muts = append(muts, more...)
+	if p.PriorityClass != "" {
+		y = append(append(priorityClassYAML(p.PriorityClass), "---\n"...), y...)
 	}
 	if err := kube.Apply(ctx, cfg, y, muts...); err != nil {
 		return fmt.Errorf("deploy the reference control plane: %w", err)

@@ -81,9 +81,28 @@ type Placement struct {
 	Node int
 	// MemoryLimit and CPULimit are Kubernetes quantities ("" leaves the control plane's own).
 	MemoryLimit, CPULimit string
+	// QoS sets the pods' Kubernetes QoS class: "" leaves the control plane's own resources,
+	// QoSBestEffort removes every request and limit (the CPU-starvation incident's istiod),
+	// QoSGuaranteed makes requests equal to the limits (CPULimit and MemoryLimit required).
+	QoS string
+	// Nodes, when set, lets the pods run on any of these nodes instead of Node alone.
+	Nodes []int
+	// Replicas is the number of control-plane pods (0: the control plane's own, 1); more than
+	// one are spread over the allowed nodes (preferred pod anti-affinity), one per node where
+	// they can.
+	Replicas int
+	// PriorityClass gives the pods a PriorityClass of this name, created with a high value
+	// ("" none).
+	PriorityClass string
 	// Logf reports progress.
 	Logf func(format string, args ...any)
 }
+
+// QoS classes Placement.QoS asks for.
+const (
+	QoSBestEffort = "BestEffort"
+	QoSGuaranteed = "Guaranteed"
+)
 
 // ControlPlane is a control plane under test.
 type ControlPlane interface {

@@ -1,0 +1,711 @@
+package experiments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	istioapi "istio.io/api/networking/v1alpha3"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/meshchaos/meshchaos/harness/cgroup"
+	"github.com/meshchaos/meshchaos/harness/chaos"
+	"github.com/meshchaos/meshchaos/harness/experiment"
+	"github.com/meshchaos/meshchaos/harness/kube"
+	"github.com/meshchaos/meshchaos/harness/mesh"
+	"github.com/meshchaos/meshchaos/harness/observe"
+	"github.com/meshchaos/meshchaos/harness/params"
+	"github.com/meshchaos/meshchaos/harness/runner"
+	"github.com/meshchaos/meshchaos/harness/subject"
+	"github.com/meshchaos/meshchaos/results"
+)
+
+// Incident 3: a business pod on the node that also ran the control plane and the ingress
+// gateways burnt the node's CPU. The control plane stayed Running while its xDS and webhook
+// ports served nothing; the gateways lost their xDS stream; the validation webhook failed open
+// and the injection webhook failed closed. Node 1 (the busy node) is confined to a CPU budget
+// (its kubepods cgroup gets a quota), so the rest of the machine keeps running the harness;
+// within it pods compete by cpu.shares, as on a real node.
+//
+// The incident's configuration is the default: no requests or limits on the control plane
+// (BestEffort: 2 shares against the neighbour's request-derived shares), one replica, on the
+// busy node with the gateways. The mitigations are parameters.
+
+// Probe series names (results.Probes).
+const (
+	seriesXDS       = "xds"           // a new proxy's stream and first response
+	seriesInject    = "inject"        // a pod creation through the injection webhook (dry run)
+	seriesValidate  = "validate"      // an invalid ServiceEntry (dry run): OK = refused
+	seriesStaleness = "staleness"     // a ServiceEntry created in the window until every gateway serves it
+	seriesCPStatus  = "cp-status"     // the control plane's pods: OK = one Running, value = Ready pods
+	seriesNodeCPU   = "node-cpu"      // the busy node's pods' CPU use (CPUs)
+	seriesNodeThrot = "node-throttle" // share of CFS periods the busy node's pods were throttled
+	seriesCPCPU     = "cp-cpu"        // the control plane pod's CPU use (CPUs)
+)
+
+// starveNamespace is the injected namespace the admission probes create pods in.
+const starveNamespace = "starve-apps"
+
+func init() {
+	register(experiment.Definition{
+		Name:    "cp-cpu-starvation",
+		Summary: "a noisy neighbour exhausts the CPU of the node running the control plane and the gateways (incident 3: Running but serving nothing, webhooks fail open/closed)",
+		Params: params.Set{
+			params.Rate.WithDefault("20"), params.Length.WithDefault("70s"), params.Steady.WithDefault("8s"),
+			params.Nodes.WithDefault("2"),
+			params.IntParam("serviceEntries", 200, 1, 20000, "", "ServiceEntries preloaded (a fresh subscription receives all of them)"),
+			params.IntParam("hosts", 2, 1, 10000, "", "ServiceEntry hosts the traffic targets"),
+			params.IntParam("gateways", 2, 1, 20, "", "gateway replicas"),
+			params.FloatParam("nodeCPU", 1, 0.1, 8, "CPUs", "CPU budget of the busy node's pods (a quota on its kubepods cgroup)"),
+			// Two fully busy workers: the neighbour wants the whole (2-core) node; the budget
+			// confines it. A fractional value duty-cycles the workers, and the control plane
+			// runs in the gaps.
+			params.FloatParam("neighbourCPUs", 2, 0.1, 8, "CPUs", "CPU the noisy neighbour burns and requests (its cpu.shares); whole numbers keep it busy without gaps"),
+			params.DurationParam("window", 30*time.Second, 5*time.Second, time.Hour, "how long the neighbour saturates the node"),
+			params.DurationParam("baseline", 3*time.Second, 0, time.Minute, "probing under the budget before the neighbour starts"),
+			params.DurationParam("recoveryWait", 20*time.Second, time.Second, 10*time.Minute, "longest wait after the window for the mesh to serve again"),
+			params.DurationParam("xdsDeadline", time.Second, 50*time.Millisecond, time.Minute, "a new proxy's deadline for its first xDS response"),
+			params.DurationParam("configEvery", 2*time.Second, 100*time.Millisecond, time.Minute, "a new ServiceEntry every so often during the window"),
+			// Checks.
+			params.FloatParam("minAvailability", 99, 0, 100, "%", "xDS availability in the window at least"),
+			params.DurationParam("maxStalenessP99", 5*time.Second, 0, time.Hour, "P99 time from a ServiceEntry's creation to every gateway serving it, at most"),
+			params.DurationParam("maxRecovery", 10*time.Second, 0, time.Hour, "time from the window's end until xDS and traffic are clean again, at most"),
+			// Mitigations; the defaults are the incident's configuration.
+			params.EnumParam("cpQoS", "besteffort", []string{"besteffort", "burstable", "guaranteed"},
+				"control plane resources: besteffort (none: the incident), burstable (its own 100m request), guaranteed (requests = limits = cpCPULimit, cpMemoryLimit)"),
+			params.CPCPU.WithDefault("500m"), params.CPMemory.WithDefault("512Mi"),
+			params.IntParam("cpReplicas", 1, 1, 8, "", "control-plane replicas (spread over nodes by pod anti-affinity)"),
+			params.EnumParam("cpPriority", "false", []string{"false", "true"}, "give the control plane a high PriorityClass"),
+			params.EnumParam("isolate", "false", []string{"false", "true"}, "run the control plane and the gateways on a node without business pods (the last node)"),
+		},
+		Validate: func(v params.Values) error {
+			if v["cpQoS"] == "guaranteed" && (v["cpCPULimit"] == "" || v["cpMemoryLimit"] == "") {
+				return errors.New("cpQoS=guaranteed: needs cpCPULimit and cpMemoryLimit (requests are set to them)")
+			}
+			if v["isolate"] == "true" && v.Int("nodes") < 2 {
+				return errors.New("isolate=true: needs nodes=2 or more (the busy node and a mesh node)")
+			}
+			if v.Int("hosts") > v.Int("serviceEntries") {
+				return fmt.Errorf("hosts=%d: at most serviceEntries (%d)", v.Int("hosts"), v.Int("serviceEntries"))
+			}
+			if need := v.Duration("steady") + v.Duration("baseline") + v.Duration("window") + 5*time.Second; v.Duration("duration") < need {
+				return fmt.Errorf("duration=%s: at least steady + baseline + window + 5s (%s), so traffic covers the window and the recovery", v["duration"], need)
+			}
+			return nil
+		},
+		Mesh:   starveMesh,
+		Hosts:  func(v params.Values) int { return v.Int("hosts") },
+		Chaos:  starveChaos,
+		Checks: starveChecks,
+	})
+}
+
+// busyNode is where the noisy neighbour runs.
+const busyNode = 1
+
+func starveMesh(v params.Values) mesh.Spec {
+	nodes := v.Int("nodes")
+	meshNode := busyNode
+	if v["isolate"] == "true" {
+		meshNode = nodes
+	}
+	cp := subject.Placement{Node: meshNode, Replicas: v.Int("cpReplicas")}
+	switch v["cpQoS"] {
+	case "besteffort":
+		cp.QoS = subject.QoSBestEffort
+	case "guaranteed":
+		cp.QoS, cp.CPULimit, cp.MemoryLimit = subject.QoSGuaranteed, v["cpCPULimit"], v["cpMemoryLimit"]
+	default:
+		cp.MemoryLimit = v["cpMemoryLimit"]
+	}
+	if cp.Replicas > 1 {
+		// More replicas may use every node the placement allows, one per node where they can.
+		cp.Nodes = []int{meshNode}
+		for k := 1; k <= nodes; k++ {
+			if k != meshNode && (v["isolate"] != "true" || k != busyNode) {
+				cp.Nodes = append(cp.Nodes, k)
+			}
+		}
+	}
+	if v["cpPriority"] == "true" {
+		cp.PriorityClass = "meshchaos-control-plane"
+	}
+	return mesh.Spec{
+		Nodes:          nodes,
+		CP:             cp,
+		Backends:       []mesh.Backend{{Name: "echo", Replicas: 2, Node: nodes}},
+		ServiceEntries: mesh.ServiceEntries{Count: v.Int("serviceEntries"), Backend: "echo"},
+		Gateway:        mesh.Gateway{Replicas: v.Int("gateways"), Node: meshNode},
+	}
+}
+
+func starveChaos(ctx context.Context, s *experiment.State) error {
+	v, m := s.Params, s.Mesh
+	pods, err := m.Cluster.PodsCgroup(busyNode)
+	if err != nil {
+		return err
+	}
+	if err := createInjectedNamespace(ctx, s); err != nil {
+		return err
+	}
+	prober := &observe.Prober{As: observe.RoleControlPlane, Probes: starveProbes(s, pods)}
+	if err := s.Measure(prober); err != nil {
+		return err
+	}
+	if err := s.Inject(ctx, &chaos.CPUThrottle{Target: fmt.Sprintf("pods/node%d", busyNode), Group: pods, CPUs: v.Float("nodeCPU")}); err != nil {
+		return err
+	}
+	if err := experiment.Sleep(ctx, v.Duration("baseline")); err != nil {
+		return err
+	}
+	// The hog's own proof asks only 5 % of what it wants: it is confined to the node's budget,
+	// and the node gets what the shared host leaves it (with its load in the tens, a fraction
+	// of a CPU; the load is on the timeline). The proof that matters is relative: the check
+	// on how the busy node's CPU was split.
+	hog := &chaos.NoisyNeighbour{Cluster: m.Cluster, Client: m.Client, Node: busyNode, CPUs: v.Float("neighbourCPUs"), MinShare: 0.05}
+	hostLoad(s, "at the window's start")
+	start := time.Now()
+	prober.MarkStart(start)
+	if err := s.Inject(ctx, hog); err != nil {
+		return err
+	}
+	stale := &staleness{s: s, prober: prober}
+	end := start.Add(v.Duration("window"))
+	tick := time.NewTicker(v.Duration("configEvery"))
+	for time.Now().Before(end) {
+		stale.create(ctx)
+		select {
+		case <-ctx.Done():
+			tick.Stop()
+			return context.Cause(ctx)
+		case <-tick.C:
+		}
+	}
+	tick.Stop()
+	if err := s.Clear(ctx, hog); err != nil {
+		return err
+	}
+	prober.MarkEnd(time.Now())
+	hostLoad(s, "at the window's end")
+	// Recovery: every change made in the window served, and the control plane serving new
+	// proxies again, or recoveryWait.
+	deadline := time.Now().Add(v.Duration("recoveryWait"))
+	stale.wait(deadline)
+	_ = kube.Poll(ctx, 500*time.Millisecond, func(context.Context) (bool, error) {
+		return time.Now().After(deadline) || recovered(prober.Snapshot()), nil
+	})
+	// Give the probes a last sample after the recovery, then leave the budget (cleared with
+	// the chaos phase).
+	if err := experiment.Sleep(ctx, time.Second); err != nil {
+		return err
+	}
+	sum := s.Summary()
+	if f, err := figures(&sum); err == nil {
+		s.Event("starvation.figures", "cp-cpu-starvation", fmt.Sprintf(
+			"window: xDS availability %.1f %%, injection admitted %.1f %% (P99 %.0f ms), invalid config accepted %d (validation P99 %.0f ms), staleness P99 %.1f s; "+
+				"lying: Running %.1f s / Ready %.1f s while not serving xDS; busy node's pods %.2f CPU (throttled %.0f %% of periods), control plane %.3f CPU; "+
+				"gateway xDS disconnects %d",
+			f.XDSAvailability, f.InjectSuccess, f.InjectP99Ms, f.InvalidAccepted, f.ValidateP99Ms, f.StalenessP99, f.RunningNotServing, f.ReadyNotServing,
+			f.NodeCPU, 100*f.NodeThrottled, f.CPCPU, f.GatewayDisconnects))
+	}
+	return nil
+}
+
+// hostLoad puts the host's load average on the timeline: the local substrate's nodes share the
+// host, so a busy host gives the whole cluster less than its budget.
+func hostLoad(s *experiment.State, when string) {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return
+	}
+	s.Event("host.load", "host", fmt.Sprintf("load average %s %s (%d CPUs)", strings.Join(strings.Fields(string(b))[:3], " "), when, runtime.NumCPU()))
+}
+
+// recovered reports whether the last three xDS probes after the window succeeded.
+func recovered(p *results.Probes) bool {
+	if p == nil || p.Window == nil || p.Window.End == 0 {
+		return false
+	}
+	var after []results.ProbeSample
+	for _, x := range p.Series[seriesXDS] {
+		if x.T >= p.Window.End {
+			after = append(after, x)
+		}
+	}
+	if len(after) < 3 {
+		return false
+	}
+	for _, x := range after[len(after)-3:] {
+		if !x.OK {
+			return false
+		}
+	}
+	return true
+}
+
+// createInjectedNamespace creates the namespace the injection probe creates its pods in.
+func createInjectedNamespace(ctx context.Context, s *experiment.State) error {
+	_, err := s.Mesh.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: starveNamespace,
+		Labels: map[string]string{injectLabel: "enabled"}}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", starveNamespace, err)
+	}
+	return nil
+}
+
+// starveProbes are the experiment's probes: xDS as a new proxy on the gateways' node sees it,
+// both webhooks through the apiserver (dry runs: nothing is created, the webhooks are called),
+// the control plane's pods as Kubernetes reports them, and the CPU of the busy node and of the
+// control plane.
+func starveProbes(s *experiment.State, pods *cgroup.Group) []observe.Probe {
+	v, m := s.Params, s.Mesh
+	cs := m.Client
+	ic, icErr := istioclient.NewForConfig(m.Cluster.RESTConfig())
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	probes := []observe.Probe{
+		{Name: seriesXDS, Timeout: v.Duration("xdsDeadline"),
+			Run: observe.XDSProbe(s.CP.XDSAddress(), m.Cluster.Dialer(m.Spec.Gateway.Node), "type.googleapis.com/envoy.config.cluster.v3.Cluster")},
+		{Name: seriesInject, Timeout: 15 * time.Second, Run: func(ctx context.Context) (float64, error) {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: starveNamespace},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "probe"}}}}
+			got, err := cs.CoreV1().Pods(starveNamespace).Create(ctx, p, dry)
+			if err != nil {
+				return 0, err
+			}
+			if len(got.Spec.Containers)+len(got.Spec.InitContainers) < 2 {
+				return 0, errors.New("admitted without a sidecar")
+			}
+			return 1, nil
+		}},
+		{Name: seriesValidate, Timeout: 15 * time.Second, Run: func(ctx context.Context) (float64, error) {
+			if icErr != nil {
+				return 0, icErr
+			}
+			bad := &networkingv1.ServiceEntry{ObjectMeta: metav1.ObjectMeta{GenerateName: "invalid-", Namespace: "default"},
+				Spec: istioapi.ServiceEntry{Hosts: []string{"*.invalid.test"}, Resolution: istioapi.ServiceEntry_STATIC,
+					Ports:     []*istioapi.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP"}},
+					Endpoints: []*istioapi.WorkloadEntry{{Address: "10.1.2.3"}}}}
+			_, err := ic.NetworkingV1().ServiceEntries("default").Create(ctx, bad, dry)
+			if err == nil {
+				return 0, errors.New("invalid ServiceEntry accepted (the validation webhook failed open)")
+			}
+			if strings.Contains(err.Error(), "denied the request") {
+				return 1, nil
+			}
+			return 0, err
+		}},
+		{Name: seriesCPStatus, Run: func(ctx context.Context) (float64, error) {
+			list, err := cs.CoreV1().Pods(s.CP.Namespace()).List(ctx, metav1.ListOptions{LabelSelector: s.CP.Selector()})
+			if err != nil {
+				return 0, err
+			}
+			running, ready := 0, 0
+			for i := range list.Items {
+				p := &list.Items[i]
+				if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+					running++
+				}
+				if ok, _ := kube.PodReady(p); ok {
+					ready++
+				}
+			}
+			if running == 0 {
+				return float64(ready), errors.New("no control-plane pod Running")
+			}
+			return float64(ready), nil
+		}},
+		{Name: seriesNodeCPU, Run: cpuRate(pods)},
+		{Name: seriesNodeThrot, Run: throttleRate(pods)},
+	}
+	if g, err := m.Cluster.PodCgroup(cpPodOn(s, busyNode)); err == nil {
+		probes = append(probes, observe.Probe{Name: seriesCPCPU, Run: cpuRate(g)})
+	} else {
+		s.Logf("control plane cgroup: %v (its CPU is not followed)", err)
+	}
+	return probes
+}
+
+// cpPodOn is the control plane's pod on node k when one runs there (its CPU is the one the
+// neighbour takes), else the pod the kit follows.
+func cpPodOn(s *experiment.State, k int) *corev1.Pod {
+	list, err := s.Mesh.Client.CoreV1().Pods(s.CP.Namespace()).List(context.Background(), metav1.ListOptions{LabelSelector: s.CP.Selector()})
+	if err != nil {
+		return s.CPPod
+	}
+	for i := range list.Items {
+		if list.Items[i].Spec.NodeName == s.Mesh.Cluster.Nodes()[k-1] {
+			return &list.Items[i]
+		}
+	}
+	return s.CPPod
+}
+
+// cpuRate reads a cgroup's CPU use in CPUs since the previous call.
+func cpuRate(g *cgroup.Group) func(context.Context) (float64, error) {
+	var mu sync.Mutex
+	var last time.Duration
+	var at time.Time
+	return func(context.Context) (float64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		u, err := g.CPUUsage()
+		if err != nil {
+			return 0, err
+		}
+		now := time.Now()
+		prevU, prevT := last, at
+		last, at = u, now
+		if prevT.IsZero() {
+			return 0, errors.New("first reading")
+		}
+		return (u - prevU).Seconds() / now.Sub(prevT).Seconds(), nil
+	}
+}
+
+// throttleRate reads the share of CFS periods a cgroup was throttled in since the previous call.
+func throttleRate(g *cgroup.Group) func(context.Context) (float64, error) {
+	var mu sync.Mutex
+	var last *cgroup.CPUStat
+	return func(context.Context) (float64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		st, err := g.CPUStat()
+		if err != nil {
+			return 0, err
+		}
+		prev := last
+		last = &st
+		if prev == nil || st.Periods == prev.Periods {
+			return 0, errors.New("no period since the previous reading")
+		}
+		return float64(st.ThrottledPeriods-prev.ThrottledPeriods) / float64(st.Periods-prev.Periods), nil
+	}
+}
+
+// staleness creates ServiceEntries during the window and times each until every gateway serves
+// its host: the staleness of a config change made while the control plane is starved.
+type staleness struct {
+	s      *experiment.State
+	prober *observe.Prober
+	n      int
+	wg     sync.WaitGroup
+	stop   chan struct{}
+	once   sync.Once
+}
+
+func (st *staleness) create(ctx context.Context) {
+	st.once.Do(func() { st.stop = make(chan struct{}) })
+	m := st.s.Mesh
+	st.n++
+	i := m.Spec.ServiceEntries.Count + st.n - 1 // after the preloaded se-0 … se-(Count-1)
+	g := m.Spec.ServiceEntries
+	g.Count = i + 1
+	objs, _ := g.Objects(m.BackendIPs[g.Backend])
+	se, host := objs[i], mesh.Host(i)
+	st.wg.Add(1)
+	go func() {
+		defer st.wg.Done()
+		start := time.Now()
+		sample := results.ProbeSample{}
+		defer func() {
+			sample.Ms = float64(time.Since(start).Milliseconds())
+			st.prober.Add(seriesStaleness, start, sample)
+		}()
+		ic, err := istioclient.NewForConfig(m.Cluster.RESTConfig())
+		if err == nil {
+			_, err = ic.NetworkingV1().ServiceEntries(se.Namespace).Create(ctx, se, metav1.CreateOptions{})
+		}
+		if err != nil {
+			sample.Error = "create: " + err.Error()
+			return
+		}
+		client := &http.Client{Transport: &http.Transport{DialContext: m.Cluster.Dialer(m.Spec.Gateway.Node)}, Timeout: time.Second}
+		defer client.CloseIdleConnections()
+		pending := append([]string(nil), m.GatewayIPs...)
+		for len(pending) > 0 {
+			var left []string
+			for _, ip := range pending {
+				if !serves(ctx, client, ip, host) {
+					left = append(left, ip)
+				}
+			}
+			if pending = left; len(pending) == 0 {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				sample.Error = "run ended"
+				return
+			case <-st.stop:
+				sample.Error = fmt.Sprintf("%d gateway(s) not serving %s at the end of the recovery wait", len(pending), host)
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		sample.OK = true
+	}()
+}
+
+// wait waits until every change is served, or stops the waiting at deadline.
+func (st *staleness) wait(deadline time.Time) {
+	if st.stop == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() { st.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Until(deadline)):
+		close(st.stop)
+		<-done
+	}
+}
+
+// serves reports whether the gateway at ip answers 200 for host.
+func serves(ctx context.Context, c *http.Client, ip, host string) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(ip, "80")+"/", nil)
+	if err != nil {
+		return false
+	}
+	req.Host = host
+	resp, err := c.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// starveFigures are what the probes measured, for the checks and the report.
+type starveFigures struct {
+	// XDSAvailability is the share of xDS probes in the window that succeeded, in percent.
+	XDSAvailability float64
+	// InjectSuccess is the share of pod creations in the window the injection webhook admitted
+	// (with a sidecar), in percent; InvalidAccepted the invalid ServiceEntries accepted.
+	InjectSuccess   float64
+	InvalidAccepted int
+	// InjectP99Ms and ValidateP99Ms are the admission latencies' P99 in the window (the
+	// apiserver waits up to the webhooks' 10 s timeout).
+	InjectP99Ms, ValidateP99Ms float64
+	// StalenessP99 is the P99 of the changes' times to be served (seconds); a change never
+	// served counts with the time it waited.
+	StalenessP99 float64
+	// RunningNotServing and ReadyNotServing are seconds the control plane was reported
+	// Running (Ready) while new proxies got no xDS response: the time it was lying.
+	RunningNotServing, ReadyNotServing float64
+	// Recovery is seconds from the window's end until the mesh serves again: xDS answered
+	// (three in a row), the window's changes served, traffic clean (three seconds in a row);
+	// +Inf when that never happened.
+	Recovery float64
+	// NodeCPU and CPCPU are the mean CPUs used in the window by the busy node's pods and by the
+	// control plane; NodeThrottled the mean share of throttled periods.
+	NodeCPU, CPCPU, NodeThrottled float64
+	// NeighbourShare is the share of NodeCPU not used by the control plane, in percent.
+	NeighbourShare float64
+	// GatewayDisconnects counts gateway xDS disconnects on the timeline.
+	GatewayDisconnects int
+}
+
+// figures computes the figures from a summary; an error when the probes did not run.
+func figures(s *results.Summary) (starveFigures, error) {
+	var f starveFigures
+	p := s.Probes
+	if p == nil || p.Window == nil || p.Window.End == 0 {
+		return f, errors.New("the probes or the starvation window were not recorded")
+	}
+	w := *p.Window
+	in := func(x results.ProbeSample) bool { return x.T >= w.Start && x.T < w.End }
+	rate := func(series string, ok func(results.ProbeSample) bool) (float64, int, error) {
+		n, good := 0, 0
+		for _, x := range p.Series[series] {
+			if in(x) {
+				n++
+				if ok(x) {
+					good++
+				}
+			}
+		}
+		if n == 0 {
+			return 0, 0, fmt.Errorf("no %s probe in the window", series)
+		}
+		return 100 * float64(good) / float64(n), n - good, nil
+	}
+	var err error
+	okf := func(x results.ProbeSample) bool { return x.OK }
+	if f.XDSAvailability, _, err = rate(seriesXDS, okf); err != nil {
+		return f, err
+	}
+	if f.InjectSuccess, _, err = rate(seriesInject, okf); err != nil {
+		return f, err
+	}
+	if _, f.InvalidAccepted, err = rate(seriesValidate, func(x results.ProbeSample) bool {
+		return x.OK || !strings.Contains(x.Error, "accepted")
+	}); err != nil {
+		return f, err
+	}
+	f.InjectP99Ms = p99(p.Series[seriesInject], in)
+	f.ValidateP99Ms = p99(p.Series[seriesValidate], in)
+	var stale []float64
+	for _, x := range p.Series[seriesStaleness] {
+		stale = append(stale, x.Ms/1000)
+	}
+	if len(stale) == 0 {
+		return f, errors.New("no config change was timed")
+	}
+	sort.Float64s(stale)
+	f.StalenessP99 = stale[int(math.Ceil(0.99*float64(len(stale))))-1]
+
+	// Time lying: each failed xDS probe stands for the probe interval; the control plane's
+	// status is the nearest status sample.
+	status := p.Series[seriesCPStatus]
+	xds := p.Series[seriesXDS]
+	for i, x := range xds {
+		if x.OK || len(status) == 0 {
+			continue
+		}
+		dt := 0.5
+		if i+1 < len(xds) {
+			dt = xds[i+1].T - x.T
+		}
+		st := nearest(status, x.T)
+		if st.OK {
+			f.RunningNotServing += dt
+			if st.Value > 0 {
+				f.ReadyNotServing += dt
+			}
+		}
+	}
+
+	// Recovery: from the window's end until new proxies get xDS again (the first of three
+	// successes in a row), every change made in the window is served, and the traffic is clean
+	// again (the first of three error-free seconds). A single failure later on is noise of a
+	// shared host, not a mesh still down.
+	f.Recovery = recovery(s, p, xds)
+
+	f.NodeCPU = meanIn(p.Series[seriesNodeCPU], in)
+	f.NodeThrottled = meanIn(p.Series[seriesNodeThrot], in)
+	f.CPCPU = meanIn(p.Series[seriesCPCPU], in)
+	if f.NodeCPU <= 0 {
+		return f, errors.New("the busy node's pods used no CPU in the window: no neighbour ran")
+	}
+	f.NeighbourShare = 100
+	if s.Params["isolate"] != "true" {
+		f.NeighbourShare = 100 * max(0, f.NodeCPU-f.CPCPU) / f.NodeCPU
+	}
+	for _, e := range s.Events {
+		if e.Kind == "gateway.xds" && strings.HasPrefix(e.Detail, "disconnected") {
+			f.GatewayDisconnects++
+		}
+	}
+	return f, nil
+}
+
+// sustained is the start of the first run of three consecutive true values from i on, or -1.
+func sustained(n int, ok func(int) bool, from int) int {
+	for i := from; i+2 < n; i++ {
+		if ok(i) && ok(i+1) && ok(i+2) {
+			return i
+		}
+	}
+	return -1
+}
+
+func recovery(s *results.Summary, p *results.Probes, xds []results.ProbeSample) float64 {
+	end := p.Window.End
+	after := sort.Search(len(xds), func(i int) bool { return xds[i].T >= end })
+	i := sustained(len(xds), func(i int) bool { return xds[i].OK }, after)
+	if i < 0 {
+		return math.Inf(1)
+	}
+	last := xds[i].T
+	for _, x := range p.Series[seriesStaleness] {
+		if !x.OK {
+			return math.Inf(1)
+		}
+		last = max(last, x.T+x.Ms/1000)
+	}
+	if t := s.Traffic; t != nil && len(t.Series) > 0 {
+		off := t.StartedAt.Sub(p.StartedAt).Seconds()
+		first := sort.Search(len(t.Series), func(i int) bool { return off+float64(t.Series[i].T) >= end })
+		j := sustained(len(t.Series), func(i int) bool { return t.Series[i].Errors == 0 }, first)
+		if j < 0 {
+			return math.Inf(1)
+		}
+		last = max(last, off+float64(t.Series[j].T))
+	}
+	return max(0, last-end)
+}
+
+func nearest(ss []results.ProbeSample, t float64) results.ProbeSample {
+	i := sort.Search(len(ss), func(i int) bool { return ss[i].T >= t })
+	switch {
+	case i == len(ss):
+		return ss[i-1]
+	case i > 0 && t-ss[i-1].T < ss[i].T-t:
+		return ss[i-1]
+	}
+	return ss[i]
+}
+
+// p99 is the P99 of the durations of the samples in the window, in ms.
+func p99(ss []results.ProbeSample, in func(results.ProbeSample) bool) float64 {
+	var ms []float64
+	for _, x := range ss {
+		if in(x) {
+			ms = append(ms, x.Ms)
+		}
+	}
+	if len(ms) == 0 {
+		return 0
+	}
+	sort.Float64s(ms)
+	return ms[int(math.Ceil(0.99*float64(len(ms))))-1]
+}
+
+func meanIn(ss []results.ProbeSample, in func(results.ProbeSample) bool) float64 {
+	sum, n := 0.0, 0
+	for _, x := range ss {
+		if x.OK && in(x) {
+			sum, n = sum+x.Value, n+1
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
+}
+
+func figure(get func(starveFigures) float64) func(*results.Summary) (float64, error) {
+	return func(s *results.Summary) (float64, error) {
+		f, err := figures(s)
+		return get(f), err
+	}
+}
+
+func starveChecks(v params.Values) []runner.Check {
+	return []runner.Check{
+		runner.Metric("xDS availability in the window", figure(func(f starveFigures) float64 { return f.XDSAvailability }), results.GE, v.Float("minAvailability"), "%"),
+		runner.Metric("pod creations admitted by the injection webhook in the window", figure(func(f starveFigures) float64 { return f.InjectSuccess }), results.GE, v.Float("minAvailability"), "%"),
+		runner.Metric("invalid config accepted in the window (validation failed open)", figure(func(f starveFigures) float64 { return float64(f.InvalidAccepted) }), results.LE, 0, ""),
+		runner.Metric("config staleness P99", figure(func(f starveFigures) float64 { return f.StalenessP99 }), results.LE, v.Duration("maxStalenessP99").Seconds(), "s"),
+		runner.StatusRate("5xx", results.LE, 0),
+		runner.Metric("recovery after the window", figure(func(f starveFigures) float64 { return f.Recovery }), results.LE, v.Duration("maxRecovery").Seconds(), "s"),
+		// Proof that the neighbour took the busy node: of the CPU its pods got in the window,
+		// the control plane had next to nothing (the host's share of the budget varies with
+		// its load, so the proof is the split, not an absolute figure).
+		runner.Metric("busy node's pod CPU taken by others than the control plane", figure(func(f starveFigures) float64 { return f.NeighbourShare }), results.GE, 90, "%"),
+	}
+}

@@ -1,0 +1,160 @@
+package experiments
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshchaos/meshchaos/results"
+)
+
+func TestCPUStarvationParams(t *testing.T) {
+	d, ok := Lookup("cp-cpu-starvation")
+	require.True(t, ok)
+	v, err := d.Resolve(nil)
+	require.NoError(t, err)
+	spec := d.Mesh(v)
+	assert.Equal(t, 1, spec.CP.Node, "the incident: the control plane on the busy node")
+	assert.Equal(t, 1, spec.Gateway.Node)
+	assert.Equal(t, "BestEffort", spec.CP.QoS)
+
+	v, err = d.Resolve([]string{"cpQoS=guaranteed", "cpReplicas=2", "isolate=true", "cpPriority=true"})
+	require.NoError(t, err)
+	spec = d.Mesh(v)
+	assert.Equal(t, 2, spec.CP.Node)
+	assert.Equal(t, []int{2}, spec.CP.Nodes, "isolated replicas stay off the busy node")
+	assert.Equal(t, 2, spec.Gateway.Node)
+	assert.Equal(t, "Guaranteed", spec.CP.QoS)
+	assert.Equal(t, "500m", spec.CP.CPULimit)
+	assert.NotEmpty(t, spec.CP.PriorityClass)
+
+	for bad, want := range map[string]string{
+		"cpQoS=platinum":               `cpQoS="platinum"`,
+		"isolate=true,nodes=1":         "needs nodes=2",
+		"window=60s":                   "at least steady + baseline + window",
+		"cpQoS=guaranteed,cpCPULimit=": "needs cpCPULimit",
+		"hosts=300":                    "at most serviceEntries",
+	} {
+		sets := splitSets(bad)
+		_, err := d.Resolve(sets)
+		if assert.Error(t, err, bad) {
+			assert.Contains(t, err.Error(), want, bad)
+		}
+	}
+	// Without probes, every figure is an error, never a pass.
+	for _, c := range starveChecks(v) {
+		_, err := c(&results.Summary{})
+		assert.Error(t, err)
+	}
+}
+
+func splitSets(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return out
+}
+
+// TestCPUStarvationBothWays: the incident's configuration (a BestEffort control plane next to
+// the neighbour) must fail; the mitigated one (Guaranteed, two replicas, a node of its own)
+// must pass. Both at a small scale.
+func TestCPUStarvationBothWays(t *testing.T) {
+	l := newLocalRunner(t)
+	small := []string{"duration=35s", "steady=5s", "window=15s", "baseline=2s", "recoveryWait=15s", "serviceEntries=100", "gateways=1"}
+	run := func(extra ...string) results.Summary {
+		s, _ := l.run("cp-cpu-starvation", "reference", append(append([]string{}, small...), extra...), 8*time.Minute)
+		if s.Probes != nil {
+			for _, name := range []string{seriesXDS, seriesInject, seriesValidate} {
+				for _, x := range s.Probes.Series[name] {
+					if !x.OK {
+						t.Logf("%s probe failed at %.1f s (window %+v) after %.0f ms: %s", name, x.T, *s.Probes.Window, x.Ms, x.Error)
+					}
+				}
+			}
+		}
+		return s
+	}
+
+	incident := run()
+	assert.Equal(t, results.VerdictFail, incident.Verdict, "the starved control plane serves nothing: %+v", incident.Checks)
+	f, err := figures(&incident)
+	require.NoError(t, err)
+	t.Logf("incident: %+v", f)
+	assert.Less(t, f.XDSAvailability, 50.0, "new proxies get no xDS while the node is starved")
+	assert.Less(t, f.CPCPU, 0.05, "the BestEffort control plane got (almost) no CPU")
+	assert.Greater(t, f.NeighbourShare, 90.0, "the neighbour took the busy node's CPU")
+
+	mitigated := run("cpQoS=guaranteed", "cpReplicas=2", "isolate=true")
+	assert.Equal(t, results.VerdictPass, mitigated.Verdict, "the isolated, guaranteed control plane keeps serving: %+v", mitigated.Checks)
+	f, err = figures(&mitigated)
+	require.NoError(t, err)
+	t.Logf("mitigated: %+v", f)
+	assert.Equal(t, 100.0, f.NeighbourShare, "the neighbour had the busy node to itself")
+	assert.Greater(t, f.CPCPU, 0.0, "the control plane got CPU")
+}
+
+// TestStarvationFigures computes the figures from a summary built sample by sample.
+func TestStarvationFigures(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := &results.Probes{StartedAt: start, Window: &results.Window{Start: 10, End: 20}, Series: map[string][]results.ProbeSample{}}
+	add := func(name string, tt float64, ok bool, ms, value float64, errText string) {
+		p.Series[name] = append(p.Series[name], results.ProbeSample{T: tt, OK: ok, Ms: ms, Value: value, Error: errText})
+	}
+	for i := 0; i < 60; i++ {
+		tt := float64(i) * 0.5
+		// xDS fails from 12 s to 22 s; the pod is Ready until 15 s, Running throughout.
+		add(seriesXDS, tt, tt < 12 || tt >= 22, 10, 0, "")
+		ready := 1.0
+		if tt >= 15 && tt < 22 {
+			ready = 0
+		}
+		add(seriesCPStatus, tt, true, 1, ready, "")
+		add(seriesInject, tt, tt < 12, 5, 0, "")
+		validateErr := ""
+		if tt >= 12 && tt < 14 {
+			validateErr = "invalid ServiceEntry accepted (the validation webhook failed open)"
+		}
+		add(seriesValidate, tt, validateErr == "", 5, 0, validateErr)
+		add(seriesNodeCPU, tt, true, 0, 1, "")
+		add(seriesCPCPU, tt, true, 0, 0.01, "")
+		add(seriesNodeThrot, tt, true, 0, 0.5, "")
+	}
+	// Changes at 12 s and 14 s, served at 23 s and 24 s.
+	add(seriesStaleness, 12, true, 11000, 0, "")
+	add(seriesStaleness, 14, true, 10000, 0, "")
+	s := &results.Summary{Probes: p, Params: map[string]string{"isolate": "false"},
+		Traffic: &results.Traffic{StartedAt: start, Series: []results.Second{}}}
+	for i := 0; i < 30; i++ {
+		var errs int64
+		if i >= 15 && i < 25 {
+			errs = 1
+		}
+		s.Traffic.Series = append(s.Traffic.Series, results.Second{T: i, Requests: 10, Errors: errs})
+	}
+	f, err := figures(s)
+	require.NoError(t, err)
+	assert.InDelta(t, 20.0, f.XDSAvailability, 0.01, "4 of 20 window probes answered")
+	assert.InDelta(t, 20.0, f.InjectSuccess, 0.01)
+	assert.Equal(t, 4, f.InvalidAccepted)
+	assert.Equal(t, 5.0, f.InjectP99Ms)
+	assert.InDelta(t, 11.0, f.StalenessP99, 0.01)
+	assert.InDelta(t, 10.0, f.RunningNotServing, 0.01, "Running throughout the 10 s without xDS")
+	assert.InDelta(t, 3.0, f.ReadyNotServing, 0.01, "Ready from 12 s to 15 s without xDS")
+	assert.InDelta(t, 5.0, f.Recovery, 0.01, "traffic clean again from 25 s")
+	assert.InDelta(t, 1.0, f.NodeCPU, 0.01)
+	assert.InDelta(t, 99.0, f.NeighbourShare, 0.01)
+
+	// A change never served: never recovered.
+	p.Series[seriesStaleness] = append(p.Series[seriesStaleness], results.ProbeSample{T: 16, OK: false, Ms: 20000})
+	f, err = figures(s)
+	require.NoError(t, err)
+	assert.True(t, math.IsInf(f.Recovery, 1))
+}

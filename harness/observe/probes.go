@@ -1,0 +1,205 @@
+package observe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/meshchaos/meshchaos/results"
+)
+
+// Probe is one active probe: Run does the thing once and returns a value it read (0 if none)
+// or why it failed. The prober times it.
+type Probe struct {
+	Name string
+	Run  func(ctx context.Context) (float64, error)
+	// Timeout bounds one run (default 2 s): a probe that hangs is a failed probe.
+	Timeout time.Duration
+}
+
+// Prober runs probes side by side at a fixed pace and keeps every sample as a time series
+// (results.Probes): what a component actually served, second by second. Each sample runs in its
+// own goroutine, so a probe that hangs until its timeout does not thin out the series: the
+// pace is the same whether the target answers or not. Samples from elsewhere (e.g. how long a
+// config change took to be served) join the series with Add.
+type Prober struct {
+	Probes []Probe
+	// Every is the pace (default 500 ms).
+	Every time.Duration
+	// As is the role the probes follow.
+	As Role
+
+	mu      sync.Mutex
+	started time.Time
+	series  map[string][]results.ProbeSample
+	window  *results.Window
+	wg      sync.WaitGroup
+}
+
+// Name implements Measurement.
+func (p *Prober) Name() string { return "probes" }
+
+// Role implements Measurement.
+func (p *Prober) Role() Role { return p.As }
+
+// Start implements Measurement.
+func (p *Prober) Start(ctx context.Context, sink Sink) error {
+	every := p.Every
+	if every <= 0 {
+		every = 500 * time.Millisecond
+	}
+	p.mu.Lock()
+	p.started = time.Now()
+	if p.series == nil {
+		p.series = map[string][]results.ProbeSample{}
+	}
+	p.mu.Unlock()
+	sink.Background(func(ctx context.Context) {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		defer p.wg.Wait()
+		for {
+			for _, pr := range p.Probes {
+				p.wg.Add(1)
+				go func() {
+					defer p.wg.Done()
+					p.runOne(ctx, pr)
+				}()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	})
+	return nil
+}
+
+func (p *Prober) runOne(ctx context.Context, pr Probe) {
+	timeout := pr.Timeout
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	v, err := pr.Run(rctx)
+	cancel()
+	if ctx.Err() != nil {
+		return // the run ended, not the target
+	}
+	s := results.ProbeSample{OK: err == nil, Ms: float64(time.Since(start).Microseconds()) / 1000, Value: v}
+	if err != nil {
+		s.Error = err.Error()
+	}
+	p.Add(pr.Name, start, s)
+}
+
+// Add records a sample of series name that began at t.
+func (p *Prober) Add(name string, t time.Time, s results.ProbeSample) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.series == nil {
+		p.series = map[string][]results.ProbeSample{}
+	}
+	s.T = t.Sub(p.started).Seconds()
+	p.series[name] = append(p.series[name], s)
+}
+
+// MarkStart and MarkEnd mark the fault's window on the series.
+func (p *Prober) MarkStart(t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.window = &results.Window{Start: t.Sub(p.started).Seconds()}
+}
+
+// MarkEnd closes the window MarkStart opened.
+func (p *Prober) MarkEnd(t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.window != nil {
+		p.window.End = t.Sub(p.started).Seconds()
+	}
+}
+
+// Gather implements Measurement: the series sorted by time.
+func (p *Prober) Gather(s *results.Summary) {
+	st := results.Measurement{Name: p.Name(), Role: string(p.As)}
+	out := p.Snapshot()
+	if out == nil {
+		st.Error = "never started"
+		status(s, st)
+		return
+	}
+	for _, ss := range out.Series {
+		st.Samples += len(ss)
+	}
+	st.OK = st.Samples > 0
+	s.Probes = out
+	status(s, st)
+}
+
+// Snapshot returns the series so far, sorted by time (nil before Start).
+func (p *Prober) Snapshot() *results.Probes {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.started.IsZero() {
+		return nil
+	}
+	out := &results.Probes{StartedAt: p.started.UTC(), Series: map[string][]results.ProbeSample{}}
+	if p.window != nil {
+		w := *p.window
+		out.Window = &w
+	}
+	for name, ss := range p.series {
+		cp := append([]results.ProbeSample(nil), ss...)
+		sort.Slice(cp, func(i, j int) bool { return cp[i].T < cp[j].T })
+		out.Series[name] = cp
+	}
+	return out
+}
+
+// XDSProbe is a probe of an xDS server as a new proxy sees it: a new connection, a new ADS
+// stream, a fresh subscription to typeURL (wildcard) under a node id of its own, and the first
+// response. Its value is the number of resources received.
+func XDSProbe(addr string, dial DialContext, typeURL string) func(ctx context.Context) (float64, error) {
+	var n int64
+	var mu sync.Mutex
+	return func(ctx context.Context) (float64, error) {
+		mu.Lock()
+		n++
+		id := fmt.Sprintf("sidecar~10.0.0.1~xds-probe-%d.default~default.svc.cluster.local", n)
+		mu.Unlock()
+		conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return dial(ctx, "tcp", a) }),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
+		if err != nil {
+			return 0, fmt.Errorf("xds probe: %w", err)
+		}
+		defer conn.Close()
+		stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("xds probe: open stream: %w", err)
+		}
+		if err := stream.Send(&discovery.DiscoveryRequest{Node: &corev3.Node{Id: id, Cluster: "xds-probe.default"}, TypeUrl: typeURL}); err != nil {
+			return 0, fmt.Errorf("xds probe: subscribe: %w", err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return 0, fmt.Errorf("xds probe: no response within the deadline")
+			}
+			return 0, fmt.Errorf("xds probe: %w", err)
+		}
+		return float64(len(resp.GetResources())), nil
+	}
+}

@@ -1,0 +1,60 @@
+package observe
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshchaos/meshchaos/results"
+)
+
+// TestProberKeepsPaceWhenAProbeHangs: a probe that hangs until its timeout is sampled as often
+// as one that answers, each sample failed with its timeout; the window is marked; samples added
+// from outside join the series.
+func TestProberKeepsPaceWhenAProbeHangs(t *testing.T) {
+	var fast atomic.Int64
+	p := &Prober{Every: 20 * time.Millisecond, As: RoleControlPlane, Probes: []Probe{
+		{Name: "fast", Run: func(context.Context) (float64, error) { return float64(fast.Add(1)), nil }},
+		{Name: "hangs", Timeout: 100 * time.Millisecond, Run: func(ctx context.Context) (float64, error) {
+			<-ctx.Done()
+			return 0, errors.New("no answer")
+		}},
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &sink{ctx: ctx}
+	require.NoError(t, p.Start(ctx, s))
+	p.MarkStart(time.Now())
+	p.Add("staleness", time.Now(), results.ProbeSample{OK: true, Ms: 42})
+	require.Eventually(t, func() bool {
+		snap := p.Snapshot()
+		return len(snap.Series["hangs"]) >= 5
+	}, 5*time.Second, 10*time.Millisecond)
+	p.MarkEnd(time.Now())
+	cancel()
+	s.wg.Wait()
+
+	var sum results.Summary
+	p.Gather(&sum)
+	require.NotNil(t, sum.Probes)
+	w := sum.Probes.Window
+	require.NotNil(t, w)
+	assert.Greater(t, w.End, w.Start)
+	hangs, quick := sum.Probes.Series["hangs"], sum.Probes.Series["fast"]
+	for _, x := range hangs {
+		assert.False(t, x.OK)
+		assert.Equal(t, "no answer", x.Error)
+		assert.GreaterOrEqual(t, x.Ms, 100.0, "failed at its timeout")
+	}
+	assert.InDelta(t, len(quick), len(hangs), 6, "the hanging probe is sampled at the same pace")
+	for i := 1; i < len(quick); i++ {
+		assert.GreaterOrEqual(t, quick[i].T, quick[i-1].T, "sorted by time")
+	}
+	assert.Equal(t, []results.ProbeSample{{T: sum.Probes.Series["staleness"][0].T, OK: true, Ms: 42}}, sum.Probes.Series["staleness"])
+	assert.Equal(t, "probes", sum.Measurements[0].Name)
+	assert.True(t, sum.Measurements[0].OK)
+}
