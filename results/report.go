@@ -179,7 +179,7 @@ Pushes per second (F full, e EDS; ▲/▼ the followed service's endpoints chang
 {{end}}{{end}}{{with .S.Convergence}}
 ## Endpoint convergence at the proxies
 
-{{.Service}}: {{len .Changes}} endpoint changes, {{.Proxies}} proxies; from the change in the API to each proxy's receipt: p50 {{ms .Latency.P50Ms}}, p99 {{ms .Latency.P99Ms}}, max {{ms .Latency.MaxMs}} over {{.Latency.Count}} receipts; {{.Missed}} missed{{if .Early}}, {{.Early}} received before the harness saw the change (counted as 0){{end}}.
+{{.Service}}: {{len .Changes}} endpoint changes, {{.Proxies}} proxies; from the change in the API to each proxy's receipt: p50 {{ms .Latency.P50Ms}}, p99 {{ms .Latency.P99Ms}}, max {{ms .Latency.MaxMs}} over {{.Latency.Count}} receipts; {{.Missed}} missed{{if .Coalesced}}, {{.Coalesced}} coalesced (undone within the control plane's debounce: not expected at the proxies){{end}}{{if .Early}}, {{.Early}} received before the harness saw the change (counted as 0){{end}}.
 
 ` + "```" + `
 {{histogram .Latency}}` + "```" + `
@@ -187,7 +187,7 @@ Pushes per second (F full, e EDS; ▲/▼ the followed service's endpoints chang
 | # | Offset | Ready endpoints | Proxies received | p50 | p99 | max | Full pushes | EDS pushes |
 |---|---|---|---|---|---|---|---|---|
 {{- range $i, $c := .Changes}}
-| {{$i}} | {{offset $.S $c.At}} | {{$c.Ready}} | {{$c.Received}} | {{ms $c.P50Ms}} | {{ms $c.P99Ms}} | {{ms $c.MaxMs}} | {{with $c.Pushes}}{{.Full}} | {{.EDS}}{{else}}– | –{{end}} |
+| {{$i}} | {{offset $.S $c.At}} | {{$c.Ready}}{{if $c.Coalesced}} (coalesced){{end}} | {{$c.Received}} | {{ms $c.P50Ms}} | {{ms $c.P99Ms}} | {{ms $c.MaxMs}} | {{with $c.Pushes}}{{.Full}} | {{.EDS}}{{else}}– | –{{end}} |
 {{- end}}
 {{end}}{{with .S.Workloads}}
 | Workload role | Restarts | OOM kills | Ready / NotReady transitions |

@@ -208,6 +208,9 @@ type Convergence struct {
 	Latency Histogram `json:"latency"`
 	// Missed counts (change, proxy) pairs never received.
 	Missed int `json:"missed"`
+	// Coalesced counts changes reverted within the control plane's debounce window (a change and
+	// the one that undid it): a control plane merges them, so no proxy is expected to see them.
+	Coalesced int `json:"coalesced,omitempty"`
 	// Early counts receipts that arrived before the harness saw the change in the API (the
 	// control plane acted on an earlier object, e.g. the pod, than the EndpointSlice); their
 	// latency counts as 0.
@@ -219,6 +222,9 @@ type EndpointChange struct {
 	At time.Time `json:"at"`
 	// Ready is the number of ready endpoints after the change.
 	Ready int `json:"ready"`
+	// Coalesced: this change and its neighbour undid each other within the debounce window;
+	// not expected at the proxies.
+	Coalesced bool `json:"coalesced,omitempty"`
 	// FirstReceivedAt is when the first proxy received it (absent when none did).
 	FirstReceivedAt *time.Time `json:"firstReceivedAt,omitempty"`
 	// Received counts the proxies that received it; P50Ms, P99Ms, MaxMs their latencies.

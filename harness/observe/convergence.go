@@ -42,6 +42,9 @@ type Convergence struct {
 	// SyncTimeout bounds Start's wait for every proxy to hold the Service's current endpoints
 	// (default 2 min); Every is the receipts' poll interval (default 2 s).
 	SyncTimeout, Every time.Duration
+	// Debounce is the control plane's debounce quiet period (default 100 ms, istiod's
+	// PILOT_DEBOUNCE_AFTER and the reference's): a change undone within it is coalesced.
+	Debounce time.Duration
 
 	client   *http.Client
 	mu       sync.Mutex
@@ -253,7 +256,11 @@ func (c *Convergence) Gather(s *results.Summary) {
 	if !st.OK {
 		return
 	}
-	s.Convergence = converge(c.Namespace+"/"+c.Service, c.syncedAt, c.changes, c.tracked.Clients)
+	debounce := c.Debounce
+	if debounce == 0 {
+		debounce = 100 * time.Millisecond
+	}
+	s.Convergence = converge(c.Namespace+"/"+c.Service, c.syncedAt, c.changes, c.tracked.Clients, debounce)
 	if c.Pushes != nil && s.ControlPlaneStats != nil {
 		attributePushes(s.Convergence.Changes, s.ControlPlaneStats.Metrics, c.Pushes)
 	}
@@ -320,10 +327,25 @@ func counterAt(sr results.Series, first, t time.Time) float64 {
 // change, that carries the new endpoint count and arrives before the change after next (which
 // brings the same count back: a later receipt cannot be told from that change's). A change
 // without such a receipt is missed by that proxy, whether it came too late or never.
-func converge(service string, syncedAt time.Time, changes []apiChange, clients [][]adsload.Receipt) *results.Convergence {
+//
+// A change undone by the next one within debounce (the count goes back to what it was before)
+// is coalesced: a control plane merges the two in its debounce window — istiod does — so no
+// proxy is expected to see either, and neither counts as missed.
+func converge(service string, syncedAt time.Time, changes []apiChange, clients [][]adsload.Receipt, debounce time.Duration) *results.Convergence {
 	out := &results.Convergence{Service: service, Proxies: len(clients), Changes: make([]results.EndpointChange, len(changes))}
 	per := make([][]time.Duration, len(changes))
 	firstAt := make([]time.Time, len(changes))
+	coalesced := make([]bool, len(changes))
+	var eff []int // the changes proxies should see, in order
+	for i := 0; i < len(changes); i++ {
+		if i >= 1 && i+1 < len(changes) && changes[i+1].at.Sub(changes[i].at) <= debounce && changes[i+1].ready == changes[i-1].ready {
+			coalesced[i], coalesced[i+1] = true, true
+			out.Coalesced += 2
+			i++
+			continue
+		}
+		eff = append(eff, i)
+	}
 	var all []time.Duration
 	for _, recs := range clients {
 		j := -1 // the receipt the proxy held at syncedAt
@@ -332,10 +354,11 @@ func converge(service string, syncedAt time.Time, changes []apiChange, clients [
 				j = k
 			}
 		}
-		for i, ch := range changes {
+		for e, i := range eff {
+			ch := changes[i]
 			var limit time.Time
-			if i+2 < len(changes) {
-				limit = changes[i+2].at
+			if e+2 < len(eff) {
+				limit = changes[eff[e+2]].at
 			}
 			match := -1
 			for q := j + 1; q < len(recs) && (limit.IsZero() || recs[q].At.Before(limit)); q++ {
@@ -363,7 +386,7 @@ func converge(service string, syncedAt time.Time, changes []apiChange, clients [
 	}
 	for i, ch := range changes {
 		h := ExactHistogram(per[i], nil)
-		out.Changes[i] = results.EndpointChange{At: ch.at.UTC(), Ready: ch.ready, Received: len(per[i]), P50Ms: h.P50Ms, P99Ms: h.P99Ms, MaxMs: h.MaxMs}
+		out.Changes[i] = results.EndpointChange{At: ch.at.UTC(), Ready: ch.ready, Coalesced: coalesced[i], Received: len(per[i]), P50Ms: h.P50Ms, P99Ms: h.P99Ms, MaxMs: h.MaxMs}
 		if !firstAt[i].IsZero() {
 			first := firstAt[i].UTC()
 			out.Changes[i].FirstReceivedAt = &first

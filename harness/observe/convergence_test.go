@@ -28,7 +28,7 @@ func TestConvergeMatchesEachChangeWithEachProxysReceipt(t *testing.T) {
 		// Missed the 0 (coalesced): its next 0 belongs to the third change, not to the first.
 		{r(-500, 1), r(5200, 0)},
 	}
-	c := converge("default/flap", synced, changes, clients)
+	c := converge("default/flap", synced, changes, clients, 100*time.Millisecond)
 	assert.Equal(t, 3, c.Proxies)
 	require.Len(t, c.Changes, 3)
 	assert.Equal(t, []int{2, 2, 2}, []int{c.Changes[0].Received, c.Changes[1].Received, c.Changes[2].Received})
@@ -43,6 +43,32 @@ func TestConvergeMatchesEachChangeWithEachProxysReceipt(t *testing.T) {
 	assert.Equal(t, at(990), *c.Changes[0].FirstReceivedAt, "received before the harness saw it")
 	assert.Equal(t, at(3050), *c.Changes[1].FirstReceivedAt)
 	assert.Equal(t, 50.0, c.Latency.P50Ms)
+}
+
+// TestConvergeCoalescesAChangeUndoneWithinTheDebounce: the endpoint goes 1 → 0 → 1 with the
+// return 46 ms after the drop (a flap stopped right after a NotReady): a control plane merges both
+// in its debounce window, so no proxy sees them and none is missed; a drop undone 2 s later (a
+// control plane that pushed nothing) is missed by every proxy.
+func TestConvergeCoalescesAChangeUndoneWithinTheDebounce(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	r := func(ms, endpoints int) adsload.Receipt { return adsload.Receipt{At: at(ms), Endpoints: endpoints} }
+	changes := []apiChange{{at(1000), 0}, {at(3000), 1}, {at(5000), 0}, {at(5046), 1}}
+	clients := [][]adsload.Receipt{
+		{r(-500, 1), r(1100, 0), r(3100, 1)},
+		{r(-500, 1), r(1150, 0), r(3120, 1)},
+	}
+	c := converge("default/flap", at(0), changes, clients, 100*time.Millisecond)
+	assert.Zero(t, c.Missed)
+	assert.Equal(t, 2, c.Coalesced)
+	assert.Equal(t, []bool{false, false, true, true}, []bool{c.Changes[0].Coalesced, c.Changes[1].Coalesced, c.Changes[2].Coalesced, c.Changes[3].Coalesced})
+	assert.EqualValues(t, 4, c.Latency.Count)
+
+	// Undone after 2 s: not a debounce; every proxy missed both.
+	changes[3].at = at(7000)
+	c = converge("default/flap", at(0), changes, clients, 100*time.Millisecond)
+	assert.Equal(t, 4, c.Missed)
+	assert.Zero(t, c.Coalesced)
 }
 
 func TestHistogramIncreaseAndQuantiles(t *testing.T) {
