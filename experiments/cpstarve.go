@@ -74,6 +74,9 @@ func init() {
 			// confines it. A fractional value duty-cycles the workers, and the control plane
 			// runs in the gaps.
 			params.FloatParam("neighbourCPUs", 2, 0.1, 8, "CPUs", "CPU the noisy neighbour burns and requests (its cpu.shares); whole numbers keep it busy without gaps"),
+			params.EnumParam("neighbour", chaos.ShapeCPU, []string{chaos.ShapeCPU, chaos.ShapeDownload},
+				"the neighbour's load: cpu (busy workers) or download (a server streaming 150 MiB files to a client pod, as in the incident)"),
+			params.IntParam("downloadStreams", 8, 1, 256, "", "concurrent downloads the client keeps running (neighbour=download)"),
 			params.DurationParam("window", 30*time.Second, 5*time.Second, time.Hour, "how long the neighbour saturates the node"),
 			params.DurationParam("baseline", 3*time.Second, 0, time.Minute, "probing under the budget before the neighbour starts"),
 			params.DurationParam("recoveryWait", 20*time.Second, time.Second, 10*time.Minute, "longest wait after the window for the mesh to serve again"),
@@ -175,7 +178,12 @@ func starveChaos(ctx context.Context, s *experiment.State) error {
 	// and the node gets what the shared host leaves it (with its load in the tens, a fraction
 	// of a CPU; the load is on the timeline). The proof that matters is relative: the check
 	// on how the busy node's CPU was split.
-	hog := &chaos.NoisyNeighbour{Cluster: m.Cluster, Client: m.Client, Node: busyNode, CPUs: v.Float("neighbourCPUs"), MinShare: 0.05}
+	hog := &chaos.NoisyNeighbour{Cluster: m.Cluster, Client: m.Client, Node: busyNode, CPUs: v.Float("neighbourCPUs"), MinShare: 0.05,
+		Shape: v["neighbour"], Streams: v.Int("downloadStreams")}
+	if v["isolate"] == "true" {
+		// The last node is the mesh's own: the downloads' client stays on the busy node.
+		hog.ClientNode = busyNode
+	}
 	hostLoad(s, "at the window's start")
 	start := time.Now()
 	prober.MarkStart(start)

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/cgroup"
 	"github.com/meshchaos/meshchaos/harness/cluster"
 	"github.com/meshchaos/meshchaos/images"
+	"github.com/meshchaos/meshchaos/workloads/hog"
 )
 
 // InjectorLabel is set on what an injector creates, to its kind ("noisy-neighbour",
@@ -44,16 +46,36 @@ type NoisyNeighbour struct {
 	// MinShare is the share of CPUs the hog must be seen burning as proof (default 0.5). A hog
 	// confined to a node's CPU budget on a host busy with other work gets less than it asks.
 	MinShare float64
+	// Shape is the load: ShapeCPU (default) burns CPUs; ShapeDownload serves large downloads
+	// (150 MiB each, the incident's neighbour) to a client pod on ClientNode that keeps Streams
+	// of them running, so the load is the serving pod's copies and network stack, at whatever
+	// rate the node gives it. The proof is the same: the serving pod's cgroup burns CPU.
+	Shape string
+	// ClientNode runs the download client (ShapeDownload; default: the last node other than
+	// Node, else Node).
+	ClientNode int
+	// Streams is the client's concurrent downloads (ShapeDownload; default 4).
+	Streams int
 	// Window is how long one measurement of the hog's CPU use lasts (default 2 s).
 	Window time.Duration
 	// Timeout bounds the pod's start, the proof and the pod's deletion (default 1 minute).
 	Timeout time.Duration
 
 	pod    *corev1.Pod
+	client *corev1.Pod
 	group  *cgroup.Group
 	proven time.Time
 	atUse  time.Duration // the hog's CPU time when proven
 }
+
+// The noisy neighbour's shapes.
+const (
+	ShapeCPU      = "cpu"
+	ShapeDownload = "download"
+)
+
+// downloadPort is where the serving hog listens.
+const downloadPort = 8080
 
 // Name implements Injector: "noisy-neighbour/nodeK".
 func (n *NoisyNeighbour) Name() string { return fmt.Sprintf("noisy-neighbour/node%d", n.Node) }
@@ -68,6 +90,10 @@ func (n *NoisyNeighbour) podSpec() *corev1.Pod {
 	c := corev1.Container{
 		Name: "hog", Image: orDefault(n.Image, images.Ref("hog")), ImagePullPolicy: corev1.PullIfNotPresent,
 		Args: []string{"--cpus", strconv.FormatFloat(n.CPUs, 'g', -1, 64)},
+	}
+	if n.Shape == ShapeDownload {
+		c.Args = []string{"--serve", fmt.Sprintf(":%d", downloadPort)}
+		c.Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: downloadPort}}
 	}
 	if !n.BestEffort {
 		c.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(int64(n.CPUs*1000), resource.DecimalSI)}
@@ -95,6 +121,9 @@ func (n *NoisyNeighbour) Inject(ctx context.Context) (Evidence, error) {
 	}
 	if n.pod != nil {
 		return Evidence{}, fmt.Errorf("%s: already running: Clear it before injecting again", n.Name())
+	}
+	if n.Shape != "" && n.Shape != ShapeCPU && n.Shape != ShapeDownload {
+		return Evidence{}, fmt.Errorf("%s: shape %q: use %q or %q", n.Name(), n.Shape, ShapeCPU, ShapeDownload)
 	}
 	spec := n.podSpec()
 	pod, err := n.Client.CoreV1().Pods(spec.Namespace).Create(ctx, spec, metav1.CreateOptions{})
@@ -124,6 +153,11 @@ func (n *NoisyNeighbour) prove(ctx context.Context) (Evidence, error) {
 	}
 	deadline := time.Now().Add(n.timeout())
 	n.pod = pod
+	if n.Shape == ShapeDownload {
+		if err := n.startClient(ctx); err != nil {
+			return Evidence{}, fmt.Errorf("%s: %w", n.Name(), err)
+		}
+	}
 	if n.group, err = n.Cluster.PodCgroup(pod); err != nil {
 		return Evidence{}, fmt.Errorf("%s: the hog's cgroup: %w", n.Name(), err)
 	}
@@ -147,7 +181,7 @@ func (n *NoisyNeighbour) prove(ctx context.Context) (Evidence, error) {
 		if rate >= n.CPUs*orDefault(n.MinShare, 0.5) {
 			n.proven, n.atUse = time.Now(), u1
 			return Evidence{At: n.proven,
-				Summary: fmt.Sprintf("hog on node %d burns %.2f CPU (asked %g) next to the node's pods", n.Node, rate, n.CPUs),
+				Summary: fmt.Sprintf("hog on node %d burns %.2f CPU (asked %g%s) next to the node's pods", n.Node, rate, n.CPUs, n.shapeNote()),
 				Values:  map[string]float64{"cpus": rate, "askedCPUs": n.CPUs}}, nil
 		}
 		if time.Now().After(deadline) {
@@ -219,6 +253,12 @@ func (n *NoisyNeighbour) Clear(ctx context.Context) (Evidence, error) {
 	}
 	stopped := time.Now()
 	pod := n.pod
+	if n.client != nil {
+		if err := deletePod(ctx, n.Client, n.client, n.timeout()); err != nil {
+			return Evidence{}, fmt.Errorf("%s: the download client: %w", n.Name(), err)
+		}
+		n.client = nil
+	}
 	if err := deletePod(ctx, n.Client, pod, n.timeout()); err != nil {
 		return Evidence{}, fmt.Errorf("%s: %w", n.Name(), err)
 	}
@@ -231,6 +271,57 @@ func (n *NoisyNeighbour) Clear(ctx context.Context) (Evidence, error) {
 	}
 	n.pod, n.group, n.proven = nil, nil, time.Time{}
 	return ev, nil
+}
+
+// shapeNote names the load in the evidence.
+func (n *NoisyNeighbour) shapeNote() string {
+	if n.Shape != ShapeDownload {
+		return ""
+	}
+	return fmt.Sprintf(", serving %d parallel %d MiB downloads to node %d", n.streams(), hog.DefaultMiB, n.clientNode())
+}
+
+func (n *NoisyNeighbour) streams() int { return orDefault(n.Streams, 4) }
+
+// clientNode is ClientNode, else the last node other than Node, else Node.
+func (n *NoisyNeighbour) clientNode() int {
+	if n.ClientNode > 0 {
+		return n.ClientNode
+	}
+	for k := len(n.Cluster.Nodes()); k >= 1; k-- {
+		if k != n.Node {
+			return k
+		}
+	}
+	return n.Node
+}
+
+// startClient runs the pod that keeps the downloads from the serving hog going.
+func (n *NoisyNeighbour) startClient(ctx context.Context) error {
+	if n.pod.Status.PodIP == "" {
+		return fmt.Errorf("the serving hog %s has no IP", n.pod.Name)
+	}
+	if k := n.clientNode(); k < 1 || k > len(n.Cluster.Nodes()) {
+		return fmt.Errorf("client node %d: the cluster has nodes 1 to %d", k, len(n.Cluster.Nodes()))
+	}
+	spec := n.podSpec()
+	spec.Name = fmt.Sprintf("hog-client-node%d", n.Node)
+	spec.Labels = map[string]string{"app": "meshchaos-hog-client", InjectorLabel: "noisy-neighbour"}
+	spec.Spec.NodeSelector = map[string]string{cluster.NodeLabel: strconv.Itoa(n.clientNode())}
+	c := &spec.Spec.Containers[0]
+	c.Ports, c.Resources = nil, corev1.ResourceRequirements{}
+	c.Args = []string{"--download", fmt.Sprintf("http://%s/download", net.JoinHostPort(n.pod.Status.PodIP, strconv.Itoa(downloadPort))),
+		"--parallel", strconv.Itoa(n.streams())}
+	client, err := n.Client.CoreV1().Pods(spec.Namespace).Create(ctx, spec, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create the download client %s/%s: %w", spec.Namespace, spec.Name, err)
+	}
+	n.client = client
+	if n.client, err = waitRunning(ctx, n.Client, client, n.timeout()); err != nil {
+		n.client = client
+		return fmt.Errorf("the download client: %w", err)
+	}
+	return nil
 }
 
 var _ Injector = (*NoisyNeighbour)(nil)

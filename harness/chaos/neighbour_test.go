@@ -32,6 +32,14 @@ func TestNoisyNeighbourPodIsPinnedAndUnlimited(t *testing.T) {
 
 	n.BestEffort = true
 	assert.Empty(t, n.podSpec().Spec.Containers[0].Resources.Requests)
+
+	// The download shape serves instead of burning; the same pod otherwise.
+	n = &NoisyNeighbour{Node: 2, CPUs: 1.5, Shape: ShapeDownload}
+	c = n.podSpec().Spec.Containers[0]
+	assert.Equal(t, []string{"--serve", ":8080"}, c.Args)
+	assert.Equal(t, "1500m", c.Resources.Requests.Cpu().String())
+	_, err := (&NoisyNeighbour{Cluster: &fakeCluster{node: "n1"}, Node: 1, CPUs: 1, Shape: "disk"}).Inject(context.Background())
+	assert.ErrorContains(t, err, `shape "disk"`)
 }
 
 // statusOnCreate makes the fake apiserver store every created pod with status st, as the
@@ -136,4 +144,29 @@ func TestNoisyNeighbourOnCluster(t *testing.T) {
 	_, err = cs.CoreV1().Pods("noisy").Get(ctx, "hog-node1", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "the hog pod is gone: %v", err)
 	require.Eventually(t, func() bool { return !hogGroup.Exists() }, 30*time.Second, 100*time.Millisecond, "kubelet removes the hog's cgroup")
+}
+
+// The download shape on a real cluster: the serving hog's cgroup burns CPU streaming 150 MiB
+// files to a client pod; Clear removes both pods.
+func TestNoisyNeighbourDownloadOnCluster(t *testing.T) {
+	c, cs := sharedCluster(t, "noisy-dl")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n := &NoisyNeighbour{Cluster: c, Client: cs, Node: 1, CPUs: 0.2, Shape: ShapeDownload, Streams: 2, Namespace: "noisy-dl", Window: time.Second}
+	ev, err := n.Inject(ctx)
+	require.NoError(t, err)
+	t.Log(ev.Summary)
+	assert.GreaterOrEqual(t, ev.Values["cpus"], 0.1, "serving downloads costs the serving pod CPU")
+	client, err := cs.CoreV1().Pods("noisy-dl").Get(ctx, "hog-client-node1", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, corev1.PodRunning, client.Status.Phase)
+	assert.Contains(t, client.Spec.Containers[0].Args, "--download")
+
+	ev, err = n.Clear(ctx)
+	require.NoError(t, err)
+	t.Log(ev.Summary)
+	for _, name := range []string{"hog-node1", "hog-client-node1"} {
+		_, err = cs.CoreV1().Pods("noisy-dl").Get(ctx, name, metav1.GetOptions{})
+		assert.True(t, apierrors.IsNotFound(err), "%s is gone: %v", name, err)
+	}
 }

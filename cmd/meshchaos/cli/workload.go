@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"fmt"
+	"time"
+
 	"github.com/spf13/cobra"
 
 	"github.com/meshchaos/meshchaos/workloads/echo"
@@ -51,20 +54,48 @@ func newEchoCmd() *cobra.Command {
 }
 
 func newHogCmd() *cobra.Command {
-	var cpus float64
+	var (
+		cpus       float64
+		serve, url string
+		parallel   int
+	)
 	cmd := &cobra.Command{
-		Use:   "hog",
-		Short: "Noisy neighbour: burn --cpus CPUs (busy goroutines) until stopped",
+		Use:   "hog [--cpus N | --serve ADDR | --download URL [--parallel N]]",
+		Short: "Noisy neighbour: burn --cpus CPUs, or serve large downloads (--serve), or drive them (--download)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := hog.Validate(cpus); err != nil {
-				return Usagef("hog: %v", err)
+			if serve != "" && url != "" {
+				return Usagef("hog: --serve and --download are two ends: run one per process")
 			}
 			ctx, cancel := signalContext(cmd.Context())
 			defer cancel()
+			switch {
+			case serve != "":
+				return hog.Serve(ctx, serve)
+			case url != "":
+				if parallel < 1 {
+					return Usagef("hog: --parallel %d: at least 1", parallel)
+				}
+				out := cmd.OutOrStdout()
+				last := time.Now()
+				var prev int64
+				_, err := hog.Drive(ctx, url, parallel, 10*time.Second, func(total int64) {
+					now := time.Now()
+					fmt.Fprintf(out, "downloaded %d MiB (%.0f MiB/s)\n", total>>20, float64(total-prev)/(1<<20)/now.Sub(last).Seconds())
+					last, prev = now, total
+				})
+				return err
+			}
+			if err := hog.Validate(cpus); err != nil {
+				return Usagef("hog: %v", err)
+			}
 			return hog.Run(ctx, cpus)
 		},
 	}
-	cmd.Flags().Float64Var(&cpus, "cpus", 1, "CPUs to burn; fractions run a duty cycle (1.5 = two goroutines busy 75 % of the time)")
+	f := cmd.Flags()
+	f.Float64Var(&cpus, "cpus", 1, "CPUs to burn; fractions run a duty cycle (1.5 = two goroutines busy 75 % of the time)")
+	f.StringVar(&serve, "serve", "", "serve GET /download?mib=N (default 150 MiB, the incident's files) on this address instead of burning CPU")
+	f.StringVar(&url, "download", "", "download this URL over and over (discarding the bytes) instead of burning CPU")
+	f.IntVar(&parallel, "parallel", 4, "concurrent downloads with --download")
 	return cmd
 }
