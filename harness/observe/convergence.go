@@ -81,12 +81,15 @@ func (c *Convergence) Start(ctx context.Context, sink Sink) error {
 		now := time.Now()
 		n := readyEndpoints(inf.GetStore())
 		c.mu.Lock()
-		defer c.mu.Unlock()
 		if c.ready < 0 || n == c.ready {
+			c.mu.Unlock()
 			return
 		}
 		c.ready = n
 		c.changes = append(c.changes, apiChange{at: now, ready: n})
+		c.mu.Unlock()
+		// Outside c.mu: the recorder's flush holds its own lock while it calls Gather, which
+		// takes c.mu — recording under c.mu deadlocked a run.
 		sink.RecordEvent(results.Event{At: now.UTC(), Kind: EventEndpointsChanged, Object: c.Namespace + "/" + c.Service,
 			Detail: fmt.Sprintf("%d ready endpoint(s)", n)})
 	}
