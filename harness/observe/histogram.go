@@ -2,11 +2,13 @@ package observe
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
 
 	"github.com/meshchaos/meshchaos/harness/subject"
+	"github.com/meshchaos/meshchaos/harness/traffic"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -77,23 +79,21 @@ func BucketQuantile(q float64, buckets []results.Bucket) float64 {
 	return lower
 }
 
-// ExactHistogram is the exact distribution of durations, with buckets at bounds (ms).
+// ExactHistogram is the exact distribution of durations (nearest-rank quantiles, as the
+// traffic's latencies), with buckets at bounds (ms).
 func ExactHistogram(ds []time.Duration, bounds []float64) results.Histogram {
-	ms := make([]float64, len(ds))
-	for i, d := range ds {
-		ms[i] = float64(d.Microseconds()) / 1000
-	}
-	sort.Float64s(ms)
-	h := results.Histogram{Count: int64(len(ms))}
-	if len(ms) == 0 {
+	sorted := slices.Clone(ds)
+	slices.Sort(sorted)
+	h := results.Histogram{Count: int64(len(sorted))}
+	if len(sorted) == 0 {
 		return h
 	}
-	rank := func(q float64) float64 { return ms[max(0, int(math.Ceil(q*float64(len(ms))))-1)] }
-	h.P50Ms, h.P99Ms, h.MaxMs = rank(0.5), rank(0.99), ms[len(ms)-1]
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	h.P50Ms, h.P99Ms, h.MaxMs = ms(traffic.Percentile(sorted, 0.5)), ms(traffic.Percentile(sorted, 0.99)), ms(sorted[len(sorted)-1])
 	for _, b := range append(append([]float64{}, bounds...), -1) {
-		n := sort.Search(len(ms), func(i int) bool { return ms[i] > b })
+		n := sort.Search(len(sorted), func(i int) bool { return ms(sorted[i]) > b })
 		if b < 0 {
-			n = len(ms)
+			n = len(sorted)
 		}
 		h.Buckets = append(h.Buckets, results.Bucket{LeMs: b, Count: int64(n)})
 	}
