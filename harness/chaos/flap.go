@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -155,21 +152,9 @@ func postEcho(ctx context.Context, c cluster.Cluster, p *corev1.Pod, port int, p
 	if err != nil {
 		return err
 	}
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: c.Dialer(k), DisableKeepAlives: true}}
 	addr := "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(echoPort(p, port))) + path
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, addr, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return fmt.Errorf("pod %s: POST %s: %w: is the pod serving, and on Port?", p.Name, addr, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("pod %s: POST %s: %s %s: does it run echo from this meshchaos (make images, then reload the images)?",
-			p.Name, addr, resp.Status, strings.TrimSpace(string(body)))
+	if err := post(ctx, c.Dialer(k), addr); err != nil {
+		return fmt.Errorf("pod %s: %w: is it serving, and does it run echo from this meshchaos (make images, then reload the images)?", p.Name, err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/meshchaos/meshchaos/harness/cluster"
@@ -79,8 +80,9 @@ func (b *Ballast) Clear(context.Context) (Evidence, error) {
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
+// post POSTs to url through dial; any status but 2xx is an error carrying the body's start.
 func post(ctx context.Context, dial cluster.DialFunc, url string) error {
-	client := &http.Client{Transport: &http.Transport{DialContext: dial}, Timeout: 5 * time.Second}
+	client := &http.Client{Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}, Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
 	if err != nil {
@@ -92,8 +94,8 @@ func post(ctx context.Context, dial cluster.DialFunc, url string) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		b, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("POST %s: HTTP %d: %s", url, resp.StatusCode, b)
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("POST %s: HTTP %d: %s", url, resp.StatusCode, strings.TrimSpace(string(b)))
 	}
 	return nil
 }
