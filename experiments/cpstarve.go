@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -30,6 +31,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/params"
 	"github.com/meshchaos/meshchaos/harness/runner"
 	"github.com/meshchaos/meshchaos/harness/subject"
+	"github.com/meshchaos/meshchaos/harness/traffic"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -335,11 +337,11 @@ func starveProbes(s *experiment.State, pods *cgroup.Group) []observe.Probe {
 			}
 			return float64(ready), nil
 		}},
-		{Name: seriesNodeCPU, Run: cpuRate(pods)},
-		{Name: seriesNodeThrot, Run: throttleRate(pods)},
+		{Name: seriesNodeCPU, Run: observe.CPURateProbe(pods)},
+		{Name: seriesNodeThrot, Run: observe.ThrottleProbe(pods)},
 	}
 	if g, err := m.Cluster.PodCgroup(cpPodOn(s, busyNode)); err == nil {
-		probes = append(probes, observe.Probe{Name: seriesCPCPU, Run: cpuRate(g)})
+		probes = append(probes, observe.Probe{Name: seriesCPCPU, Run: observe.CPURateProbe(g)})
 	} else {
 		s.Logf("control plane cgroup: %v (its CPU is not followed)", err)
 	}
@@ -359,48 +361,6 @@ func cpPodOn(s *experiment.State, k int) *corev1.Pod {
 		}
 	}
 	return s.CPPod
-}
-
-// cpuRate reads a cgroup's CPU use in CPUs since the previous call.
-func cpuRate(g *cgroup.Group) func(context.Context) (float64, error) {
-	var mu sync.Mutex
-	var last time.Duration
-	var at time.Time
-	return func(context.Context) (float64, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		u, err := g.CPUUsage()
-		if err != nil {
-			return 0, err
-		}
-		now := time.Now()
-		prevU, prevT := last, at
-		last, at = u, now
-		if prevT.IsZero() {
-			return 0, errors.New("first reading")
-		}
-		return (u - prevU).Seconds() / now.Sub(prevT).Seconds(), nil
-	}
-}
-
-// throttleRate reads the share of CFS periods a cgroup was throttled in since the previous call.
-func throttleRate(g *cgroup.Group) func(context.Context) (float64, error) {
-	var mu sync.Mutex
-	var last *cgroup.CPUStat
-	return func(context.Context) (float64, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		st, err := g.CPUStat()
-		if err != nil {
-			return 0, err
-		}
-		prev := last
-		last = &st
-		if prev == nil || st.Periods == prev.Periods {
-			return 0, errors.New("no period since the previous reading")
-		}
-		return float64(st.ThrottledPeriods-prev.ThrottledPeriods) / float64(st.Periods-prev.Periods), nil
-	}
 }
 
 // staleness creates ServiceEntries during the window and times each until every gateway serves
@@ -670,17 +630,14 @@ func nearest(ss []results.ProbeSample, t float64) results.ProbeSample {
 
 // p99 is the P99 of the durations of the samples in the window, in ms.
 func p99(ss []results.ProbeSample, in func(results.ProbeSample) bool) float64 {
-	var ms []float64
+	var ds []time.Duration
 	for _, x := range ss {
 		if in(x) {
-			ms = append(ms, x.Ms)
+			ds = append(ds, time.Duration(x.Ms*float64(time.Millisecond)))
 		}
 	}
-	if len(ms) == 0 {
-		return 0
-	}
-	sort.Float64s(ms)
-	return ms[int(math.Ceil(0.99*float64(len(ms))))-1]
+	slices.Sort(ds)
+	return float64(traffic.Percentile(ds, 0.99)) / float64(time.Millisecond)
 }
 
 func meanIn(ss []results.ProbeSample, in func(results.ProbeSample) bool) float64 {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/meshchaos/meshchaos/harness/cgroup"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -201,5 +202,47 @@ func XDSProbe(addr string, dial DialContext, typeURL string) func(ctx context.Co
 			return 0, fmt.Errorf("xds probe: %w", err)
 		}
 		return float64(len(resp.GetResources())), nil
+	}
+}
+
+// CPURateProbe reads a cgroup's CPU use in CPUs since the previous call.
+func CPURateProbe(g *cgroup.Group) func(context.Context) (float64, error) {
+	var mu sync.Mutex
+	var last time.Duration
+	var at time.Time
+	return func(context.Context) (float64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		u, err := g.CPUUsage()
+		if err != nil {
+			return 0, err
+		}
+		now := time.Now()
+		prevU, prevT := last, at
+		last, at = u, now
+		if prevT.IsZero() {
+			return 0, errors.New("first reading")
+		}
+		return (u - prevU).Seconds() / now.Sub(prevT).Seconds(), nil
+	}
+}
+
+// ThrottleProbe reads the share of CFS periods a cgroup was throttled in since the previous call.
+func ThrottleProbe(g *cgroup.Group) func(context.Context) (float64, error) {
+	var mu sync.Mutex
+	var last *cgroup.CPUStat
+	return func(context.Context) (float64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		st, err := g.CPUStat()
+		if err != nil {
+			return 0, err
+		}
+		prev := last
+		last = &st
+		if prev == nil || st.Periods == prev.Periods {
+			return 0, errors.New("no period since the previous reading")
+		}
+		return float64(st.ThrottledPeriods-prev.ThrottledPeriods) / float64(st.Periods-prev.Periods), nil
 	}
 }
