@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshchaos/meshchaos/experiments"
+	"github.com/meshchaos/meshchaos/harness/cluster"
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 	"github.com/meshchaos/meshchaos/harness/experiment"
@@ -56,8 +58,7 @@ func printCatalog(out io.Writer, params bool) {
 }
 
 func newRunCmd() *cobra.Command {
-	var substrate, cp, out, imagesDir string
-	var sets []string
+	var j job
 	cmd := &cobra.Command{
 		Use:   "run EXPERIMENT [--substrate local] [--cp reference|reference:<switch>] [--set k=v]… [--out DIR]",
 		Short: "Run an experiment and write its run directory (exit 0 pass, 1 a check failed, 2 could not run)",
@@ -68,48 +69,24 @@ func newRunCmd() *cobra.Command {
 				printCatalog(cmd.ErrOrStderr(), false)
 				return Usagef("give one experiment to run")
 			}
-			def, ok := experiments.Lookup(args[0])
-			if !ok {
+			if _, ok := experiments.Lookup(args[0]); !ok {
 				fmt.Fprintln(cmd.ErrOrStderr(), "experiments:")
 				printCatalog(cmd.ErrOrStderr(), false)
 				return Usagef("unknown experiment %q", args[0])
 			}
-			vals, err := def.Resolve(sets)
+			j.Experiment = args[0]
+			p, err := j.prepare()
 			if err != nil {
-				return Usagef("%v", err)
-			}
-			sut, err := subject.Parse(cp)
-			if err != nil {
-				return Usagef("%v", err)
-			}
-			if substrate != "local" {
-				return Usagef("--substrate %s: only the local substrate runs experiments today (kind and existing clusters are coming)", substrate)
-			}
-			if err := local.Preflight(); err != nil {
-				return WithExitCode(2, err)
-			}
-			images, err := bins.ImagesDir(imagesDir)
-			if err != nil {
-				return WithExitCode(2, err)
-			}
-			if missing := imgs.Missing(images); len(missing) > 0 {
-				return WithExitCode(2, fmt.Errorf("images directory %s lacks %s: run 'make images' (or pass --images DIR)", images, strings.Join(missing, ", ")))
-			}
-			exp, err := def.Build(experiment.Env{Substrate: local.Substrate{Home: local.Home(), ImagesDir: images}, ControlPlane: sut}, vals)
-			if err != nil {
-				return Usagef("%v", err)
-			}
-			if out, err = claimRunDir(out, def.Name, cp); err != nil {
-				return WithExitCode(2, err)
+				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			s, err := runner.Execute(ctx, exp, runner.Options{Dir: out, Progress: runner.NewProgress(cmd.ErrOrStderr())})
+			s, err := p.execute(ctx, runner.NewProgress(cmd.ErrOrStderr()))
 			if err != nil && s.Verdict == "" {
-				return WithExitCode(2, fmt.Errorf("run %s: %w", def.Name, err))
+				return WithExitCode(2, fmt.Errorf("run %s: %w", j.Experiment, err))
 			}
 			o := cmd.OutOrStdout()
-			fmt.Fprintf(o, "%s (%s, %s): %s\n", def.Name, substrate, cp, strings.ToUpper(string(s.Verdict)))
+			fmt.Fprintf(o, "%s (%s, %s): %s\n", j.Experiment, j.Substrate, j.CP, strings.ToUpper(string(s.Verdict)))
 			for _, c := range s.Checks {
 				status := "FAIL"
 				if c.Pass {
@@ -117,19 +94,103 @@ func newRunCmd() *cobra.Command {
 				}
 				fmt.Fprintf(o, "  %-4s  %s\n", status, c.String())
 			}
-			fmt.Fprintf(o, "report: %s\n", filepath.Join(out, results.MarkdownFile))
+			fmt.Fprintf(o, "report: %s\n", filepath.Join(p.Dir, results.MarkdownFile))
 			if s.Verdict == results.VerdictError && err != nil && s.Error == "" {
 				s.Error = err.Error()
 			}
 			return verdictError(&s)
 		},
 	}
-	cmd.Flags().StringVar(&substrate, "substrate", "local", "where to run: local (kind and existing come later)")
-	cmd.Flags().StringVar(&cp, "cp", "reference", "control plane under test: reference, or reference:<switch>[,<switch>] to re-create a historical bug")
-	cmd.Flags().StringArrayVar(&sets, "set", nil, "experiment parameter name=value (repeatable; see 'meshchaos list')")
-	cmd.Flags().StringVar(&out, "out", "", "run directory (default runs/EXPERIMENT-CP-TIME)")
-	cmd.Flags().StringVar(&imagesDir, "images", "", "image tarballs (from 'make images'; "+imagesDefault+")")
+	j.flags(cmd)
+	cmd.Flags().StringArrayVar(&j.Sets, "set", nil, "experiment parameter name=value (repeatable; see 'meshchaos list')")
+	cmd.Flags().StringVar(&j.Out, "out", "", "run directory (default runs/EXPERIMENT-CP-TIME)")
 	return cmd
+}
+
+// job is one experiment run as the CLI asks for it: what `run` executes, and what commands that
+// run many experiments (suites, upgrade checks) execute one after another.
+type job struct {
+	Experiment string
+	Sets       []string
+	// Substrate names the cluster provider: local (kind and existing come later).
+	Substrate string
+	// CP is the control plane under test as --cp spells it.
+	CP string
+	// Out is the run directory; empty picks runs/EXPERIMENT-CP-TIME.
+	Out string
+	// Images is the image tarball directory (--images).
+	Images string
+}
+
+// flags registers the flags every command that runs experiments shares.
+func (j *job) flags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&j.Substrate, "substrate", "local", "where to run: local (kind and existing come later)")
+	cmd.Flags().StringVar(&j.CP, "cp", "reference", "control plane under test: reference, or reference:<switch>[,<switch>] to re-create a historical bug")
+	cmd.Flags().StringVar(&j.Images, "images", "", "image tarballs (from 'make images'; "+imagesDefault+")")
+}
+
+// prepared is a job whose every input was checked and whose run directory is claimed; nothing
+// has started yet.
+type prepared struct {
+	job
+	Dir string
+	exp runner.Experiment
+}
+
+// prepare checks everything a run needs before anything starts (bad input is exit 2 with a line
+// saying what to do) and claims the run directory.
+func (j job) prepare() (*prepared, error) {
+	def, ok := experiments.Lookup(j.Experiment)
+	if !ok {
+		return nil, Usagef("unknown experiment %q (see 'meshchaos list')", j.Experiment)
+	}
+	vals, err := def.Resolve(j.Sets)
+	if err != nil {
+		return nil, Usagef("%v", err)
+	}
+	sut, err := subject.Parse(j.CP)
+	if err != nil {
+		return nil, Usagef("%v", err)
+	}
+	sub, err := j.provider()
+	if err != nil {
+		return nil, err
+	}
+	exp, err := def.Build(experiment.Env{Substrate: sub, ControlPlane: sut}, vals)
+	if err != nil {
+		return nil, Usagef("%v", err)
+	}
+	dir, err := claimRunDir(j.Out, def.Name, j.CP)
+	if err != nil {
+		return nil, WithExitCode(2, err)
+	}
+	return &prepared{job: j, Dir: dir, exp: exp}, nil
+}
+
+// provider checks the substrate's preconditions and returns it.
+func (j job) provider() (cluster.Provider, error) {
+	switch j.Substrate {
+	case "local":
+		if err := local.Preflight(); err != nil {
+			return nil, WithExitCode(2, err)
+		}
+		images, err := bins.ImagesDir(j.Images)
+		if err != nil {
+			return nil, WithExitCode(2, err)
+		}
+		if missing := imgs.Missing(images); len(missing) > 0 {
+			return nil, WithExitCode(2, fmt.Errorf("images directory %s lacks %s: run 'make images' (or pass --images DIR)", images, strings.Join(missing, ", ")))
+		}
+		return local.Substrate{Home: local.Home(), ImagesDir: images}, nil
+	default:
+		return nil, Usagef("--substrate %s: only the local substrate runs experiments today (kind and existing clusters are coming)", j.Substrate)
+	}
+}
+
+// execute runs the prepared experiment into its directory. The summary's verdict is empty only
+// when the run could not write one.
+func (p *prepared) execute(ctx context.Context, progress runner.Progress) (results.Summary, error) {
+	return runner.Execute(ctx, p.exp, runner.Options{Dir: p.Dir, Progress: progress})
 }
 
 // claimRunDir prepares the run directory before anything starts: an explicit one must not hold an
