@@ -86,17 +86,22 @@ func cpOOMChaos(ctx context.Context, s *experiment.State) error {
 	if err := s.Inject(ctx, &chaos.CPUThrottle{Target: fmt.Sprintf("kube-proxy/node%d", gwNode), Group: kp, CPUs: v.Float("kubeProxyCPU")}); err != nil {
 		return err
 	}
-	// Drive the control plane over its limit: the kernel, not the harness, must kill it.
-	ballast, ok := s.CP.(subject.Ballaster)
-	if !ok {
-		return fmt.Errorf("control plane %s has no memory ballast hook; cp-oom-restart needs one", s.CP.Name())
-	}
+	// Drive the control plane over its limit: the kernel, not the harness, must kill it. A
+	// control plane without a ballast hook gets the generic memory hog in its container's cgroup.
 	limitMiB := int(v.Bytes("cpMemoryLimit") >> 20)
-	if err := s.Inject(ctx, &chaos.Ballast{Target: "control-plane", URL: ballast.BallastURL(pod, 2*limitMiB),
-		Dial: m.Cluster.Dialer(m.Spec.CP.Node), Usage: func() (int64, error) {
-			u, err := s.Memory.ReadMemory()
-			return u.WorkingSet, err
-		}}); err != nil {
+	grow := &chaos.Ballast{Target: "control-plane", Usage: func() (int64, error) {
+		u, err := s.Memory.ReadMemory()
+		return u.WorkingSet, err
+	}}
+	if ballast, ok := s.CP.(subject.Ballaster); ok {
+		grow.URL, grow.Dial = ballast.BallastURL(pod, 2*limitMiB), m.Cluster.Dialer(m.Spec.CP.Node)
+	} else {
+		grow.Hog = &chaos.Hog{Cluster: m.Cluster, Pod: pod, Container: s.CP.Container(), MiB: 2 * limitMiB}
+	}
+	if s.Memory == nil {
+		return fmt.Errorf("the control plane's memory cgroup is not readable on substrate %s: cp-oom-restart cannot prove its memory grew", m.Cluster.Name())
+	}
+	if err := s.Inject(ctx, grow); err != nil {
 		return err
 	}
 	killed, err := kube.WaitPod(ctx, m.Client, pod.Namespace, pod.Name, 2*time.Minute, func(p *corev1.Pod) (bool, error) {

@@ -203,6 +203,14 @@ Pushes per second (F full, e EDS; ▲/▼ the followed service's endpoints chang
 {{- range .}}
 | {{.Mode}} | {{.Pods}} ({{.Started}}) | {{.AppRestarts}} | {{range $c, $n := .ExitCodes}}{{$c}}×{{$n}} {{end}} | {{.FailedFirstCalls}} | {{printf "%.0f" .FirstSuccessMs.P50}} / {{printf "%.0f" .FirstSuccessMs.P99}} ms | {{printf "%.0f" .ReadyMs.P50}} / {{printf "%.0f" .ReadyMs.P99}} ms | {{printf "%.0f" .ProxyFirstConfigMs.P50}} / {{printf "%.0f" .ProxyFirstConfigMs.P99}} ms | {{if .PodSpec}}[{{.PodSpec}}]({{.PodSpec}}){{end}} |
 {{- end}}
+{{end}}{{with .S.Faults}}
+## Faults
+
+| Fault | Implementation |
+|---|---|
+{{- range .}}
+| {{.Name}} | {{if .Fallback}}**generic fallback** (the control plane has no hook): {{end}}{{cell .Implementation}} |
+{{- end}}
 {{end}}{{with .S.Measurements}}
 ## Measurements
 

@@ -79,6 +79,9 @@ type Summary struct {
 	// Probes are active probes' time series (cp-cpu-starvation): what a component actually
 	// served, sample by sample, next to what Kubernetes said of it.
 	Probes *Probes `json:"probes,omitempty"`
+	// Faults are the faults the run injected and how: a control plane without a fault's hook
+	// gets a generic stand-in, and the report says so.
+	Faults []Fault `json:"faults,omitempty"`
 	// Measurements say how each measurement fared: a failed scrape is shown, not hidden.
 	Measurements []Measurement `json:"measurements,omitempty"`
 	Events       []Event       `json:"events"`
@@ -86,6 +89,16 @@ type Summary struct {
 	Verdict      Verdict       `json:"verdict"`
 	// Error says why the verdict is error (setup failed, interrupted, still running).
 	Error string `json:"error,omitempty"`
+}
+
+// Fault is one injected fault and its implementation.
+type Fault struct {
+	// Name is the injector's name, as on the timeline (e.g. memory-ballast/control-plane).
+	Name string `json:"name"`
+	// Implementation says how the fault was brought about ("harness" for faults with one way).
+	Implementation string `json:"implementation"`
+	// Fallback is true when a generic stand-in replaced the control plane's own hook.
+	Fallback bool `json:"fallback,omitempty"`
 }
 
 // Phase is one step of the experiment's lifecycle (setup, a load phase, chaos, teardown).

@@ -21,6 +21,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/runner"
 	"github.com/meshchaos/meshchaos/harness/subject"
 	"github.com/meshchaos/meshchaos/harness/traffic"
+	"github.com/meshchaos/meshchaos/results"
 )
 
 // Definition is one experiment of the catalog.
@@ -105,6 +106,11 @@ func (s *State) Inject(ctx context.Context, inj chaos.Injector) error {
 	}
 	s.active = append(s.active, inj)
 	s.Event("chaos.injected", inj.Name(), ev.Summary)
+	f := results.Fault{Name: inj.Name(), Implementation: "harness"}
+	if im, ok := inj.(chaos.Implementer); ok {
+		f.Implementation, f.Fallback = im.Implementation()
+	}
+	s.RecordFault(f)
 	return nil
 }
 

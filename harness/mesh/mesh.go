@@ -289,7 +289,13 @@ func (m *Mesh) Down(ctx context.Context) error {
 	if m == nil || m.Cluster == nil {
 		return nil
 	}
-	return m.Cluster.Down(ctx)
+	var removeErr error
+	if r, ok := m.Spec.ControlPlane.(subject.Remover); ok {
+		if err := r.Remove(ctx, m.Cluster); err != nil {
+			removeErr = fmt.Errorf("remove the control plane: %w", err)
+		}
+	}
+	return errors.Join(removeErr, m.Cluster.Down(ctx))
 }
 
 // Expected maps each generated host to the endpoints ("IP:port") the control plane should give

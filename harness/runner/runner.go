@@ -236,6 +236,13 @@ func (r *Run) RecordEvent(e results.Event) {
 	}
 }
 
+// RecordFault lists an injected fault and its implementation in the summary.
+func (r *Run) RecordFault(f results.Fault) {
+	if err := r.rec.Update(func(s *results.Summary) { s.Faults = append(s.Faults, f) }); err != nil {
+		r.Logf("write summary: %v", err)
+	}
+}
+
 // Background runs fn until the phases end; the run waits for it before the checks.
 func (r *Run) Background(fn func(ctx context.Context)) {
 	r.bg.Add(1)

@@ -77,7 +77,7 @@ func (r *Reference) Deploy(ctx context.Context, c cluster.Cluster, p Placement) 
 	if p.Node > 0 && len(p.Nodes) == 0 {
 		muts = append(muts, kube.PinToNode(cluster.NodeLabel, fmt.Sprint(p.Node)))
 	}
-	more, err := placementMutators(p, refName, r.Container())
+	more, err := placementMutators(p, map[string]string{"app": refName}, r.Container())
 	if err != nil {
 		return fmt.Errorf("control plane placement: %w", err)
 	}
