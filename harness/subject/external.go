@@ -135,7 +135,12 @@ func LoadExternal(file string) (ControlPlane, error) {
 	}
 	var d Descriptor
 	if err := yaml.UnmarshalStrict(b, &d); err != nil {
-		return nil, bad("%s", strings.ReplaceAll(err.Error(), "\n", "; "))
+		msg := err.Error()
+		// sigs.k8s.io/yaml goes through JSON: its wrapping says nothing to a user.
+		for _, p := range []string{"error unmarshaling JSON: ", "while decoding JSON: ", "json: "} {
+			msg = strings.TrimPrefix(msg, p)
+		}
+		return nil, bad("%s (schema: docs/controlplane-descriptor.md)", strings.ReplaceAll(msg, "\n", "; "))
 	}
 	e := &External{file: file, dir: filepath.Dir(file), d: d, timeout: 3 * time.Minute}
 	if err := e.check(); err != nil {
@@ -294,20 +299,15 @@ func (e *External) Deploy(ctx context.Context, c cluster.Cluster, p Placement) e
 	if !found {
 		return fmt.Errorf("%s: install renders no Deployment %s/%s (the descriptor's namespace and deployment)", e.file, e.d.Namespace, e.d.Deployment)
 	}
-	muts := []kube.Mutator{kube.CPULimit(e.d.Container, p.CPULimit), kube.MemoryLimit(e.d.Container, p.MemoryLimit)}
-	if p.Node > 0 && len(p.Nodes) == 0 {
-		muts = append(muts, kube.PinToNode(cluster.NodeLabel, fmt.Sprint(p.Node)))
-	}
-	more, err := placementMutators(p, e.match, e.d.Container)
+	place, err := e.placement(p)
 	if err != nil {
-		return fmt.Errorf("control plane placement: %w", err)
+		return err
 	}
-	muts = append(muts, more...)
 	if p.PriorityClass != "" {
 		y = append(append(priorityClassYAML(p.PriorityClass), "---\n"...), y...)
 	}
 	e.applied = y
-	if err := kube.Apply(ctx, c.RESTConfig(), y, onlyDeployment(e.d.Namespace, e.d.Deployment, muts)); err != nil {
+	if err := kube.Apply(ctx, c.RESTConfig(), y, place); err != nil {
 		return fmt.Errorf("deploy %s: %w", e.file, err)
 	}
 	cs, err := kubernetes.NewForConfig(c.RESTConfig())
@@ -323,6 +323,20 @@ func (e *External) Deploy(ctx context.Context, c cluster.Cluster, p Placement) e
 	}
 	e.xds = net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(e.d.XDS.Port))
 	return nil
+}
+
+// placement is the Apply mutator that places the descriptor's Deployment as p asks: node,
+// limits, QoS, replicas, priority.
+func (e *External) placement(p Placement) (kube.Mutator, error) {
+	muts := []kube.Mutator{kube.CPULimit(e.d.Container, p.CPULimit), kube.MemoryLimit(e.d.Container, p.MemoryLimit)}
+	if p.Node > 0 && len(p.Nodes) == 0 {
+		muts = append(muts, kube.PinToNode(cluster.NodeLabel, fmt.Sprint(p.Node)))
+	}
+	more, err := placementMutators(p, e.match, e.d.Container)
+	if err != nil {
+		return nil, fmt.Errorf("control plane placement: %w", err)
+	}
+	return onlyDeployment(e.d.Namespace, e.d.Deployment, append(muts, more...)), nil
 }
 
 // onlyDeployment applies muts to the named Deployment alone: a chart's other workloads (a

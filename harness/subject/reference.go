@@ -140,6 +140,7 @@ func (r *Reference) Metrics() map[Measure]Metric {
 		PushTime:         {Name: "pilot_xds_push_time"},
 		XDSPushes:        {Name: "pilot_xds_pushes"},
 		PushTriggers:     {Name: "pilot_push_triggers"},
+		Rejects:          {Name: "pilot_total_xds_rejects"},
 		CPUSeconds:       {Name: "process_cpu_seconds_total"},
 		// The admission webhook's, under istiod's names (controlplane/webhook).
 		SidecarInjections:        {Name: "sidecar_injection_success_total"},
