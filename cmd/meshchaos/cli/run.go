@@ -206,7 +206,7 @@ func claimRunDir(out, experiment, cp string) (string, error) {
 		}
 		return out, writable(out)
 	}
-	base := filepath.Join("runs", fmt.Sprintf("%s-%s-%s", experiment, strings.ReplaceAll(cp, ":", "-"), time.Now().Format("20060102-150405")))
+	base := filepath.Join("runs", fmt.Sprintf("%s-%s-%s", experiment, strings.NewReplacer(":", "-", "/", "-").Replace(cp), time.Now().Format("20060102-150405")))
 	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
 		return "", fmt.Errorf("create run directory: %w", err)
 	}
