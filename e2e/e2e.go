@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -176,7 +177,14 @@ type given struct{ c cluster.Cluster }
 
 func (g given) Name() string { return "e2e" }
 
+// used names the clusters an experiment already ran on: what it deployed is still there, and a
+// second experiment would measure (and be confused by) it.
+var used sync.Map
+
 func (g given) Up(_ context.Context, s cluster.Spec) (cluster.Cluster, error) {
+	if _, dup := used.LoadOrStore(g.c.Name(), true); dup {
+		return nil, fmt.Errorf("the environment's cluster %s already ran an experiment, whose control plane and mesh are still on it: give each experiment an environment (a cluster) of its own", g.c.Name())
+	}
 	if n := len(g.c.Nodes()); n < s.Nodes {
 		return nil, fmt.Errorf("the experiment needs %d nodes, the environment's cluster %s has %d: create it with more (e2e.CreateCluster(name, %d))", s.Nodes, g.c.Name(), n, s.Nodes)
 	}
