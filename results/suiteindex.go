@@ -7,6 +7,7 @@ import (
 	"image/color"
 	"math"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -43,6 +44,8 @@ type indexRun struct {
 	Name   string
 	Report string
 	OK     bool
+	// Repeats: the entry runs more than once, so the row shows which repeat it is.
+	Repeats bool
 }
 
 type indexSpread struct {
@@ -87,7 +90,7 @@ func SuiteIndex(s *SuiteResult, nights []SuiteResult) ([]byte, error) {
 		WallTime: s.FinishedAt.Sub(s.StartedAt).Round(1e9).String()}
 	repeats := s.repeats()
 	for _, r := range s.Runs {
-		ir := indexRun{SuiteRun: r, Name: r.Name(repeats[r.Entry]), Report: filepath.ToSlash(filepath.Join(r.Dir, HTMLFile)), OK: r.AsExpected()}
+		ir := indexRun{SuiteRun: r, Name: r.Name(repeats[r.Entry]), Report: filepath.ToSlash(filepath.Join(r.Dir, HTMLFile)), OK: r.AsExpected(), Repeats: repeats[r.Entry] > 1}
 		if ir.OK {
 			v.AsExpected++
 		}
@@ -130,18 +133,41 @@ func SuiteIndex(s *SuiteResult, nights []SuiteResult) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// nightTicks labels the x axis with the nights' dates.
+// nightTicks labels the x axis with the nights' dates (and times when two nights share a day),
+// at most five labels so they never overlap.
 type nightTicks []TrendPoint
 
 func (n nightTicks) Ticks(_, _ float64) []plot.Tick {
+	layout := "01-02"
+	days := map[string]bool{}
+	for _, p := range n {
+		days[p.At.UTC().Format(layout)] = true
+	}
+	if len(days) < len(n) {
+		layout = "01-02 15:04"
+	}
+	step := (len(n) + 4) / 5
 	var ts []plot.Tick
-	step := max(1, len(n)/6)
 	for i, p := range n {
 		label := ""
-		if i%step == 0 || i == len(n)-1 {
-			label = p.At.UTC().Format("01-02 15:04")
+		if (len(n)-1-i)%step == 0 { // the last night always labelled
+			label = p.At.UTC().Format(layout)
 		}
 		ts = append(ts, plot.Tick{Value: float64(i + 1), Label: label})
+	}
+	return ts
+}
+
+// valueTicks are gonum's default ticks labelled with enough digits to tell them apart (the
+// default prints 0.98, 1 and 1.02 all as "1").
+type valueTicks struct{}
+
+func (valueTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'g', 4, 64)
+		}
 	}
 	return ts
 }
@@ -154,6 +180,7 @@ func trendSVG(t Trend) (template.HTML, error) {
 	p.Title.TextStyle.Font.Size = vg.Points(10)
 	p.Y.Label.Text = t.Unit
 	p.X.Tick.Marker = nightTicks(t.Points)
+	p.Y.Tick.Marker = valueTicks{}
 	p.X.Tick.Label.Font.Size = vg.Points(7)
 	p.Y.Tick.Label.Font.Size = vg.Points(7)
 	p.Add(plotter.NewGrid())
@@ -227,6 +254,7 @@ var indexTemplate = template.Must(template.New("index").Funcs(template.FuncMap{
 	"join":  strings.Join,
 	"lower": strings.ToLower,
 	"sub":   func(a, b float64) float64 { return a - b },
+	"inc":   func(i int) int { return i + 1 },
 }).Parse(`<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>meshchaos suite {{.S.Suite}}</title>
 <style>
@@ -252,7 +280,7 @@ th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums
 
 <h2>Runs</h2>
 <table><tr><th>#</th><th>experiment</th><th>control plane</th><th>parameters</th><th>expected</th><th>verdict</th><th>time</th><th>failed checks</th></tr>
-{{range $i, $r := .Runs}}<tr{{if not $r.OK}} class="bad"{{end}}><td class="num">{{$r.Entry}}{{if gt $r.Repeat 1}}.{{$r.Repeat}}{{end}}</td>
+{{range $i, $r := .Runs}}<tr{{if not $r.OK}} class="bad"{{end}}><td class="num">{{inc $r.Entry}}{{if .Repeats}} · r{{$r.Repeat}}{{end}}</td>
 <td><a href="{{$r.Report}}">{{$r.Experiment}}</a></td><td>{{$r.ControlPlane}}</td><td>{{join $r.Set " "}}</td>
 <td>{{$r.Expect}}</td><td class="{{lower (printf "%s" $r.Verdict)}}">{{$r.Verdict}}{{if not $r.OK}} ✗{{else}} ✓{{end}}</td>
 <td class="num">{{printf "%.0f" $r.Seconds}} s</td>
