@@ -98,6 +98,6 @@ func TestSuiteIndexShowsRunsSpreadAndTrends(t *testing.T) {
 	assert.Contains(t, page, "Spread over repeats")
 	assert.Contains(t, page, "160 ms", "the spread's max")
 	assert.Equal(t, 1, strings.Count(page, "<svg"), "one inline chart per entry × measure")
-	assert.Contains(t, page, "1 measure changed beyond the noise")
+	assert.Contains(t, page, "1 of 1 measures changed beyond the noise")
 	assert.Contains(t, page, `class="trend changed"`)
 }

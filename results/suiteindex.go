@@ -74,6 +74,7 @@ type indexView struct {
 	Groups       []indexGroup
 	Nights       int
 	Changed      int
+	Judged       int
 	K, FloorPct  float64
 	MinNights    int
 	Interrupted  int
@@ -116,8 +117,10 @@ func SuiteIndex(s *SuiteResult, nights []SuiteResult) ([]byte, error) {
 			it.Note = fmt.Sprintf("%d nights: judged from %d", len(t.Points), TrendMinNights+1)
 		case t.Changed:
 			v.Changed++
+			v.Judged++
 			it.Note = fmt.Sprintf("changed: outside %s ± %s", FormatValue(t.Median, t.Unit), FormatValue(t.Band, t.Unit))
 		default:
+			v.Judged++
 			it.Note = fmt.Sprintf("within %s ± %s", FormatValue(t.Median, t.Unit), FormatValue(t.Band, t.Unit))
 		}
 		if n := len(v.Groups); n == 0 || v.Groups[n-1].Key != t.Key {
@@ -261,10 +264,10 @@ var indexTemplate = template.Must(template.New("index").Funcs(template.FuncMap{
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;max-width:1400px}
 h1{margin-bottom:.2em} .sub{color:#555;margin-top:0}
 table{border-collapse:collapse;margin:.5em 0 1.5em} th,td{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top;font-size:.9em}
-th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .pass{color:#1a7f37;font-weight:600} .fail{color:#b42318;font-weight:600} .error{color:#9a6700;font-weight:600}
 .bad{background:#fde8e8} .banner{padding:.5em .8em;border-radius:4px;display:inline-block;font-weight:600}
-.banner.ok{background:#e6f4ea;color:#1a7f37} .banner.notok{background:#fde8e8;color:#b42318}
+.banner{background:#eef2f7;color:#333} .banner.ok{background:#e6f4ea;color:#1a7f37} .banner.notok{background:#fde8e8;color:#b42318}
 .checks{font-size:.85em;color:#444;margin:0;padding-left:1.1em}
 .grid{display:flex;flex-wrap:wrap;gap:.6em}
 .trend{border:1px solid #ddd;border-radius:4px;padding:.3em;width:350px}
@@ -276,13 +279,13 @@ th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums
 <p class="sub">{{.S.Summary}}</p>
 <p>Substrate {{.S.Substrate}} · started {{.S.StartedAt.UTC.Format "2006-01-02 15:04:05"}} UTC · {{.WallTime}} · {{len .S.Runs}} of {{.S.Planned}} runs</p>
 <p><span class="banner {{if .OK}}ok{{else}}notok{{end}}">{{if .OK}}Every run gave its expected verdict{{else}}{{.AsExpected}} of {{.S.Planned}} runs gave their expected verdict{{if .Interrupted}}; {{.Interrupted}} did not run{{end}}{{end}}</span>
-{{if .HistoryShown}} <span class="banner {{if .Changed}}notok{{else}}ok{{end}}">{{.Changed}} measure{{if ne .Changed 1}}s{{end}} changed beyond the noise ({{.Nights}} night{{if ne .Nights 1}}s{{end}} of history)</span>{{end}}</p>
+{{if .HistoryShown}} {{if .Judged}}<span class="banner {{if .Changed}}notok{{else}}ok{{end}}">{{.Changed}} of {{.Judged}} measures changed beyond the noise ({{.Nights}} night{{if ne .Nights 1}}s{{end}} of history)</span>{{else}}<span class="banner">{{.Nights}} night{{if ne .Nights 1}}s{{end}} of history: changes are judged from {{inc .MinNights}} nights</span>{{end}}{{end}}</p>
 
 <h2>Runs</h2>
-<table><tr><th>#</th><th>experiment</th><th>control plane</th><th>parameters</th><th>expected</th><th>verdict</th><th>time</th><th>failed checks</th></tr>
+<table><tr><th>#</th><th>experiment</th><th>control plane</th><th>parameters</th><th>expected</th><th>verdict</th><th></th><th>time</th><th>failed checks</th></tr>
 {{range $i, $r := .Runs}}<tr{{if not $r.OK}} class="bad"{{end}}><td class="num">{{inc $r.Entry}}{{if .Repeats}} · r{{$r.Repeat}}{{end}}</td>
 <td><a href="{{$r.Report}}">{{$r.Experiment}}</a></td><td>{{$r.ControlPlane}}</td><td>{{join $r.Set " "}}</td>
-<td>{{$r.Expect}}</td><td class="{{lower (printf "%s" $r.Verdict)}}">{{$r.Verdict}}{{if not $r.OK}} ✗{{else}} ✓{{end}}</td>
+<td>{{$r.Expect}}</td><td class="{{lower (printf "%s" $r.Verdict)}}">{{$r.Verdict}}</td><td class="{{if $r.OK}}pass{{else}}fail{{end}}">{{if $r.OK}}✓ as expected{{else}}✗ unexpected{{end}}</td>
 <td class="num">{{printf "%.0f" $r.Seconds}} s</td>
 <td>{{if $r.Error}}<div class="error">{{$r.Error}}</div>{{end}}{{if $r.Failed}}<ul class="checks">{{range $r.Failed}}<li>{{.}}</li>{{end}}</ul>{{end}}</td></tr>
 {{end}}</table>
