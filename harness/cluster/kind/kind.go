@@ -32,6 +32,7 @@ import (
 	kindcluster "sigs.k8s.io/kind/pkg/cluster"
 	"sigs.k8s.io/kind/pkg/cluster/nodes"
 	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
+	kindexec "sigs.k8s.io/kind/pkg/exec"
 
 	"github.com/meshchaos/meshchaos/harness/cgroup"
 	"github.com/meshchaos/meshchaos/harness/cluster"
@@ -206,7 +207,7 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		kindcluster.CreateWithDisplayUsage(false),
 		kindcluster.CreateWithDisplaySalutation(false),
 	); err != nil {
-		return c, fmt.Errorf("kind create %s: %w", c.kindName, err)
+		return c, fmt.Errorf("kind create %s: %w%s", c.kindName, err, commandOutput(err))
 	}
 	cfg.Logf("[kind] kubeadm done in %s", time.Since(start).Round(time.Second))
 	if err := c.discover(); err != nil {
@@ -236,6 +237,20 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	}
 	cfg.Logf("[kind] %s up in %s", c.kindName, time.Since(start).Round(time.Second))
 	return c, nil
+}
+
+// commandOutput is the tail of the output of the node command behind a kind error (kubeadm's
+// reason is there, not in the error text).
+func commandOutput(err error) string {
+	re := kindexec.RunErrorForError(err)
+	if re == nil || len(re.Output) == 0 {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(re.Output)), "\n")
+	if len(lines) > 15 {
+		lines = lines[len(lines)-15:]
+	}
+	return "; output:\n" + strings.Join(lines, "\n")
 }
 
 // clusterConfig is kind's cluster config for n workers, labelled as on every substrate.

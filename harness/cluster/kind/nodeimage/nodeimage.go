@@ -232,12 +232,13 @@ func writeOverlay(c Config, pause string, imageTars []string, out string) error 
 	add := func(e entry) { es = append(es, e) }
 	for _, d := range []string{"etc/", "etc/containerd/", "etc/systemd/", "etc/systemd/system/",
 		"etc/systemd/system/multi-user.target.wants/", "etc/kubernetes/", "etc/kubernetes/manifests/",
-		"etc/cni/", "etc/cni/net.d/", "kind/", "kind/images/", "usr/", "usr/bin/", "usr/local/",
+		"etc/cni/", "etc/cni/net.d/", "kind/", "kind/bin/", "kind/images/", "usr/", "usr/bin/", "usr/local/",
 		"usr/local/bin/"} {
 		add(entry{hdr: dir(d, 0o755)})
 	}
 	embedded := map[string]string{ // image path → files/NAME
 		"usr/local/bin/entrypoint":                    "entrypoint",
+		"kind/bin/import-images":                      "import-images",
 		"etc/systemd/system/containerd.service":       "containerd.service",
 		"etc/systemd/system/kubelet.service":          "kubelet.service",
 		"etc/systemd/system/kubelet.slice":            "kubelet.slice",
@@ -249,7 +250,7 @@ func writeOverlay(c Config, pause string, imageTars []string, out string) error 
 			return err
 		}
 		mode := int64(0o644)
-		if strings.HasPrefix(dst, "usr/local/bin/") {
+		if strings.Contains(dst, "/bin/") {
 			mode = 0o755
 		}
 		add(entry{hdr: &tar.Header{Name: dst, Typeflag: tar.TypeReg, Mode: mode, Size: int64(len(b)), ModTime: mtime}, data: b})
