@@ -267,9 +267,11 @@ func clusterConfig(n int, ourImage, cgroupV1 bool) *v1alpha4.Cluster {
 		// The images are imported by a unit that starts with the node and runs alongside
 		// kubeadm's preflight; kubelet waits for it (see nodeimage), so a preflight miss is only
 		// a race with that import, never a pull: there is no registry to pull from.
+		// The import takes minutes on a loaded 2-core machine, and kubelet waits for it: kubeadm's
+		// 4-minute health-check timeouts are too short there.
 		cfg.KubeadmConfigPatches = append(cfg.KubeadmConfigPatches,
-			"kind: InitConfiguration\nnodeRegistration:\n  ignorePreflightErrors: [ImagePull]\n",
-			"kind: JoinConfiguration\nnodeRegistration:\n  ignorePreflightErrors: [ImagePull]\n")
+			"kind: InitConfiguration\nnodeRegistration:\n  ignorePreflightErrors: [ImagePull]\ntimeouts:\n  kubeletHealthCheck: 15m0s\n  controlPlaneComponentHealthCheck: 15m0s\n",
+			"kind: JoinConfiguration\nnodeRegistration:\n  ignorePreflightErrors: [ImagePull]\ntimeouts:\n  kubeletHealthCheck: 15m0s\n  tlsBootstrap: 15m0s\n")
 	}
 	if cgroupV1 {
 		// Kubernetes ≥ 1.35 refuses cgroup v1 unless told otherwise.
