@@ -246,7 +246,15 @@ func commandOutput(err error) string {
 	if re == nil || len(re.Output) == 0 {
 		return ""
 	}
-	lines := strings.Split(strings.TrimSpace(string(re.Output)), "\n")
+	// kubeadm ends with a Go stack trace; its reason is the last lines before it.
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(string(re.Output)), "\n") {
+		if strings.HasPrefix(l, "\t") || strings.HasPrefix(l, "runtime.") || strings.HasPrefix(l, "main.") ||
+			strings.HasPrefix(l, "github.com/") || strings.HasPrefix(l, "k8s.io/kubernetes/cmd/") {
+			continue
+		}
+		lines = append(lines, l)
+	}
 	if len(lines) > 15 {
 		lines = lines[len(lines)-15:]
 	}
