@@ -7,7 +7,7 @@ MESHCHAOS := $(BIN)/meshchaos
 # Integration tests bring real clusters up; they need root and the binaries below.
 TEST_TIMEOUT ?= 80m
 
-.PHONY: all build deps bins images test unit integration bench run cluster-up clean fmt vet
+.PHONY: all build deps bins images kind-node-image docker test unit integration bench run cluster-up clean fmt vet
 
 all: build
 
@@ -27,6 +27,20 @@ bins:
 images: build bins
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/pause ./workloads/pause
 	$(MESHCHAOS) images build --out $(BIN)/images --bin-dir $(BIN)
+
+## docker: start Docker where none runs (CI VM; root); does nothing where 'docker info' works
+docker:
+	@bash hack/docker.sh
+
+## kind-node-image: the kind node image meshchaos.local/kind-node, built here without a registry
+## (Debian rootfs via debootstrap + our Kubernetes binaries and component images), loaded into
+## Docker. Cold: debootstrap and image assembly take minutes; then cached under bin/kind-node.
+KIND_NODE := $(BIN)/kind-node
+kind-node-image: build bins docker
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/pause ./workloads/pause
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/runcwrap ./hack/runcwrap
+	@bash hack/kindnode/rootfs.sh $(KIND_NODE)/rootfs.tar
+	@bash hack/kindnode/image.sh $(MESHCHAOS) $(BIN) $(KIND_NODE)
 
 ## test: unit tests, then integration tests against a real local cluster
 test: deps bins images vet

@@ -53,8 +53,13 @@ func TestResolveParams(t *testing.T) {
 
 // TestCPOOMRestartBothWays is the harness's honesty test: at a small scale the experiment must
 // pass against the sync-gated reference control plane and must catch the ungated one.
-func TestCPOOMRestartBothWays(t *testing.T) {
-	l := newLocalRunner(t)
+func TestCPOOMRestartBothWays(t *testing.T) { cpoomBothWays(t, newLocalRunner(t)) }
+
+// TestCPOOMRestartBothWaysKind is the same on kind clusters: the verdicts do not depend on the
+// substrate.
+func TestCPOOMRestartBothWaysKind(t *testing.T) { cpoomBothWays(t, newKindRunner(t)) }
+
+func cpoomBothWays(t *testing.T, l *localRunner) {
 	sets := []string{"rate=100", "duration=40s", "steady=8s", "throttleWindow=20s", "serviceEntries=" + testServiceEntries}
 	run := func(cp string) results.Summary {
 		s, _ := l.run("cp-oom-restart", cp, sets, 10*time.Minute)

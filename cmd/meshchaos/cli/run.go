@@ -19,6 +19,7 @@ import (
 	"github.com/meshchaos/meshchaos/experiments"
 	"github.com/meshchaos/meshchaos/harness/cluster"
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
+	"github.com/meshchaos/meshchaos/harness/cluster/kind"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 	"github.com/meshchaos/meshchaos/harness/experiment"
 	"github.com/meshchaos/meshchaos/harness/runner"
@@ -124,7 +125,7 @@ type job struct {
 
 // flags registers the flags every command that runs experiments shares.
 func (j *job) flags(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&j.Substrate, "substrate", "local", "where to run: local (kind and existing come later)")
+	cmd.Flags().StringVar(&j.Substrate, "substrate", "local", "where to run: local (network namespaces on this host, root) or kind (Docker)")
 	cmd.Flags().StringVar(&j.CP, "cp", "reference", "control plane under test: reference, or reference:<switch>[,<switch>] to re-create a historical bug")
 	cmd.Flags().StringVar(&j.Images, "images", "", "image tarballs (from 'make images'; "+imagesDefault+")")
 }
@@ -174,17 +175,37 @@ func (j job) provider() (cluster.Provider, error) {
 		if err := local.Preflight(); err != nil {
 			return nil, WithExitCode(2, err)
 		}
-		images, err := bins.ImagesDir(j.Images)
+		images, err := j.imagesDir()
 		if err != nil {
-			return nil, WithExitCode(2, err)
-		}
-		if missing := imgs.Missing(images); len(missing) > 0 {
-			return nil, WithExitCode(2, fmt.Errorf("images directory %s lacks %s: run 'make images' (or pass --images DIR)", images, strings.Join(missing, ", ")))
+			return nil, err
 		}
 		return local.Substrate{Home: local.Home(), ImagesDir: images}, nil
+	case "kind":
+		// Docker missing or stopped: exit 2 with what to do (install/start Docker, or
+		// 'sudo hack/docker.sh' on a machine like our CI).
+		if err := kind.Preflight(); err != nil {
+			return nil, WithExitCode(2, err)
+		}
+		images, err := j.imagesDir()
+		if err != nil {
+			return nil, err
+		}
+		return kind.Substrate{ImagesDir: images}, nil
 	default:
-		return nil, Usagef("--substrate %s: only the local substrate runs experiments today (kind and existing clusters are coming)", j.Substrate)
+		return nil, Usagef("--substrate %s: choose local or kind", j.Substrate)
 	}
+}
+
+// imagesDir is the directory of image tarballs every substrate loads, complete.
+func (j job) imagesDir() (string, error) {
+	images, err := bins.ImagesDir(j.Images)
+	if err != nil {
+		return "", WithExitCode(2, err)
+	}
+	if missing := imgs.Missing(images); len(missing) > 0 {
+		return "", WithExitCode(2, fmt.Errorf("images directory %s lacks %s: run 'make images' (or pass --images DIR)", images, strings.Join(missing, ", ")))
+	}
+	return images, nil
 }
 
 // execute runs the prepared experiment into its directory. The summary's verdict is empty only
