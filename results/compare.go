@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/meshchaos/meshchaos/results/stats"
 )
@@ -180,6 +181,10 @@ type CheckChange struct {
 	Name      string `json:"name"`
 	Base      string `json:"base"`
 	Candidate string `json:"candidate"`
+	// Suite, StartedAt and FinishedAt are set by upgrade-check: the suite it ran and when.
+	Suite      string     `json:"suite,omitempty"`
+	StartedAt  *time.Time `json:"startedAt,omitempty"`
+	FinishedAt *time.Time `json:"finishedAt,omitempty"`
 	// Regression: it passed in every base run and failed in a candidate run.
 	Regression bool `json:"regression"`
 }
@@ -231,6 +236,10 @@ type Comparison struct {
 	// Base and Candidate label the sides (a directory or a control plane).
 	Base      string `json:"base"`
 	Candidate string `json:"candidate"`
+	// Suite, StartedAt and FinishedAt are set by upgrade-check: the suite it ran and when.
+	Suite      string     `json:"suite,omitempty"`
+	StartedAt  *time.Time `json:"startedAt,omitempty"`
+	FinishedAt *time.Time `json:"finishedAt,omitempty"`
 	// Alpha, Confidence, Resamples and Seed are the statistics' settings.
 	Alpha      float64 `json:"alpha"`
 	Confidence float64 `json:"confidence"`

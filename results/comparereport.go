@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/meshchaos/meshchaos/results/stats"
 )
@@ -151,6 +152,9 @@ func (c *Comparison) WriteMarkdown(w io.Writer) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# Comparison: %s → %s\n\n**%s**\n\n%s. A measure regresses only when the change of the medians is beyond its minimum practical effect and either the test is significant or, with too few runs for the test to reach α, every candidate run is worse than every base run by more than that effect (basis `separated`).\n",
 		c.Base, c.Candidate, c.Outcome(), strings.ToUpper(c.settings()[:1])+c.settings()[1:])
+	if c.Suite != "" && c.StartedAt != nil && c.FinishedAt != nil {
+		fmt.Fprintf(&b, "\nSuite `%s`, %s to %s (wall time %s).\n", c.Suite, c.StartedAt.UTC().Format(time.RFC3339), c.FinishedAt.UTC().Format(time.RFC3339), c.FinishedAt.Sub(*c.StartedAt).Round(time.Second))
+	}
 	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 	for _, g := range c.Groups {
 		fmt.Fprintf(&b, "\n## %s\n\n", cell(c.groupTitle(g)))
