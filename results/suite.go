@@ -54,11 +54,11 @@ type SuiteRun struct {
 	Error  string   `json:"error,omitempty"`
 	// Measures are the run's main measures: every check's observed value (what the experiment
 	// judges) and the run's wall time.
-	Measures map[string]Measure `json:"measures,omitempty"`
+	Measures map[string]RunMeasure `json:"measures,omitempty"`
 }
 
-// Measure is one number of a run with its unit.
-type Measure struct {
+// RunMeasure is one number of a suite run with its unit.
+type RunMeasure struct {
 	Value float64 `json:"value"`
 	Unit  string  `json:"unit,omitempty"`
 }
@@ -70,7 +70,7 @@ const MeasureWallTime = "wall time"
 func NewSuiteRun(s *Summary, entry, repeat int, experiment, cp string, set []string, expect Verdict, dir string, seconds float64, runErr error) SuiteRun {
 	r := SuiteRun{Entry: entry, Repeat: repeat, Experiment: experiment, ControlPlane: cp, Set: set,
 		Expect: expect, Verdict: VerdictError, Dir: dir, Seconds: seconds,
-		Measures: map[string]Measure{MeasureWallTime: {Value: math.Round(seconds), Unit: "s"}}}
+		Measures: map[string]RunMeasure{MeasureWallTime: {Value: math.Round(seconds), Unit: "s"}}}
 	if s != nil && s.Verdict != "" {
 		r.Verdict = s.Verdict
 		r.Error = s.Error
@@ -80,7 +80,7 @@ func NewSuiteRun(s *Summary, entry, repeat int, experiment, cp string, set []str
 			}
 			// JSON has no infinities; a check that observed one (never recovered) is in Failed.
 			if !math.IsInf(c.Observed, 0) && !math.IsNaN(c.Observed) {
-				r.Measures[c.Name] = Measure{Value: c.Observed, Unit: c.Unit}
+				r.Measures[c.Name] = RunMeasure{Value: c.Observed, Unit: c.Unit}
 			}
 		}
 	}

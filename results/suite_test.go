@@ -12,7 +12,7 @@ import (
 
 func night(at time.Time, v float64, runs ...SuiteRun) SuiteResult {
 	r := SuiteRun{Entry: 0, Repeat: 1, Experiment: "endpoint-flap", ControlPlane: "reference", Expect: VerdictPass, Verdict: VerdictPass,
-		Measures: map[string]Measure{"push p99": {Value: v, Unit: "ms"}}}
+		Measures: map[string]RunMeasure{"push p99": {Value: v, Unit: "ms"}}}
 	return SuiteResult{Suite: "nightly", StartedAt: at, FinishedAt: at.Add(time.Minute), Planned: 1 + len(runs), Runs: append([]SuiteRun{r}, runs...)}
 }
 
@@ -85,7 +85,7 @@ func TestSuiteIndexShowsRunsSpreadAndTrends(t *testing.T) {
 		n := night(t0.Add(time.Duration(i)*24*time.Hour), v)
 		again := n.Runs[0]
 		again.Repeat = 2
-		again.Measures = map[string]Measure{"push p99": {Value: v + 10, Unit: "ms"}}
+		again.Measures = map[string]RunMeasure{"push p99": {Value: v + 10, Unit: "ms"}}
 		n.Runs = append(n.Runs, again)
 		n.Planned = 2
 		nights = append(nights, n)

@@ -123,10 +123,15 @@ type job struct {
 	Images string
 }
 
-// flags registers the flags every command that runs experiments shares.
+// flags registers the flags every command that runs experiments against one control plane shares.
 func (j *job) flags(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&j.Substrate, "substrate", "local", "where to run: local (network namespaces on this host, root) or kind (Docker)")
+	j.substrateFlags(cmd)
 	cmd.Flags().StringVar(&j.CP, "cp", "reference", "control plane under test: reference, or reference:<switch>[,<switch>] to re-create a historical bug")
+}
+
+// substrateFlags registers where experiments run: every command that runs them has these.
+func (j *job) substrateFlags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&j.Substrate, "substrate", "local", "where to run: local (network namespaces on this host, root) or kind (Docker)")
 	cmd.Flags().StringVar(&j.Images, "images", "", "image tarballs (from 'make images'; "+imagesDefault+")")
 }
 
