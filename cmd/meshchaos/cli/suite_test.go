@@ -34,7 +34,11 @@ func TestBuiltinSuitesResolve(t *testing.T) {
 			require.True(t, ok, "%s entry %d: %s", s.Name, i+1, e.Experiment)
 			_, err := d.Resolve(e.Set)
 			assert.NoError(t, err, "%s entry %d", s.Name, i+1)
-			_, err = subject.Parse(e.ControlPlane)
+			cp := e.ControlPlane
+			if cp == "" { // the suite's default: --cp, or upgrade-check's base and candidate
+				cp = "reference"
+			}
+			_, err = subject.Parse(cp)
 			assert.NoError(t, err, "%s entry %d", s.Name, i+1)
 		}
 	}
