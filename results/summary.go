@@ -167,6 +167,9 @@ type ControlPlaneStats struct {
 	// CPUSeconds is the CPU time the control plane used over the run (its process counter);
 	// absent when not scraped.
 	CPUSeconds *float64 `json:"cpuSeconds,omitempty"`
+	// XDSRejects is the configuration the proxies rejected (NACKs) over the run, from the control
+	// plane's counter; absent when not scraped.
+	XDSRejects *int64 `json:"xdsRejects,omitempty"`
 	// PushRate is the pushes by kind in each second with any, from the push counters.
 	PushRate []PushSecond `json:"pushRate,omitempty"`
 }

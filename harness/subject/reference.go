@@ -141,6 +141,7 @@ func (r *Reference) Metrics() map[Measure]Metric {
 		XDSPushes:        {Name: "pilot_xds_pushes"},
 		PushTriggers:     {Name: "pilot_push_triggers"},
 		CPUSeconds:       {Name: "process_cpu_seconds_total"},
+		XDSRejects:       {Name: "pilot_total_xds_rejects"},
 		// The admission webhook's, under istiod's names (controlplane/webhook).
 		SidecarInjections:        {Name: "sidecar_injection_success_total"},
 		SidecarInjectionFailures: {Name: "sidecar_injection_failure_total"},

@@ -47,6 +47,9 @@ const (
 	XDSPushes Measure = "xds-pushes"
 	// PushTriggers counts push triggers, labelled by reason (istiod's pilot_push_triggers{type}).
 	PushTriggers Measure = "push-triggers"
+	// XDSRejects counts configuration the proxies rejected (NACKs), labelled by xDS type
+	// (istiod's pilot_total_xds_rejects{type}).
+	XDSRejects Measure = "xds-rejects"
 	// CPUSeconds counts the process's CPU time in seconds.
 	CPUSeconds Measure = "cpu-seconds"
 	// SidecarInjections counts pods the control plane's injection webhook gave a sidecar.
