@@ -67,6 +67,9 @@ type Summary struct {
 	FinishedAt        *time.Time         `json:"finishedAt,omitempty"`
 	Phases            []Phase            `json:"phases,omitempty"`
 	Traffic           *Traffic           `json:"traffic,omitempty"`
+	// Attacks are further attacks measured separately from Traffic, by name (endpoint-flap's
+	// traffic to the flapping service).
+	Attacks map[string]*Traffic `json:"attacks,omitempty"`
 	ControlPlaneStats *ControlPlaneStats `json:"controlPlaneStats,omitempty"`
 	// Workloads are the pod figures of other roles than the control plane (e.g. "app").
 	Workloads map[string]*WorkloadStats `json:"workloads,omitempty"`
