@@ -64,13 +64,13 @@ type Summary struct {
 	Params       map[string]string `json:"params,omitempty"`
 	StartedAt    time.Time         `json:"startedAt"`
 	// FinishedAt is nil while the run is in progress or when it never finished.
-	FinishedAt        *time.Time         `json:"finishedAt,omitempty"`
-	Phases            []Phase            `json:"phases,omitempty"`
-	Traffic           *Traffic           `json:"traffic,omitempty"`
+	FinishedAt *time.Time `json:"finishedAt,omitempty"`
+	Phases     []Phase    `json:"phases,omitempty"`
+	Traffic    *Traffic   `json:"traffic,omitempty"`
 	// Attacks are further attacks measured separately from Traffic, by name (endpoint-flap's
 	// traffic to the flapping service).
-	Attacks map[string]*Traffic `json:"attacks,omitempty"`
-	ControlPlaneStats *ControlPlaneStats `json:"controlPlaneStats,omitempty"`
+	Attacks           map[string]*Traffic `json:"attacks,omitempty"`
+	ControlPlaneStats *ControlPlaneStats  `json:"controlPlaneStats,omitempty"`
 	// Workloads are the pod figures of other roles than the control plane (e.g. "app").
 	Workloads map[string]*WorkloadStats `json:"workloads,omitempty"`
 	// Startup is how an app's pods came up, one entry per sidecar start mode (sidecar-startup).
