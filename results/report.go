@@ -165,7 +165,7 @@ No errors.
 {{with .S.Scale}}{{.Markdown}}{{end}}{{with .S.ControlPlaneStats}}
 ## Control plane
 
-Restarts {{.Restarts}}, OOM kills {{.OOMKills}}, pushes {{with .Pushes}}full {{.Full}} / EDS {{.EDS}}{{else}}not measured{{end}}, peak heap {{mib .PeakHeapBytes}}{{if .MemoryLimit}}, memory limit {{mib .MemoryLimit}}{{end}}{{with .CPUSeconds}}, CPU {{printf "%.2f" (deref .)}} s{{end}}.
+Restarts {{.Restarts}}, OOM kills {{.OOMKills}}, pushes {{with .Pushes}}full {{.Full}} / EDS {{.EDS}}{{else}}not measured{{end}}, peak heap {{mib .PeakHeapBytes}}{{if .MemoryLimit}}, memory limit {{mib .MemoryLimit}}{{end}}{{with .CPUSeconds}}, CPU {{printf "%.2f" (deref .)}} s{{end}}, xDS rejects {{with .XDSRejects}}{{.}}{{else}}not measured{{end}}.
 {{with .PushTime}}
 Push time over {{.Count}} pushes: p50 {{ms .P50Ms}}, p99 {{ms .P99Ms}} (estimated from the histogram's buckets).
 

@@ -64,10 +64,13 @@ type Summary struct {
 	Params       map[string]string `json:"params,omitempty"`
 	StartedAt    time.Time         `json:"startedAt"`
 	// FinishedAt is nil while the run is in progress or when it never finished.
-	FinishedAt        *time.Time         `json:"finishedAt,omitempty"`
-	Phases            []Phase            `json:"phases,omitempty"`
-	Traffic           *Traffic           `json:"traffic,omitempty"`
-	ControlPlaneStats *ControlPlaneStats `json:"controlPlaneStats,omitempty"`
+	FinishedAt *time.Time `json:"finishedAt,omitempty"`
+	Phases     []Phase    `json:"phases,omitempty"`
+	Traffic    *Traffic   `json:"traffic,omitempty"`
+	// Attacks are further attacks measured separately from Traffic, by name (endpoint-flap's
+	// traffic to the flapping service).
+	Attacks           map[string]*Traffic `json:"attacks,omitempty"`
+	ControlPlaneStats *ControlPlaneStats  `json:"controlPlaneStats,omitempty"`
 	// Workloads are the pod figures of other roles than the control plane (e.g. "app").
 	Workloads map[string]*WorkloadStats `json:"workloads,omitempty"`
 	// Startup is how an app's pods came up, one entry per sidecar start mode (sidecar-startup).
@@ -180,6 +183,9 @@ type ControlPlaneStats struct {
 	// CPUSeconds is the CPU time the control plane used over the run (its process counter);
 	// absent when not scraped.
 	CPUSeconds *float64 `json:"cpuSeconds,omitempty"`
+	// XDSRejects is the configuration the proxies rejected (NACKs) over the run, from the control
+	// plane's counter; absent when not scraped.
+	XDSRejects *int64 `json:"xdsRejects,omitempty"`
 	// PushRate is the pushes by kind in each second with any, from the push counters.
 	PushRate []PushSecond `json:"pushRate,omitempty"`
 }

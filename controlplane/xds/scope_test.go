@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/structpb"
 	"istio.io/api/networking/v1alpha3"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
@@ -244,5 +246,55 @@ func TestGatewaysIgnoreSidecars(t *testing.T) {
 	gw := r.client(t, "router~10.1.0.2~gateway-0.a~a.svc.cluster.local")
 	eventually(t, "both CDS", func() bool { return len(clusterNames(side)) == 1 && len(clusterNames(gw)) == 2 })
 	assert.Equal(t, []string{"outbound|80||a1.test", "outbound|80||b1.test"}, clusterNames(gw))
-	assert.Equal(t, "router~a", ScopeKey(&core.Node{Id: "router~10.1.0.2~gateway-0.a~a.svc.cluster.local"}))
+	assert.Equal(t, "router~a", r.caches.ScopeKey(&core.Node{Id: "router~10.1.0.2~gateway-0.a~a.svc.cluster.local"}))
+}
+
+// TestWorkloadSelectorSidecar: a Sidecar with a workloadSelector narrows only the proxies whose
+// pod labels it selects (the others in the namespace keep seeing everything), and a proxy moves
+// between scopes on its open stream when its pod's labels or the Sidecar change.
+func TestWorkloadSelectorSidecar(t *testing.T) {
+	r := sidecarRig(t)
+	pod := func(name, app string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: name, Labels: map[string]string{"app": app}}}
+	}
+	r.pusher.Enqueue(r.m.SetPod(pod("px", "x")))
+	r.pusher.Enqueue(r.m.SetPod(pod("py", "y")))
+	narrow := &model.Sidecar{Namespace: "b", Name: "narrow", Hosts: []string{"./*"}, Selector: map[string]string{"app": "x"}}
+	r.pusher.Enqueue(r.m.SetSidecar("b", "narrow", narrow))
+	onlyB := []string{"outbound|80||b1.test"}
+	all := []string{"outbound|80||a1.test", "outbound|80||b1.test"}
+	// The Sidecar is in the model once a's proxy sees a3 (one ordered queue of changes).
+	r.applyIn(t, "a", "a3", "10.0.0.9")
+	pa := r.client(t, "sidecar~10.1.0.1~pa.a~a.svc.cluster.local")
+	eventually(t, "a3 pushed", func() bool { return len(clusterNames(pa)) == 2 })
+
+	px := r.client(t, "sidecar~10.1.0.5~px.b~b.svc.cluster.local")
+	py := r.client(t, "sidecar~10.1.0.6~py.b~b.svc.cluster.local")
+	all = append(all[:1], "outbound|80||a3.test", all[1])
+	eventually(t, "both proxies' CDS", func() bool { return len(clusterNames(px)) == 1 && len(clusterNames(py)) == 3 })
+	assert.Equal(t, onlyB, clusterNames(px), "selected by app=x: the Sidecar's ./* only")
+	assert.Equal(t, all, clusterNames(py), "not selected: b has no namespace-wide Sidecar, so everything")
+	assert.Equal(t, "b~narrow", r.caches.ScopeKey(&core.Node{Id: "sidecar~10.1.0.5~px.b~b.svc.cluster.local"}))
+	assert.Equal(t, "b", r.caches.ScopeKey(&core.Node{Id: "sidecar~10.1.0.6~py.b~b.svc.cluster.local"}))
+
+	// py's pod is relabelled into the selector: py moves on its open stream.
+	r.pusher.Enqueue(r.m.SetPod(pod("py", "x")))
+	eventually(t, "py narrowed", func() bool { return len(clusterNames(py)) == 1 })
+	assert.Equal(t, onlyB, clusterNames(py))
+	// The Sidecar goes: both move back to the namespace's scope.
+	r.pusher.Enqueue(r.m.DeleteSidecar("b", "narrow"))
+	eventually(t, "both widened", func() bool { return len(clusterNames(px)) == 3 && len(clusterNames(py)) == 3 })
+}
+
+// TestProxyLabels: istio's LABELS node metadata first, else the proxy's pod named by its node id.
+func TestProxyLabels(t *testing.T) {
+	m := model.New(model.Options{})
+	m.SetPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "pod-1", Labels: map[string]string{"app": "fromPod"}}})
+	md, err := structpb.NewStruct(map[string]any{"LABELS": map[string]any{"app": "fromMeta"}})
+	require.NoError(t, err)
+	id := "sidecar~10.0.0.1~pod-1.app~app.svc.cluster.local"
+	assert.Equal(t, map[string]string{"app": "fromMeta"}, ProxyLabels(&core.Node{Id: id, Metadata: md}, m))
+	assert.Equal(t, map[string]string{"app": "fromPod"}, ProxyLabels(&core.Node{Id: id}, m))
+	assert.Nil(t, ProxyLabels(&core.Node{Id: "sidecar~10.0.0.1~other.app~app.svc.cluster.local"}, m))
+	assert.Nil(t, ProxyLabels(&core.Node{Id: "gateway-0"}, m))
 }

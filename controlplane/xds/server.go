@@ -256,7 +256,7 @@ func (s *Server) response(id int64, typeURL, version, nonce string, size int) {
 		}
 	}
 	pp.sent[typeURL] = true
-	key := ScopeKey(st.node)
+	key := s.caches.ScopeKey(st.node)
 	for t, tts := range st.types {
 		if !pp.sent[t] && rec.expects(t, key, tts.names) {
 			return // more of this push to come

@@ -242,8 +242,14 @@ func (m *Mesh) ControlPlanePod(ctx context.Context) (*corev1.Pod, error) {
 
 // Targets are every (gateway pod, host) pair for the first hosts generated ServiceEntries.
 func (m *Mesh) Targets(hosts int) []traffic.Target {
+	return m.HostTargets(m.Expected.Hosts()[:min(hosts, len(m.Expected))]...)
+}
+
+// HostTargets are GET / on port 80 of every gateway pod for each of hosts (any host the gateways
+// route, e.g. a backend's Service name).
+func (m *Mesh) HostTargets(hosts ...string) []traffic.Target {
 	var out []traffic.Target
-	for _, h := range m.Expected.Hosts()[:min(hosts, len(m.Expected))] {
+	for _, h := range hosts {
 		for _, ip := range m.GatewayIPs {
 			out = append(out, traffic.Target{Method: http.MethodGet, URL: "http://" + net.JoinHostPort(ip, "80") + "/",
 				Header: http.Header{"Host": []string{h}}})

@@ -191,6 +191,10 @@ func (m *ControlPlaneMetrics) Gather(s *results.Summary) {
 	if cpu, ok := m.increase(series, subject.CPUSeconds); ok {
 		cp.CPUSeconds = &cpu
 	}
+	if n, ok := m.increase(series, subject.XDSRejects); ok {
+		rejects := int64(n)
+		cp.XDSRejects = &rejects
+	}
 	if heap, ok := m.peak(series, subject.HeapInUse); ok {
 		cp.PeakHeapBytes = max(cp.PeakHeapBytes, int64(heap))
 	}

@@ -140,8 +140,8 @@ func (r *Reference) Metrics() map[Measure]Metric {
 		PushTime:         {Name: "pilot_xds_push_time"},
 		XDSPushes:        {Name: "pilot_xds_pushes"},
 		PushTriggers:     {Name: "pilot_push_triggers"},
-		Rejects:          {Name: "pilot_total_xds_rejects"},
 		CPUSeconds:       {Name: "process_cpu_seconds_total"},
+		XDSRejects:       {Name: "pilot_total_xds_rejects"},
 		// The admission webhook's, under istiod's names (controlplane/webhook).
 		SidecarInjections:        {Name: "sidecar_injection_success_total"},
 		SidecarInjectionFailures: {Name: "sidecar_injection_failure_total"},

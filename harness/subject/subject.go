@@ -47,9 +47,9 @@ const (
 	XDSPushes Measure = "xds-pushes"
 	// PushTriggers counts push triggers, labelled by reason (istiod's pilot_push_triggers{type}).
 	PushTriggers Measure = "push-triggers"
-	// Rejects counts xDS responses proxies rejected (NACKs), labelled by type (istiod's
-	// pilot_total_xds_rejects{type}).
-	Rejects Measure = "rejects"
+	// XDSRejects counts configuration the proxies rejected (NACKs), labelled by xDS type
+	// (istiod's pilot_total_xds_rejects{type}).
+	XDSRejects Measure = "xds-rejects"
 	// CPUSeconds counts the process's CPU time in seconds.
 	CPUSeconds Measure = "cpu-seconds"
 	// SidecarInjections counts pods the control plane's injection webhook gave a sidecar.
@@ -60,7 +60,7 @@ const (
 
 // Measures lists every measure, in the order documentation shows them.
 var Measures = []Measure{FullPushes, EDSPushes, StreamsRefused, ConnectedProxies, HeapInUse, TimeToReady, HeapLive,
-	FullPushTime, PushTime, XDSPushes, PushTriggers, Rejects, CPUSeconds, SidecarInjections, SidecarInjectionFailures}
+	FullPushTime, PushTime, XDSPushes, PushTriggers, XDSRejects, CPUSeconds, SidecarInjections, SidecarInjectionFailures}
 
 // Metric locates a measure among a control plane's Prometheus metrics: the family's name and
 // the labels a series must carry (other labels are summed over).
