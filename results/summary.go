@@ -76,6 +76,8 @@ type Summary struct {
 	Scale *Scale `json:"scale,omitempty"`
 	// Convergence is how long proxies took to receive endpoint changes, measured at the proxies.
 	Convergence *Convergence `json:"convergence,omitempty"`
+	// Soak is the soak experiment's faults, memory and goroutine trends.
+	Soak *Soak `json:"soak,omitempty"`
 	// Probes are active probes' time series (cp-cpu-starvation): what a component actually
 	// served, sample by sample, next to what Kubernetes said of it.
 	Probes *Probes `json:"probes,omitempty"`
