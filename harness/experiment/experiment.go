@@ -53,6 +53,9 @@ type Env struct {
 	Substrate cluster.Provider
 	// ControlPlane is the control plane under test (subject.Parse of --cp).
 	ControlPlane subject.ControlPlane
+	// ClusterName names the cluster exactly (--name); empty: the experiment's short name and a
+	// process-unique suffix.
+	ClusterName string
 }
 
 // Resolve validates --set assignments and the rules between parameters: all before anything
@@ -160,6 +163,7 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 	}
 	spec := d.Mesh(v)
 	spec.Name = shortName(d.Name)
+	spec.ClusterName = env.ClusterName
 	spec.ControlPlane = env.ControlPlane
 	if err := spec.Validate(); err != nil {
 		return runner.Experiment{}, err

@@ -125,24 +125,36 @@ func showCluster(ctx context.Context, cmd *cobra.Command, c *local.Cluster) {
 }
 
 func newClusterDownCmd() *cobra.Command {
-	var name string
+	var name, prefix string
 	var all bool
 	cmd := &cobra.Command{
-		Use:   "down (--name N | --all)",
+		Use:   "down (--name N | --all [--prefix P])",
 		Short: "Remove everything a cluster left (also after a crash): processes, namespaces, mounts, cgroups, state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if (name == "") == !all {
 				return Usagef("give exactly one of --name N or --all")
 			}
+			if prefix != "" && !all {
+				return Usagef("--prefix narrows --all; with --name give the whole name")
+			}
 			if os.Geteuid() != 0 {
 				return Usagef("cluster down needs root (it removes network namespaces, mounts and cgroups)")
 			}
 			names := []string{name}
 			if all {
-				names = local.List("")
+				names = nil
+				for _, n := range local.List("") {
+					if strings.HasPrefix(n, prefix) {
+						names = append(names, n)
+					}
+				}
 				if len(names) == 0 {
-					fmt.Fprintln(cmd.OutOrStdout(), "no clusters on this host")
+					if prefix != "" {
+						fmt.Fprintf(cmd.OutOrStdout(), "no clusters named %s… on this host\n", prefix)
+					} else {
+						fmt.Fprintln(cmd.OutOrStdout(), "no clusters on this host")
+					}
 					return nil
 				}
 			}
@@ -165,7 +177,8 @@ func newClusterDownCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "cluster name")
-	cmd.Flags().BoolVar(&all, "all", false, "every meshchaos cluster on this host")
+	cmd.Flags().BoolVar(&all, "all", false, "every meshchaos cluster on this host (other users' too: narrow it with --prefix)")
+	cmd.Flags().StringVar(&prefix, "prefix", "", "with --all: only the clusters whose names start with this")
 	return cmd
 }
 

@@ -120,6 +120,8 @@ type job struct {
 	Out string
 	// Images is the image tarball directory (--images).
 	Images string
+	// Name is the cluster's name (--name); empty: the experiment's short name and the pid.
+	Name string
 }
 
 // flags registers the flags every command that runs experiments shares.
@@ -127,6 +129,7 @@ func (j *job) flags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&j.Substrate, "substrate", "local", "where to run: local (kind and existing come later)")
 	cmd.Flags().StringVar(&j.CP, "cp", "reference", "control plane under test: reference, or reference:<switch>[,<switch>] to re-create a historical bug")
 	cmd.Flags().StringVar(&j.Images, "images", "", "image tarballs (from 'make images'; "+imagesDefault+")")
+	cmd.Flags().StringVar(&j.Name, "name", "", "the cluster's name, unique on this host (default: the experiment's first letters and the process id)")
 }
 
 // prepared is a job whose every input was checked and whose run directory is claimed; nothing
@@ -156,7 +159,7 @@ func (j job) prepare() (*prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	exp, err := def.Build(experiment.Env{Substrate: sub, ControlPlane: sut}, vals)
+	exp, err := def.Build(experiment.Env{Substrate: sub, ControlPlane: sut, ClusterName: j.Name}, vals)
 	if err != nil {
 		return nil, Usagef("%v", err)
 	}
@@ -180,6 +183,12 @@ func (j job) provider() (cluster.Provider, error) {
 		}
 		if missing := imgs.Missing(images); len(missing) > 0 {
 			return nil, WithExitCode(2, fmt.Errorf("images directory %s lacks %s: run 'make images' (or pass --images DIR)", images, strings.Join(missing, ", ")))
+		}
+		if j.Name != "" {
+			// A name in use is refused before anything starts; the bring-up claims it for good.
+			if err := local.CheckName("", j.Name); err != nil {
+				return nil, Usagef("--name: %v", err)
+			}
 		}
 		return local.Substrate{Home: local.Home(), ImagesDir: images}, nil
 	default:
