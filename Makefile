@@ -52,6 +52,11 @@ run: deps bins images
 soak: deps bins images
 	MESHCHAOS_BIN_DIR=$(BIN) $(MESHCHAOS) run soak --images $(BIN)/images $(RUN_ARGS)
 
+## interrupt: the full interruption test: 30 real runs, each stopped by SIGINT, SIGTERM or SIGKILL at
+## a point of its progress (every phase and bring-up step); after each, nothing left on the host
+interrupt: deps bins images
+	MESHCHAOS_INTERRUPT=full MESHCHAOS_BIN_DIR=$(BIN) MESHCHAOS_IMAGES=$(BIN)/images $(GO) test -p 1 -count=1 -timeout 180m -run 'TestInterruptAnywhere' -v ./cmd/meshchaos/cli/
+
 ## cluster-up: bring a 2-node local cluster up and show it (Ctrl-C tears it down)
 cluster-up: deps bins images
 	$(MESHCHAOS) cluster up --name demo --nodes 2 --images $(BIN)/images --show

@@ -78,6 +78,9 @@ type Summary struct {
 	Convergence *Convergence `json:"convergence,omitempty"`
 	// Soak is the soak experiment's faults, memory and goroutine trends.
 	Soak *Soak `json:"soak,omitempty"`
+	// Interrupted says the run was stopped by a signal (verdict error): which, when, in which
+	// phase. What was measured until then is in the other fields.
+	Interrupted *Interruption `json:"interrupted,omitempty"`
 	// Probes are active probes' time series (cp-cpu-starvation): what a component actually
 	// served, sample by sample, next to what Kubernetes said of it.
 	Probes *Probes `json:"probes,omitempty"`
@@ -88,6 +91,14 @@ type Summary struct {
 	Verdict      Verdict       `json:"verdict"`
 	// Error says why the verdict is error (setup failed, interrupted, still running).
 	Error string `json:"error,omitempty"`
+}
+
+// Interruption is a signal that stopped a run.
+type Interruption struct {
+	Signal string    `json:"signal"`
+	At     time.Time `json:"at"`
+	// Phase is the phase running when the signal came ("" before the first).
+	Phase string `json:"phase,omitempty"`
 }
 
 // Phase is one step of the experiment's lifecycle (setup, a load phase, chaos, teardown).
@@ -449,6 +460,9 @@ func (s *Summary) Validate() error {
 	case VerdictError:
 	default:
 		bad("verdict is %q, want pass, fail or error", s.Verdict)
+	}
+	if s.Interrupted != nil && s.Verdict != VerdictError {
+		bad("interrupted by %s but verdict %s: an interrupted run has verdict error", s.Interrupted.Signal, s.Verdict)
 	}
 	for i, c := range s.Checks {
 		if c.Name == "" {

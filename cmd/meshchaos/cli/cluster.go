@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -56,7 +54,7 @@ func newClusterUpCmd() *cobra.Command {
 			if err != nil {
 				return WithExitCode(2, err)
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), "cluster "+name)
 			defer stop()
 			p := runner.NewProgress(cmd.ErrOrStderr())
 			p.Phase("cluster up " + name)

@@ -7,10 +7,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -79,7 +77,7 @@ func newRunCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), "run "+j.Experiment)
 			defer stop()
 			s, err := p.execute(ctx, runner.NewProgress(cmd.ErrOrStderr()))
 			if err != nil && s.Verdict == "" {
