@@ -23,7 +23,7 @@ import (
 func init() {
 	register(experiment.Definition{
 		Name:    "soak",
-		Summary: "an hour of steady traffic with a fault every 5 minutes (backend pod kill, kube-proxy throttle, control-plane OOM kill, endpoint flap): no memory growth, no goroutine leak, every fault recovered",
+		Summary: "an hour of steady traffic with a fault every 5 minutes (backend crash, pod kill, kube-proxy throttle, control-plane OOM kill, endpoint flap): no memory growth, no goroutine leak, every fault recovered",
 		Params: params.Set{
 			params.Rate.WithDefault("20"), params.Length.WithDefault("60m"), params.Steady.WithDefault("30s"),
 			params.Nodes.WithDefault("2"),
@@ -79,6 +79,21 @@ func init() {
 						if !f.Recovered {
 							n++
 						}
+					}
+					return float64(n), nil
+				}), results.LE, 0, ""),
+				// Recovered means serving as before: no error in the minute before each fault and
+				// before the end.
+				runner.Metric("traffic errors in the minute before each fault and the end", soakFigure(func(s *results.Soak) (float64, error) {
+					if len(s.Settled) == 0 {
+						return 0, errors.New("no settled samples")
+					}
+					var n int64
+					for _, x := range s.Settled {
+						if x.RecentRequests == 0 {
+							return 0, fmt.Errorf("no traffic in the minute before %s", x.At.Format(time.RFC3339))
+						}
+						n += x.RecentErrors
 					}
 					return float64(n), nil
 				}), results.LE, 0, ""),
@@ -141,13 +156,25 @@ type soakFault struct {
 func soakCycle() []soakFault {
 	const ns = "default"
 	return []soakFault{
-		{"pod-kill/echo", func(ctx context.Context, s *experiment.State) error {
-			kill := &chaos.PodKill{Client: s.Mesh.Client, Namespace: ns, Selector: "app=echo"}
+		// The ServiceEntries' endpoints are the echo pods' addresses, written once: a killed echo
+		// pod's replacement (a new address) would never serve them again. So echo's containers
+		// crash (kubelet restarts them in place), and the pod killed is the flapping service's,
+		// whose endpoints follow its pods.
+		{"container-crash/echo", func(ctx context.Context, s *experiment.State) error {
+			crash := &chaos.ContainerCrash{Cluster: s.Mesh.Cluster, Client: s.Mesh.Client, Namespace: ns, Selector: "app=echo"}
+			if err := s.Inject(ctx, crash); err != nil {
+				return err
+			}
+			return s.Clear(ctx, crash)
+		}},
+		{"pod-kill/" + flapService, func(ctx context.Context, s *experiment.State) error {
+			sel := "app=" + flapService
+			kill := &chaos.PodKill{Client: s.Mesh.Client, Namespace: ns, Selector: sel}
 			if err := s.Inject(ctx, kill); err != nil {
 				return err
 			}
-			if _, err := kube.WaitPodsReady(ctx, s.Mesh.Client, ns, "app=echo", 2, 3*time.Minute); err != nil {
-				return fmt.Errorf("echo back to 2 ready pods: %w", err)
+			if _, err := kube.WaitPodsReady(ctx, s.Mesh.Client, ns, sel, 1, 3*time.Minute); err != nil {
+				return fmt.Errorf("%s back to 1 ready pod: %w", flapService, err)
 			}
 			return s.Clear(ctx, kill)
 		}},
@@ -209,7 +236,7 @@ func soakChaos(ctx context.Context, s *experiment.State) error {
 		rec.Settle(ctx, func(ctx context.Context) error {
 			_, err := s.Profiles.Capture(ctx, observe.Heap, fmt.Sprintf("soak-%02d", n))
 			return err
-		})
+		}, s.Summary().Traffic)
 	}
 	cpStart, hStart, err := soakGoroutines(ctx, s, "soak-start")
 	if err != nil {

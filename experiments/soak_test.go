@@ -15,9 +15,9 @@ func TestSoakFaultCycle(t *testing.T) {
 	v, err := d.Resolve(nil)
 	require.NoError(t, err)
 	// An hour, the first fault after 30 s of steady traffic, one every 5 minutes while half a
-	// period remains: 12, three rounds of the four faults.
+	// period remains: 12, every fault of the cycle at least twice.
 	assert.Equal(t, 12, soakFaults(v))
-	assert.Len(t, soakCycle(), 4)
+	assert.Len(t, soakCycle(), 5)
 	v, err = d.Resolve([]string{"duration=4m", "steady=20s", "faultEvery=1m", "faultFor=10s"})
 	require.NoError(t, err)
 	assert.Equal(t, 4, soakFaults(v))
@@ -43,7 +43,8 @@ func TestSoakChecksNeedTheSoakRecorded(t *testing.T) {
 	}
 	// A soak whose fault did not recover, whose heap grew and which leaked goroutines fails.
 	s := &results.Summary{Soak: &results.Soak{
-		Faults:                 []results.SoakFault{{Name: "pod-kill/echo"}},
+		Faults:                 []results.SoakFault{{Name: "pod-kill/flap"}},
+		Settled:                []results.SoakSample{{RecentRequests: 1200, RecentErrors: 3}},
 		ControlPlaneHeap:       &results.Trend{SlopePerHour: 8 << 20},
 		HarnessHeap:            &results.Trend{SlopePerHour: 1 << 20},
 		ControlPlaneGoroutines: &results.GoroutineDelta{Start: 40, End: 41},
@@ -59,5 +60,6 @@ func TestSoakChecksNeedTheSoakRecorded(t *testing.T) {
 		"soak faults injected": false, "soak faults not recovered": false,
 		"control-plane live heap growth": false, "harness live heap growth": true,
 		"control-plane goroutine growth": true, "harness goroutine growth": false,
+		"traffic errors in the minute before each fault and the end": false,
 	}, pass)
 }

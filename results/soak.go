@@ -54,6 +54,22 @@ type SoakSample struct {
 	ControlPlaneGoroutines int     `json:"controlPlaneGoroutines,omitempty"`
 	HarnessHeapBytes       int64   `json:"harnessHeapBytes"`
 	HarnessGoroutines      int     `json:"harnessGoroutines"`
+	// RecentRequests and RecentErrors are the traffic's in the minute before a settled sample:
+	// the steady state between two faults (settled samples only).
+	RecentRequests int64 `json:"recentRequests,omitempty"`
+	RecentErrors   int64 `json:"recentErrors,omitempty"`
+}
+
+// RecentTraffic sums the last window seconds of a traffic series.
+func RecentTraffic(t *Traffic, window int) (requests, errors int64) {
+	if t == nil || len(t.Series) == 0 {
+		return 0, 0
+	}
+	last := t.Series[len(t.Series)-1].T
+	for i := len(t.Series) - 1; i >= 0 && t.Series[i].T > last-window; i-- {
+		requests, errors = requests+t.Series[i].Requests, errors+t.Series[i].Errors
+	}
+	return requests, errors
 }
 
 // Trend is a straight line fitted to a quantity over time by least squares. Points of different

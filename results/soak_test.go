@@ -42,6 +42,18 @@ func TestFitTrendSharesTheSlopeAcrossSegments(t *testing.T) {
 	assert.ErrorContains(t, err, "0 usable points")
 }
 
+func TestRecentTraffic(t *testing.T) {
+	tr := &Traffic{Series: []Second{{T: 0, Requests: 5, Errors: 5}, {T: 1, Requests: 10}, {T: 2, Requests: 10, Errors: 1}, {T: 3, Requests: 10}}}
+	req, errs := RecentTraffic(tr, 2)
+	assert.Equal(t, int64(20), req)
+	assert.Equal(t, int64(1), errs)
+	req, errs = RecentTraffic(tr, 60)
+	assert.Equal(t, int64(35), req)
+	assert.Equal(t, int64(6), errs)
+	req, _ = RecentTraffic(nil, 60)
+	assert.Zero(t, req)
+}
+
 func TestSoakMarkdown(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	rec := t0.Add(40 * time.Second)

@@ -75,13 +75,15 @@ func (r *SoakRecorder) Start(ctx context.Context, sink Sink) error {
 
 // Settle takes a sample of what is live: the control plane is made to collect first (the caller
 // passes collect, e.g. a heap profile with ?gc=1, which runs a GC in the control plane), and the
-// harness runs a GC itself. The trends are fitted to these samples.
-func (r *SoakRecorder) Settle(ctx context.Context, collect func(ctx context.Context) error) results.SoakSample {
+// harness runs a GC itself. The trends are fitted to these samples. It also keeps the traffic's
+// last minute (the steady state before the next fault).
+func (r *SoakRecorder) Settle(ctx context.Context, collect func(ctx context.Context) error, traffic *results.Traffic) results.SoakSample {
 	var collectErr error
 	if collect != nil {
 		collectErr = collect(ctx)
 	}
 	x := r.sample(ctx, true)
+	x.RecentRequests, x.RecentErrors = results.RecentTraffic(traffic, 60)
 	if collectErr != nil {
 		// Without the collection the control plane's heap holds garbage: not a settled figure.
 		x.ControlPlaneOK = false
