@@ -193,7 +193,7 @@ func startRun(t *testing.T, bin string, env, args []string) *runProc {
 	t.Cleanup(cancel)
 	r := &runProc{t: t, cmd: exec.CommandContext(ctx, bin, args...), done: make(chan struct{})}
 	r.cmd.Env = env
-	r.cmd.Stdout = &r.out
+	r.cmd.Stdout = lockedWriter{r}
 	stderr, err := r.cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, r.cmd.Start())
@@ -217,6 +217,16 @@ func startRun(t *testing.T, bin string, env, args []string) *runProc {
 		}
 	}()
 	return r
+}
+
+// lockedWriter appends the process's stdout to the output under the lock the stderr reader
+// takes.
+type lockedWriter struct{ r *runProc }
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.r.mu.Lock()
+	defer w.r.mu.Unlock()
+	return w.r.out.Write(p)
 }
 
 // on calls fn once, when a progress line containing substr appears.
