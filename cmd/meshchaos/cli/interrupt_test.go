@@ -28,7 +28,7 @@ import (
 // ServiceEntries, a short traffic window. It goes through every phase (setup, steady, chaos with
 // a kernel OOM kill, recovery, teardown).
 var smallRun = []string{"run", "cp-oom-restart", "--set", "nodes=1", "--set", "serviceEntries=20", "--set", "hosts=2",
-	"--set", "gateways=1", "--set", "duration=40s", "--set", "steady=8s", "--set", "throttleWindow=8s", "--set", "cpMemoryLimit=96Mi"}
+	"--set", "gateways=1", "--set", "duration=40s", "--set", "steady=8s", "--set", "throttleWindow=8s", "--set", "cpMemoryLimit=192Mi"}
 
 // interruptPoint is a moment of a run, recognised by a line of its progress output, at which a
 // signal is sent (after a random delay of up to maxDelay).
