@@ -147,8 +147,11 @@ func Execute(ctx context.Context, exp Experiment, o Options) (results.Summary, e
 	// verdict error, and the summary says which signal came in which phase.
 	if in, ok := AsInterrupt(context.Cause(ctx)); ok {
 		r.interrupted(in)
-		if runErr == nil {
+		if _, wraps := AsInterrupt(runErr); runErr == nil {
 			runErr = in
+		} else if !wraps {
+			// The step the signal cut short failed in its own words: say why first.
+			runErr = fmt.Errorf("%s: %w", in.Error(), runErr)
 		}
 	}
 	r.flush()
