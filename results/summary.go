@@ -79,6 +79,11 @@ type Summary struct {
 	Scale *Scale `json:"scale,omitempty"`
 	// Convergence is how long proxies took to receive endpoint changes, measured at the proxies.
 	Convergence *Convergence `json:"convergence,omitempty"`
+	// Soak is the soak experiment's faults, memory and goroutine trends.
+	Soak *Soak `json:"soak,omitempty"`
+	// Interrupted says the run was stopped by a signal (verdict error): which, when, in which
+	// phase. What was measured until then is in the other fields.
+	Interrupted *Interruption `json:"interrupted,omitempty"`
 	// Probes are active probes' time series (cp-cpu-starvation): what a component actually
 	// served, sample by sample, next to what Kubernetes said of it.
 	Probes *Probes `json:"probes,omitempty"`
@@ -102,6 +107,14 @@ type Fault struct {
 	Implementation string `json:"implementation"`
 	// Fallback is true when a generic stand-in replaced the control plane's own hook.
 	Fallback bool `json:"fallback,omitempty"`
+}
+
+// Interruption is a signal that stopped a run.
+type Interruption struct {
+	Signal string    `json:"signal"`
+	At     time.Time `json:"at"`
+	// Phase is the phase running when the signal came ("" before the first).
+	Phase string `json:"phase,omitempty"`
 }
 
 // Phase is one step of the experiment's lifecycle (setup, a load phase, chaos, teardown).
@@ -466,6 +479,9 @@ func (s *Summary) Validate() error {
 	case VerdictError:
 	default:
 		bad("verdict is %q, want pass, fail or error", s.Verdict)
+	}
+	if s.Interrupted != nil && s.Verdict != VerdictError {
+		bad("interrupted by %s but verdict %s: an interrupted run has verdict error", s.Interrupted.Signal, s.Verdict)
 	}
 	for i, c := range s.Checks {
 		if c.Name == "" {

@@ -43,6 +43,9 @@ type Definition struct {
 	Chaos func(ctx context.Context, s *State) error
 	// Checks are the SLOs and the proof that the chaos happened.
 	Checks func(v params.Values) []runner.Check
+	// MetricsInterval is how often the control plane's metrics are scraped (0: the
+	// measurement's default, 500 ms). Every scrape is kept, so hour-long runs take fewer.
+	MetricsInterval time.Duration
 }
 
 // Env is what the CLI hands every experiment.
@@ -51,6 +54,9 @@ type Env struct {
 	Substrate cluster.Provider
 	// ControlPlane is the control plane under test (subject.Parse of --cp).
 	ControlPlane subject.ControlPlane
+	// ClusterName names the cluster exactly (--name); empty: the experiment's short name and a
+	// process-unique suffix.
+	ClusterName string
 }
 
 // Resolve validates --set assignments and the rules between parameters: all before anything
@@ -163,6 +169,7 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 	}
 	spec := d.Mesh(v)
 	spec.Name = shortName(d.Name)
+	spec.ClusterName = env.ClusterName
 	spec.ControlPlane = env.ControlPlane
 	if err := spec.Validate(); err != nil {
 		return runner.Experiment{}, err
@@ -189,7 +196,7 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 			}
 			r.Event("gateway.ready", "gateway", fmt.Sprintf("%d replica(s) route %d hosts", len(m.GatewayIPs), d.Hosts(v)))
 		}
-		return r.Measure(s.standardMeasurements(spec)...)
+		return r.Measure(s.standardMeasurements(spec, d.MetricsInterval)...)
 	}
 	steady := func(ctx context.Context, r *runner.Run) error {
 		if err := r.StartTraffic(traffic.Options{Name: "gateway", Targets: targets, Rate: v.Int(params.Rate.Name),
@@ -229,12 +236,12 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 
 // standardMeasurements follow the control plane: its pods, its metrics, its profiles and its
 // memory cgroup (with a heap profile before an OOM kill).
-func (s *State) standardMeasurements(spec mesh.Spec) []observe.Measurement {
+func (s *State) standardMeasurements(spec mesh.Spec, metricsEvery time.Duration) []observe.Measurement {
 	cp, pod, c := s.CP, s.CPPod, s.Mesh.Cluster
 	dial := c.Dialer(max(spec.CP.Node, 1))
 	ms := []observe.Measurement{&observe.Pods{Client: s.Mesh.Client, Namespace: cp.Namespace(), Selector: cp.Selector(), As: observe.RoleControlPlane}}
 	if len(cp.Metrics()) > 0 {
-		ms = append(ms, &observe.ControlPlaneMetrics{URL: cp.AdminURL(pod) + cp.MetricsPath(), Dial: dial, Measures: cp.Metrics()})
+		ms = append(ms, &observe.ControlPlaneMetrics{URL: cp.AdminURL(pod) + cp.MetricsPath(), Dial: dial, Measures: cp.Metrics(), Interval: metricsEvery})
 	}
 	if cp.PprofPath() != "" {
 		s.Profiles = &observe.Profiles{BaseURL: cp.AdminURL(pod), RunDir: s.Dir(), Dial: dial}
@@ -249,7 +256,7 @@ func (s *State) standardMeasurements(spec mesh.Spec) []observe.Measurement {
 			// 70 % leaves the profiler time to capture the heap under a CPU limit before the kill.
 			ms = append(ms, &observe.Memory{Reader: mem, Fraction: 0.7, BeforeOOM: func(ctx context.Context) {
 				if s.Profiles != nil {
-					if err := s.Profiles.Capture(ctx, observe.Heap, "before-oom"); err != nil {
+					if _, err := s.Profiles.Capture(ctx, observe.Heap, "before-oom"); err != nil {
 						s.Logf("heap profile before OOM: %v", err)
 					}
 				}

@@ -28,8 +28,11 @@ import (
 
 // Spec describes a mesh.
 type Spec struct {
-	// Name prefixes the cluster's name (a process-unique suffix is added).
+	// Name prefixes the cluster's name (a process-unique suffix is added) unless ClusterName
+	// is set.
 	Name string
+	// ClusterName, when set, is the cluster's name exactly (meshchaos run --name).
+	ClusterName string
 	// Nodes is the cluster's size.
 	Nodes int
 	// ControlPlane is the control plane under test and CP where and how it runs.
@@ -134,7 +137,10 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	name := fmt.Sprintf("%s%d", spec.Name, os.Getpid()%100000)
+	name := spec.ClusterName
+	if name == "" {
+		name = fmt.Sprintf("%s%d", spec.Name, os.Getpid()%100000)
+	}
 	rec.Logf("cluster %s: %d node(s) on the %s substrate", name, spec.Nodes, provider.Name())
 	c, err := provider.Up(ctx, cluster.Spec{Name: name, Nodes: spec.Nodes, Logf: rec.Logf})
 	if err != nil {

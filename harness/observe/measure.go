@@ -292,13 +292,12 @@ func (p *Profiles) PhaseEnded(ctx context.Context, phase string, sink Sink) {
 	}
 }
 
-// Capture takes one profile now (e.g. the heap before an OOM kill).
-func (p *Profiles) Capture(ctx context.Context, kind ProfileKind, reason string) error {
+// Capture takes one profile now (e.g. the heap before an OOM kill) and returns it.
+func (p *Profiles) Capture(ctx context.Context, kind ProfileKind, reason string) (results.Profile, error) {
 	if p.p == nil {
-		return fmt.Errorf("profiles not started")
+		return results.Profile{}, fmt.Errorf("profiles not started")
 	}
-	_, err := p.p.Capture(ctx, kind, reason)
-	return err
+	return p.p.Capture(ctx, kind, reason)
 }
 
 // Gather implements Measurement.

@@ -2,7 +2,6 @@ package observe
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"sync"
 
@@ -87,10 +86,7 @@ func (c *CgroupMemory) ReadRSS() (int64, error) {
 // CaptureHeap takes a heap profile after a forced GC now and returns it (its in-use total and
 // top allocation sites).
 func (p *Profiles) CaptureHeap(ctx context.Context, reason string) (results.Profile, error) {
-	if p.p == nil {
-		return results.Profile{}, fmt.Errorf("profiles not started")
-	}
-	return p.p.Capture(ctx, Heap, reason)
+	return p.Capture(ctx, Heap, reason)
 }
 
 // ScaleSteps is a scale experiment's step record (results.Scale) as a measurement: the

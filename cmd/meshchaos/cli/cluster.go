@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
+	"slices"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -57,7 +56,7 @@ func newClusterUpCmd() *cobra.Command {
 			if err != nil {
 				return WithExitCode(2, err)
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), "cluster "+name)
 			defer stop()
 			p := runner.NewProgress(cmd.ErrOrStderr())
 			p.Phase("cluster up " + name)
@@ -126,13 +125,13 @@ func showCluster(ctx context.Context, cmd *cobra.Command, c *local.Cluster) {
 }
 
 func newClusterDownCmd() *cobra.Command {
-	var name, substrate string
+	var name, substrate, prefix string
 	var all bool
 	cmd := &cobra.Command{
-		Use:   "down (--name N [--substrate local|kind] | --all)",
+		Use:   "down (--name N [--substrate local|kind] | --all [--prefix P])",
 		Short: "Remove everything a cluster left (also after a crash): processes, namespaces, mounts, cgroups, kind containers, state",
 		Long: "Remove a cluster. --all removes every local cluster on this host and every kind cluster\n" +
-			"meshchaos created (kind clusters named " + kind.Prefix + "*), never anyone else's.",
+			"meshchaos created (kind clusters named " + kind.Prefix + "*); on a shared host narrow it with --prefix.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if (name == "") == !all {
@@ -140,6 +139,9 @@ func newClusterDownCmd() *cobra.Command {
 			}
 			if substrate != "local" && substrate != "kind" {
 				return Usagef("--substrate %s: local or kind", substrate)
+			}
+			if prefix != "" && !all {
+				return Usagef("--prefix narrows --all; with --name give the whole name")
 			}
 			type target struct{ substrate, name string }
 			targets := []target{{substrate, name}}
@@ -157,8 +159,13 @@ func newClusterDownCmd() *cobra.Command {
 				for _, n := range kinds {
 					targets = append(targets, target{"kind", n})
 				}
+				targets = slices.DeleteFunc(targets, func(t target) bool { return !strings.HasPrefix(t.name, prefix) })
 				if len(targets) == 0 {
-					fmt.Fprintln(cmd.OutOrStdout(), "no clusters on this host")
+					if prefix != "" {
+						fmt.Fprintf(cmd.OutOrStdout(), "no clusters named %s… on this host\n", prefix)
+					} else {
+						fmt.Fprintln(cmd.OutOrStdout(), "no clusters on this host")
+					}
 					return nil
 				}
 			}
@@ -190,7 +197,8 @@ func newClusterDownCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&name, "name", "", "cluster name")
 	cmd.Flags().StringVar(&substrate, "substrate", "local", "the cluster's substrate with --name: local or kind")
-	cmd.Flags().BoolVar(&all, "all", false, "every meshchaos cluster on this host (local and kind)")
+	cmd.Flags().BoolVar(&all, "all", false, "every meshchaos cluster on this host, local and kind (other users' too: narrow it with --prefix)")
+	cmd.Flags().StringVar(&prefix, "prefix", "", "with --all: only the clusters whose names start with this")
 	return cmd
 }
 

@@ -7,10 +7,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -80,7 +78,7 @@ func newRunCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), "run "+j.Experiment)
 			defer stop()
 			s, err := p.execute(ctx, runner.NewProgress(cmd.ErrOrStderr()))
 			if err != nil && s.Verdict == "" {
@@ -121,6 +119,8 @@ type job struct {
 	Out string
 	// Images is the image tarball directory (--images).
 	Images string
+	// Name is the cluster's name (--name); empty: the experiment's short name and the pid.
+	Name string
 }
 
 // flags registers the flags every command that runs experiments against one control plane shares.
@@ -133,6 +133,7 @@ func (j *job) flags(cmd *cobra.Command) {
 func (j *job) substrateFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&j.Substrate, "substrate", "local", "where to run: local (network namespaces on this host, root) or kind (Docker)")
 	cmd.Flags().StringVar(&j.Images, "images", "", "image tarballs (from 'make images'; "+imagesDefault+")")
+	cmd.Flags().StringVar(&j.Name, "name", "", "the cluster's name, unique on this host (default: the experiment's first letters and the process id)")
 }
 
 // prepared is a job whose every input was checked and whose run directory is claimed; nothing
@@ -162,7 +163,7 @@ func (j job) prepare() (*prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	exp, err := def.Build(experiment.Env{Substrate: sub, ControlPlane: sut}, vals)
+	exp, err := def.Build(experiment.Env{Substrate: sub, ControlPlane: sut, ClusterName: j.Name}, vals)
 	if err != nil {
 		return nil, Usagef("%v", err)
 	}
@@ -183,6 +184,12 @@ func (j job) provider() (cluster.Provider, error) {
 		images, err := j.imagesDir()
 		if err != nil {
 			return nil, err
+		}
+		if j.Name != "" {
+			// A name in use is refused before anything starts; the bring-up claims it for good.
+			if err := local.CheckName("", j.Name); err != nil {
+				return nil, Usagef("--name: %v", err)
+			}
 		}
 		return local.Substrate{Home: local.Home(), ImagesDir: images}, nil
 	case "kind":
