@@ -125,7 +125,7 @@ func unseenTransitions(s *results.Summary) (float64, error) {
 
 func endpointFlapChaos(ctx context.Context, s *experiment.State) error {
 	v, m := s.Params, s.Mesh
-	const ns = "default"
+	ns := m.Namespace
 	sel := "app=" + flapService
 	// After the control plane's metrics: it attributes their pushes to each change.
 	conv := &observe.Convergence{Client: m.Client, Namespace: ns, Service: flapService, URL: m.ADSLoadURL + "/tracked",

@@ -112,7 +112,7 @@ func newRunCmd() *cobra.Command {
 type job struct {
 	Experiment string
 	Sets       []string
-	// Substrate names the cluster provider: local (kind and existing come later).
+	// Substrate names the cluster provider: local or existing (kind comes later).
 	Substrate string
 	// CP is the control plane under test as --cp spells it.
 	CP string
@@ -120,13 +120,16 @@ type job struct {
 	Out string
 	// Images is the image tarball directory (--images).
 	Images string
+	// Existing is the existing substrate's flags (--kubeconfig, --context, --allow-node-chaos).
+	Existing existingFlags
 }
 
 // flags registers the flags every command that runs experiments shares.
 func (j *job) flags(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&j.Substrate, "substrate", "local", "where to run: local (kind and existing come later)")
+	cmd.Flags().StringVar(&j.Substrate, "substrate", "local", "where to run: local, or existing (a cluster you have: --kubeconfig); kind comes later")
 	cmd.Flags().StringVar(&j.CP, "cp", "reference", "control plane under test: reference, or reference:<switch>[,<switch>] to re-create a historical bug")
 	cmd.Flags().StringVar(&j.Images, "images", "", "image tarballs (from 'make images'; "+imagesDefault+")")
+	j.Existing.flags(cmd)
 }
 
 // prepared is a job whose every input was checked and whose run directory is claimed; nothing
@@ -156,6 +159,9 @@ func (j job) prepare() (*prepared, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkNodeAccess(sub, def); err != nil {
+		return nil, err
+	}
 	exp, err := def.Build(experiment.Env{Substrate: sub, ControlPlane: sut}, vals)
 	if err != nil {
 		return nil, Usagef("%v", err)
@@ -182,8 +188,10 @@ func (j job) provider() (cluster.Provider, error) {
 			return nil, WithExitCode(2, fmt.Errorf("images directory %s lacks %s: run 'make images' (or pass --images DIR)", images, strings.Join(missing, ", ")))
 		}
 		return local.Substrate{Home: local.Home(), ImagesDir: images}, nil
+	case "existing":
+		return j.Existing.provider()
 	default:
-		return nil, Usagef("--substrate %s: only the local substrate runs experiments today (kind and existing clusters are coming)", j.Substrate)
+		return nil, Usagef("--substrate %s: the substrates are local and existing (kind is coming)", j.Substrate)
 	}
 }
 
