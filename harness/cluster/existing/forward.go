@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +29,21 @@ type forwarder struct {
 	pods  map[string]podRef // pod IP → pod
 	conns map[string]httpstream.Connection
 	next  int
+	// refused are addresses port-forward cannot reach: the kubelet connects to the port on
+	// the pod's localhost, and a server bound to the pod IP only (the reference control
+	// plane's) refuses it. Those go through the agent's dial.
+	refused map[string]bool
+	tried   map[string]bool
+}
+
+// probeWait is how long a first connection to an address waits for the kubelet to refuse it.
+const probeWait = time.Second
+
+// usable reports whether addr is worth a port-forward.
+func (f *forwarder) usable(addr string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.refused[addr]
 }
 
 type podRef struct{ namespace, name string }
@@ -113,15 +129,39 @@ func (f *forwarder) dial(p podRef, addr, port string) (net.Conn, error) {
 		return nil, fmt.Errorf("port-forward %s: %w", addr, err)
 	}
 	fc := &forwardConn{Stream: data, conn: c, errs: errStream, addr: addr}
+	refused := make(chan struct{})
 	go func() {
 		// A message on the error stream is the kubelet failing the connection (refused, …).
 		b, _ := io.ReadAll(errStream)
 		if len(b) > 0 {
-			fc.fail(fmt.Errorf("port-forward %s: %s", addr, b))
+			f.mu.Lock()
+			first := !f.refused[addr]
+			f.refused[addr] = true
+			f.mu.Unlock()
+			if first {
+				f.c.logf("port-forward to %s refused (%s): dialling it through the agent", addr, strings.TrimSpace(string(b)))
+			}
+			close(refused)
+			fc.Close()
 		}
 	}()
+	f.mu.Lock()
+	known := f.tried[addr]
+	f.tried[addr] = true
+	f.mu.Unlock()
+	if !known {
+		// The first connection to an address learns whether the kubelet can reach it.
+		select {
+		case <-refused:
+			return nil, errRefused
+		case <-time.After(probeWait):
+		}
+	}
 	return fc, nil
 }
+
+// errRefused: the kubelet could not connect to the port on the pod's localhost.
+var errRefused = fmt.Errorf("port-forward refused")
 
 // forwardConn is a TCP connection carried by a port-forward stream.
 type forwardConn struct {

@@ -45,6 +45,7 @@ import (
 
 	"github.com/meshchaos/meshchaos/harness/cgroup"
 	"github.com/meshchaos/meshchaos/harness/cluster"
+	"github.com/meshchaos/meshchaos/harness/cluster/existing/agent"
 	imgs "github.com/meshchaos/meshchaos/images"
 )
 
@@ -134,7 +135,7 @@ func (p Provider) Up(ctx context.Context, s cluster.Spec) (cluster.Cluster, erro
 	}
 	c := &existingCluster{name: s.Name, cfg: cfg, client: client, allow: p.AllowNodeChaos, logf: logf,
 		exec: podExec{cfg: cfg, client: client, namespace: AgentNamespace, container: "agent"}, sessions: map[string]*session{}}
-	c.fwd = &forwarder{c: c, pods: map[string]podRef{}, conns: map[string]httpstream.Connection{}}
+	c.fwd = &forwarder{c: c, pods: map[string]podRef{}, conns: map[string]httpstream.Connection{}, refused: map[string]bool{}, tried: map[string]bool{}}
 	if err := c.up(ctx, s); err != nil {
 		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -375,6 +376,15 @@ func (c *existingCluster) startAgent(ctx context.Context) error {
 		no := false
 		sc.AllowPrivilegeEscalation = &no
 	}
+	var volumes []corev1.Volume
+	var mounts []corev1.VolumeMount
+	if c.allow {
+		// The node's root, with the mounts below it (cgroup hierarchies; the runtime binds
+		// hostPath volumes recursively): agent.HostRoot. No propagation: a node whose / is a
+		// private mount refuses HostToContainer.
+		volumes = []corev1.Volume{{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
+		mounts = []corev1.VolumeMount{{Name: "host", MountPath: agent.HostRoot}}
+	}
 	grace, noToken := int64(1), false
 	// One term per node (terms are ORed): a node-name field selector takes one value.
 	var terms []corev1.NodeSelectorTerm
@@ -396,10 +406,12 @@ func (c *existingCluster) startAgent(ctx context.Context) error {
 					HostPID:                       c.allow,
 					TerminationGracePeriodSeconds: &grace,
 					AutomountServiceAccountToken:  &noToken,
+					Volumes:                       volumes,
 					Containers: []corev1.Container{{
 						Name: "agent", Image: imgs.Ref(agentImage), ImagePullPolicy: corev1.PullNever,
 						Command:         []string{"/" + agentBinary, "agent"},
 						SecurityContext: sc,
+						VolumeMounts:    mounts,
 					}},
 				},
 			},
@@ -470,8 +482,10 @@ func (c *existingCluster) Dialer(k int) cluster.DialFunc {
 			return nil, fmt.Errorf("dial %s %s: the existing substrate dials TCP only", network, addr)
 		}
 		if host, port, err := net.SplitHostPort(addr); err == nil {
-			if p, ok := c.fwd.pod(ctx, host); ok {
-				return c.fwd.dial(p, addr, port)
+			if p, ok := c.fwd.pod(ctx, host); ok && c.fwd.usable(addr) {
+				if conn, err := c.fwd.dial(p, addr, port); !errors.Is(err, errRefused) {
+					return conn, err
+				}
 			}
 		}
 		pod, err := c.agent(k)

@@ -27,10 +27,10 @@ import (
 	"github.com/meshchaos/meshchaos/harness/cgroup"
 )
 
-// HostRoot is the node's root file system as the privileged agent sees it: with the node's PID
-// namespace, PID 1 is the node's init and /proc/1/root shows its mounts, cgroup hierarchies
-// included.
-const HostRoot = "/proc/1/root"
+// HostRoot is where the node's root file system is mounted in the agent's pod (a hostPath
+// volume, mounts below it included): cgroup hierarchies and node tools are found there. (Going
+// through /proc/1/root instead was refused with EACCES on cgroup files on a cgroup v1 node.)
+const HostRoot = "/host"
 
 // Request is one line the harness writes to `meshchaos agent serve`.
 type Request struct {
@@ -156,7 +156,7 @@ func (n node) answer(req Request) Response {
 func (n node) hierarchies() ([]cgroup.Hierarchy, error) {
 	f, err := os.Open(filepath.Join(n.proc, "1", "mounts"))
 	if err != nil {
-		return nil, fmt.Errorf("the node's mounts (is the agent privileged with the node's PID namespace?): %w", err)
+		return nil, fmt.Errorf("the node's mounts (does the agent have the node's PID namespace?): %w", err)
 	}
 	defer f.Close()
 	hs, err := cgroup.ParseMounts(f)
