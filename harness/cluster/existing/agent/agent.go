@@ -90,13 +90,31 @@ func Exec(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io
 	if len(argv) == 0 {
 		return errors.New("agent exec: no command")
 	}
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	// exec.Command would look the name up in this image (which has no node tools), before the
+	// chroot: find it in the node's PATH directories instead.
+	name := argv[0]
+	if !strings.Contains(name, "/") {
+		for _, dir := range nodePath {
+			if fi, err := os.Stat(filepath.Join(HostRoot, dir, name)); err == nil && !fi.IsDir() {
+				name = filepath.Join(dir, name)
+				break
+			}
+		}
+		if !strings.Contains(name, "/") {
+			return fmt.Errorf("agent exec: %s not found in the node's %s", name, strings.Join(nodePath, ":"))
+		}
+	}
+	cmd := exec.CommandContext(ctx, name, argv[1:]...)
+	cmd.Path = name
 	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: HostRoot}
 	cmd.Dir = "/"
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Env = []string{"PATH=" + strings.Join(nodePath, ":")}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
 	return cmd.Run()
 }
+
+// nodePath is where node tools are looked up in the node's root.
+var nodePath = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
 
 // Serve answers Requests, one JSON line each, until stdin ends.
 func Serve(stdin io.Reader, stdout io.Writer) error {
