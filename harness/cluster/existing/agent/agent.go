@@ -105,7 +105,8 @@ func Exec(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io
 		}
 	}
 	cmd := exec.CommandContext(ctx, name, argv[1:]...)
-	cmd.Path = name
+	// The lookup Command made in this image fails; the path is the node's, valid after chroot.
+	cmd.Path, cmd.Err = name, nil
 	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: HostRoot}
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=" + strings.Join(nodePath, ":")}
