@@ -95,7 +95,9 @@ func Exec(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io
 	name := argv[0]
 	if !strings.Contains(name, "/") {
 		for _, dir := range nodePath {
-			if fi, err := os.Stat(filepath.Join(HostRoot, dir, name)); err == nil && !fi.IsDir() {
+			// Lstat: node tools are often absolute symlinks (/etc/alternatives), which resolve
+			// only after the chroot.
+			if fi, err := os.Lstat(filepath.Join(HostRoot, dir, name)); err == nil && !fi.IsDir() {
 				name = filepath.Join(dir, name)
 				break
 			}
