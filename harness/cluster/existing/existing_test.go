@@ -155,7 +155,13 @@ func TestExistingCluster(t *testing.T) {
 		u, err := mem.ReadMemory()
 		require.NoError(t, err)
 		assert.Positive(t, u.Usage)
-		pg, err := c.PodsCgroup(1)
+		k := 1
+		for i, n := range c.Nodes() {
+			if n == pods.Items[0].Spec.NodeName {
+				k = i + 1
+			}
+		}
+		pg, err := c.PodsCgroup(k)
 		require.NoError(t, err)
 		assert.True(t, pg.Exists())
 		assert.True(t, strings.HasPrefix(g.Path, pg.Path+"/") || strings.HasPrefix(g.Path, pg.Path+"-"), "pod %s under kubepods %s", g.Path, pg.Path)
