@@ -60,6 +60,11 @@ func init() {
 		},
 		Hosts: func(v params.Values) int { return v.Int("hosts") },
 		Chaos: cpOOMChaos,
+		NodeAccess: []string{
+			"kube-proxy CPU throttle on the gateways' node (its cgroup's CPU quota)",
+			"kube-proxy's iptables rules on that node (when the killed pod's endpoint leaves them)",
+			"the control plane's memory cgroup (working set before the OOM kill)",
+		},
 		Checks: func(params.Values) []runner.Check {
 			return []runner.Check{
 				runner.StatusRate("5xx", results.LE, 0),

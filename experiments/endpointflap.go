@@ -198,7 +198,7 @@ func unreadyWindows(changes []results.EndpointChange) [][2]time.Time {
 
 func endpointFlapChaos(ctx context.Context, s *experiment.State) error {
 	v, m := s.Params, s.Mesh
-	const ns = "default"
+	ns := m.Namespace
 	sel := "app=" + flapService
 	// Traffic to the flapping service itself, through every gateway, from before the first flap
 	// to past the last change's convergence.

@@ -46,6 +46,11 @@ type Definition struct {
 	// MetricsInterval is how often the control plane's metrics are scraped (0: the
 	// measurement's default, 500 ms). Every scrape is kept, so hour-long runs take fewer.
 	MetricsInterval time.Duration
+	// NodeAccess names what the experiment does to nodes rather than through the Kubernetes API
+	// (a kube-proxy CPU throttle, a node's CPU budget, a pod's cgroup read): on a cluster that is
+	// not the run's own these need a privileged agent on the nodes, which the user must allow;
+	// without it the run refuses to start and lists them.
+	NodeAccess []string
 }
 
 // Env is what the CLI hands every experiment.
@@ -251,7 +256,7 @@ func (s *State) standardMeasurements(spec mesh.Spec, metricsEvery time.Duration)
 		ms = append(ms, &observe.Proxies{IPs: s.Mesh.GatewayIPs, Dial: c.Dialer(max(spec.Gateway.Node, 1)), As: "gateway"})
 	}
 	if g, err := c.PodCgroup(pod); err == nil {
-		if mem, err := observe.OpenCgroupMemory(g.Dir("memory")); err == nil {
+		if mem, err := observe.OpenGroupMemory(g); err == nil {
 			s.Memory = mem
 			// 70 % leaves the profiler time to capture the heap under a CPU limit before the kill.
 			ms = append(ms, &observe.Memory{Reader: mem, Fraction: 0.7, BeforeOOM: func(ctx context.Context) {

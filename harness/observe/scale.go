@@ -75,12 +75,12 @@ func (f Families) series(name string, labels map[string]string) []*dto.Metric {
 // heap, stacks and runtime, without page cache.
 func (c *CgroupMemory) ReadRSS() (int64, error) {
 	if c.V2 {
-		return statValue(c.Dir+"/memory.stat", "anon")
+		return statValue(c.files(), c.Dir+"/memory.stat", "anon")
 	}
-	if v, err := statValue(c.Dir+"/memory.stat", "total_rss"); err == nil {
+	if v, err := statValue(c.files(), c.Dir+"/memory.stat", "total_rss"); err == nil {
 		return v, nil
 	}
-	return statValue(c.Dir+"/memory.stat", "rss")
+	return statValue(c.files(), c.Dir+"/memory.stat", "rss")
 }
 
 // CaptureHeap takes a heap profile after a forced GC now and returns it (its in-use total and

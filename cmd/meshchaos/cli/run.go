@@ -111,7 +111,7 @@ func newRunCmd() *cobra.Command {
 type job struct {
 	Experiment string
 	Sets       []string
-	// Substrate names the cluster provider: local (kind and existing come later).
+	// Substrate names the cluster provider: local, kind or existing.
 	Substrate string
 	// CP is the control plane under test as --cp spells it.
 	CP string
@@ -121,6 +121,8 @@ type job struct {
 	Images string
 	// Name is the cluster's name (--name); empty: the experiment's short name and the pid.
 	Name string
+	// Existing is the existing substrate's flags (--kubeconfig, --context, --allow-node-chaos).
+	Existing existingFlags
 }
 
 // flags registers the flags every command that runs experiments against one control plane shares.
@@ -131,9 +133,10 @@ func (j *job) flags(cmd *cobra.Command) {
 
 // substrateFlags registers where experiments run: every command that runs them has these.
 func (j *job) substrateFlags(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&j.Substrate, "substrate", "local", "where to run: local (network namespaces on this host, root) or kind (Docker)")
+	cmd.Flags().StringVar(&j.Substrate, "substrate", "local", "where to run: local (network namespaces on this host, root), kind (Docker) or existing (a cluster you have: --kubeconfig)")
 	cmd.Flags().StringVar(&j.Images, "images", "", "image tarballs (from 'make images'; "+imagesDefault+")")
 	cmd.Flags().StringVar(&j.Name, "name", "", "the cluster's name, unique on this host (default: the experiment's first letters and the process id)")
+	j.Existing.flags(cmd)
 }
 
 // prepared is a job whose every input was checked and whose run directory is claimed; nothing
@@ -161,6 +164,9 @@ func (j job) prepare() (*prepared, error) {
 	}
 	sub, err := j.provider()
 	if err != nil {
+		return nil, err
+	}
+	if err := checkNodeAccess(sub, def); err != nil {
 		return nil, err
 	}
 	exp, err := def.Build(experiment.Env{Substrate: sub, ControlPlane: sut, ClusterName: j.Name}, vals)
@@ -203,8 +209,10 @@ func (j job) provider() (cluster.Provider, error) {
 			return nil, err
 		}
 		return kind.Substrate{ImagesDir: images}, nil
+	case "existing":
+		return j.Existing.provider()
 	default:
-		return nil, Usagef("--substrate %s: choose local or kind", j.Substrate)
+		return nil, Usagef("--substrate %s: choose local, kind or existing", j.Substrate)
 	}
 }
 

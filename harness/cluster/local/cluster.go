@@ -165,7 +165,9 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		// The hub runs no kube-proxy, so a ClusterIP means nothing here: the apiserver reaches
 		// admission webhooks (and aggregated APIs) behind a Service at a ready endpoint's pod IP,
 		// which the hub routes to its node. TLS is still checked against the Service's name.
-		ExtraArgs: []string{"--enable-aggregator-routing=true"},
+		// The hub resolves no node names: reach kubelets (pod exec, logs, port-forward) at
+		// their node IPs, which it routes.
+		ExtraArgs: []string{"--enable-aggregator-routing=true", "--kubelet-preferred-address-types=InternalIP,Hostname"},
 	})
 	if err != nil {
 		return c, fmt.Errorf("start control plane: %w", err)
