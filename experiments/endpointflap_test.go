@@ -51,6 +51,10 @@ func TestEndpointFlapBothWays(t *testing.T) {
 		assert.Zero(t, s.Convergence.Missed, "every proxy received every endpoint change")
 		require.NotNil(t, s.ControlPlaneStats.PushTime, "push times were read from the control plane's histogram")
 		require.NotNil(t, s.ControlPlaneStats.CPUSeconds)
+		require.NotNil(t, s.ControlPlaneStats.ChaosPushTime, "push times during the flapping alone")
+		require.NotNil(t, s.ControlPlaneStats.ChaosCPUSeconds, "CPU during the flapping alone")
+		require.NotNil(t, s.ControlPlaneStats.ChaosPeakHeapBytes, "heap during the flapping alone")
+		assert.LessOrEqual(t, s.ControlPlaneStats.ChaosPushTime.Count, s.ControlPlaneStats.PushTime.Count)
 		return s
 	}
 	// upFlaps counts the endpoint's 0→1 changes in the API.

@@ -106,6 +106,7 @@ var funcs = map[string]any{
 	},
 	"histogram": HistogramText,
 	"deref":     func(f *float64) float64 { return *f },
+	"deref64":   func(n *int64) int64 { return *n },
 	"pushchart": PushChartText,
 	"offset":    func(s *Summary, t time.Time) string { return fmt.Sprintf("+%.1fs", t.Sub(s.StartedAt).Seconds()) },
 	"passfail": func(p bool) string {
@@ -171,7 +172,9 @@ No errors.
 Restarts {{.Restarts}}, OOM kills {{.OOMKills}}, pushes {{with .Pushes}}full {{.Full}} / EDS {{.EDS}}{{else}}not measured{{end}}, peak heap {{mib .PeakHeapBytes}}{{if .MemoryLimit}}, memory limit {{mib .MemoryLimit}}{{end}}{{with .CPUSeconds}}, CPU {{printf "%.2f" (deref .)}} s{{end}}, xDS rejects {{with .XDSRejects}}{{.}}{{else}}not measured{{end}}.
 {{with .PushTime}}
 Push time over {{.Count}} pushes: p50 {{ms .P50Ms}}, p99 {{ms .P99Ms}} (estimated from the histogram's buckets).
-
+{{with $.S.ControlPlaneStats.ChaosPushTime}}
+During the chaos phase alone: {{.Count}} pushes, p50 {{ms .P50Ms}}, p99 {{ms .P99Ms}}{{with $.S.ControlPlaneStats.ChaosCPUSeconds}}, control-plane CPU {{printf "%.2f" (deref .)}} s{{end}}{{with $.S.ControlPlaneStats.ChaosPeakHeapBytes}}, peak heap {{mib (deref64 .)}}{{end}}.
+{{end}}
 ` + "```" + `
 {{histogram .}}` + "```" + `
 {{end}}{{with pushchart $.S}}

@@ -193,6 +193,12 @@ type ControlPlaneStats struct {
 	// PushTime is the distribution of push times over the run, from the control plane's
 	// histogram; absent when it exposes none.
 	PushTime *Histogram `json:"pushTime,omitempty"`
+	// ChaosPushTime, ChaosCPUSeconds and ChaosPeakHeapBytes are the same figures over the chaos
+	// phase alone: what the faults cost, without the initial connection of every proxy (which
+	// dominates the whole-run figures with large fleets).
+	ChaosPushTime      *Histogram `json:"chaosPushTime,omitempty"`
+	ChaosCPUSeconds    *float64   `json:"chaosCpuSeconds,omitempty"`
+	ChaosPeakHeapBytes *int64     `json:"chaosPeakHeapBytes,omitempty"`
 	// CPUSeconds is the CPU time the control plane used over the run (its process counter);
 	// absent when not scraped.
 	CPUSeconds *float64 `json:"cpuSeconds,omitempty"`

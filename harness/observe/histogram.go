@@ -112,6 +112,36 @@ func firstScrape(series []results.Series) time.Time {
 	return first
 }
 
+// Window restricts scraped series to the interval (from, to] so that the increases computed from
+// the result are those inside it: every series starts with one sample at from, holding its last
+// value at or before from (its baseline) or 0 when it was first seen inside the interval (labelled
+// counters appear on their first increment). Series with no sample at or before to are dropped.
+// It assumes scraping began before from.
+func Window(series []results.Series, from, to time.Time) []results.Series {
+	out := make([]results.Series, 0, len(series))
+	for _, sr := range series {
+		base := results.Sample{At: from}
+		var in []results.Sample
+		for _, x := range sr.Samples {
+			if x.At.After(to) {
+				break
+			}
+			if x.At.After(from) {
+				in = append(in, x)
+			} else {
+				base.Value = x.Value
+			}
+		}
+		if len(in) == 0 && base.Value == 0 && (len(sr.Samples) == 0 || sr.Samples[0].At.After(from)) {
+			continue
+		}
+		w := sr
+		w.Samples = append([]results.Sample{base}, in...)
+		out = append(out, w)
+	}
+	return out
+}
+
 // seriesIncrease is a counter series' growth over the run, counting a series that appeared
 // after the first scrape from zero.
 func seriesIncrease(sr results.Series, first time.Time) float64 {

@@ -195,13 +195,45 @@ func (m *ControlPlaneMetrics) Gather(s *results.Summary) {
 		rejects := int64(n)
 		cp.XDSRejects = &rejects
 	}
+	if from, to, ok := phaseWindow(s, "chaos"); ok {
+		w := Window(series, from, to)
+		if ref, ok := m.Measures[subject.PushTime]; ok {
+			if h, ok := HistogramIncrease(w, ref); ok {
+				cp.ChaosPushTime = h
+			}
+		}
+		if cpu, ok := m.increase(w, subject.CPUSeconds); ok {
+			cp.ChaosCPUSeconds = &cpu
+		}
+		// A gauge's peak counts only scrapes inside the phase, not the baseline Window put first.
+		inside := make([]results.Series, 0, len(w))
+		for _, sr := range w {
+			sr.Samples = sr.Samples[1:]
+			inside = append(inside, sr)
+		}
+		if heap, ok := m.peak(inside, subject.HeapInUse); ok {
+			peak := int64(heap)
+			cp.ChaosPeakHeapBytes = &peak
+		}
+	}
 	if heap, ok := m.peak(series, subject.HeapInUse); ok {
 		cp.PeakHeapBytes = max(cp.PeakHeapBytes, int64(heap))
 	}
 }
 
-// Increase is how much a counter measure grew over the run (summed over matching series), and
+// phaseWindow is when the named phase ran; false when it did not finish.
+func phaseWindow(s *results.Summary, name string) (from, to time.Time, ok bool) {
+	for _, p := range s.Phases {
+		if p.Name == name && p.FinishedAt != nil {
+			return p.StartedAt, *p.FinishedAt, true
+		}
+	}
+	return time.Time{}, time.Time{}, false
+}
+
+// increase is how much a counter measure grew over the run (summed over matching series), and
 // whether it was scraped at all.
+// Series restricted by Window give the increase inside the window.
 func (m *ControlPlaneMetrics) increase(series []results.Series, measure subject.Measure) (float64, bool) {
 	ref, ok := m.Measures[measure]
 	if !ok {

@@ -145,3 +145,79 @@ func TestGatherRejects(t *testing.T) {
 	s = gather(map[subject.Measure]subject.Metric{subject.CPUSeconds: {Name: "process_cpu_seconds_total"}}, func() {})
 	assert.Nil(t, s.ControlPlaneStats.XDSRejects, "not mapped: absent, not 0")
 }
+
+// TestChaosWindow: the chaos-phase figures count only what grew between the last scrape before
+// the phase and the last scrape in it — a burst of slow pushes during setup (every proxy's first
+// connection) stays out — and a series first seen inside the phase started from zero there.
+func TestChaosWindow(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Second) }
+	// Scrapes at 1–5 s. Setup (to 2 s): 50 slow pushes (1 s and more). Chaos (2.5–4.5 s): 10
+	// pushes under 10 ms. After it (5 s): 50 more slow ones.
+	bucket := func(le string, vals ...float64) results.Series {
+		sr := results.Series{Name: "push_time_bucket", Labels: map[string]string{"le": le}}
+		for i, v := range vals {
+			sr.Samples = append(sr.Samples, results.Sample{At: at(i + 1), Value: v})
+		}
+		return sr
+	}
+	series := []results.Series{
+		bucket("0.01", 0, 0, 4, 10, 10),
+		bucket("1", 0, 0, 4, 10, 10),
+		bucket("+Inf", 50, 100, 104, 110, 160),
+		{Name: "cpu", Samples: []results.Sample{{At: at(1), Value: 3}, {At: at(2), Value: 7}, {At: at(3), Value: 7.5}, {At: at(4), Value: 8}, {At: at(5), Value: 20}}},
+		{Name: "heap", Samples: []results.Sample{{At: at(1), Value: 900}, {At: at(3), Value: 300}, {At: at(5), Value: 800}}},
+		// First seen at 4 s: its 2 count from zero.
+		{Name: "push_time_bucket", Labels: map[string]string{"le": "+Inf", "type": "rds"}, Samples: []results.Sample{{At: at(4), Value: 2}}},
+	}
+	end := t0.Add(4500 * time.Millisecond)
+	s := &results.Summary{Phases: []results.Phase{
+		{Name: "setup", StartedAt: t0, FinishedAt: ptr(at(2))},
+		{Name: "chaos", StartedAt: t0.Add(2500 * time.Millisecond), FinishedAt: &end},
+	}}
+	w := Window(series, s.Phases[1].StartedAt, end)
+	require.Len(t, w, 6)
+	assert.Equal(t, results.Sample{At: s.Phases[1].StartedAt, Value: 100}, w[2].Samples[0], "the baseline is the last scrape before the phase")
+	assert.Equal(t, results.Sample{At: s.Phases[1].StartedAt, Value: 0}, w[5].Samples[0], "born inside: from zero")
+	assert.Equal(t, at(4), w[0].Samples[len(w[0].Samples)-1].At, "nothing after the phase")
+
+	m := &ControlPlaneMetrics{Measures: map[subject.Measure]subject.Metric{
+		subject.PushTime:   {Name: "push_time"},
+		subject.CPUSeconds: {Name: "cpu"},
+		subject.HeapInUse:  {Name: "heap"},
+	}, s: newScraperWith(series)}
+	m.Gather(s)
+	cp := s.ControlPlaneStats
+	require.NotNil(t, cp.PushTime)
+	assert.EqualValues(t, 112, cp.PushTime.Count, "the whole run: 50→160 and the rds 2")
+	assert.Equal(t, 1000.0, cp.PushTime.P99Ms, "in the +Inf bucket over the whole run")
+	require.NotNil(t, cp.ChaosPushTime)
+	assert.EqualValues(t, 12, cp.ChaosPushTime.Count, "10 in the phase plus the rds series born in it")
+	assert.InDelta(t, 6, cp.ChaosPushTime.P50Ms, 1e-9, "the 6th of 12, linear within [0, 10 ms]")
+	assert.InDelta(t, 1000, cp.ChaosPushTime.P99Ms, 1e-9, "the rds 2 have no finite bucket")
+	require.NotNil(t, cp.ChaosCPUSeconds)
+	assert.InDelta(t, 1, *cp.ChaosCPUSeconds, 1e-9)
+	require.NotNil(t, cp.ChaosPeakHeapBytes)
+	assert.EqualValues(t, 300, *cp.ChaosPeakHeapBytes, "only scrapes inside the phase, neither the 900 before nor the 800 after")
+
+	// A chaos phase that never finished gives no chaos figures (not zeros).
+	s2 := &results.Summary{Phases: []results.Phase{{Name: "chaos", StartedAt: at(2)}}}
+	m.Gather(s2)
+	assert.Nil(t, s2.ControlPlaneStats.ChaosPushTime)
+	assert.Nil(t, s2.ControlPlaneStats.ChaosCPUSeconds)
+	assert.Nil(t, s2.ControlPlaneStats.ChaosPeakHeapBytes)
+}
+
+// newScraperWith is a scraper that has recorded series (as its scrapes would have).
+func newScraperWith(series []results.Series) *Scraper {
+	s := NewScraper("http://127.0.0.1:0/metrics", nil)
+	for _, sr := range series {
+		for _, x := range sr.Samples {
+			s.add(sr.Name, sr.Labels, x.At, x.Value)
+		}
+	}
+	s.ok = 5
+	return s
+}
+
+func ptr[T any](v T) *T { return &v }
