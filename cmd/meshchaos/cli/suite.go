@@ -14,9 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/meshchaos/meshchaos/experiments"
 	"github.com/meshchaos/meshchaos/harness/runner"
-	"github.com/meshchaos/meshchaos/harness/subject"
 	"github.com/meshchaos/meshchaos/harness/suite"
 	"github.com/meshchaos/meshchaos/results"
 )
@@ -75,7 +73,7 @@ is appended to DIR/NAME.jsonl and index.html shows each main measure's trend ove
 	cmd.Flags().StringVar(&o.Out, "out", "", "output directory (default runs/suite-NAME-TIME)")
 	cmd.Flags().StringVar(&o.History, "history", "", "history directory: append this execution and show trends across nights")
 	cmd.Flags().IntVar(&o.Nights, "nights", 30, "how many executions of the history the trends show")
-	cmd.Flags().StringArrayVar(&o.Sets, "set", nil, "parameter name=value for every entry whose experiment has it (after the entry's own)")
+	cmd.Flags().StringArrayVar(&o.Sets, "set", nil, "[EXPERIMENT.]name=value for every entry whose experiment has the parameter (after the entry's own; EXPERIMENT. limits it to that experiment's entries)")
 	return cmd
 }
 
@@ -97,54 +95,13 @@ type plannedRun struct {
 // planSuite checks every entry and prepares every run before anything starts; on bad input it
 // returns an exit-2 error naming the entry.
 func planSuite(s suite.Suite, j job, o suiteOpts, out string) ([]plannedRun, error) {
-	// A --set must mean something to at least one experiment of the suite.
-	for _, kv := range o.Sets {
-		name, _, ok := strings.Cut(kv, "=")
-		if !ok {
-			return nil, Usagef("--set %q: use name=value", kv)
-		}
-		known := false
-		for _, e := range s.Entries {
-			if d, ok := experiments.Lookup(e.Experiment); ok {
-				if _, has := d.Params.Lookup(name); has {
-					known = true
-				}
-			}
-		}
-		if !known {
-			return nil, Usagef("--set %s: no experiment of suite %s has parameter %q", kv, s.Name, name)
-		}
-	}
-	// First what the suite says, for every entry, so a bad file is reported whole and whatever
-	// the machine; then what the machine needs (prepare: the substrate, the run directories).
-	sets := make([][]string, len(s.Entries))
-	cps := make([]string, len(s.Entries))
-	for i, e := range s.Entries {
-		d, ok := experiments.Lookup(e.Experiment)
-		if !ok {
-			return nil, Usagef("suite %s entry %d: unknown experiment %q (see 'meshchaos list')", s.Name, i+1, e.Experiment)
-		}
-		sets[i] = append([]string{}, e.Set...)
-		for _, kv := range o.Sets {
-			name, _, _ := strings.Cut(kv, "=")
-			if _, has := d.Params.Lookup(name); has {
-				sets[i] = append(sets[i], kv)
-			}
-		}
-		cps[i] = e.ControlPlane
-		if cps[i] == "" {
-			cps[i] = j.CP
-		}
-		if _, err := d.Resolve(sets[i]); err != nil {
-			return nil, Usagef("suite %s entry %d (%s, %s): %v", s.Name, i+1, e.Experiment, cps[i], err)
-		}
-		if _, err := subject.Parse(cps[i]); err != nil {
-			return nil, Usagef("suite %s entry %d (%s, %s): %v", s.Name, i+1, e.Experiment, cps[i], err)
-		}
+	entries, err := resolveEntries(s, o.Sets, j.CP)
+	if err != nil {
+		return nil, err
 	}
 	var runs []plannedRun
-	for i, e := range s.Entries {
-		sets, cp := sets[i], cps[i]
+	for i, e := range entries {
+		sets, cp := e.Sets, e.CP
 		expect := e.Expect
 		if expect == "" {
 			expect = results.VerdictPass

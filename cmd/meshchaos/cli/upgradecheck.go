@@ -13,7 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/meshchaos/meshchaos/experiments"
 	"github.com/meshchaos/meshchaos/harness/runner"
 	"github.com/meshchaos/meshchaos/harness/subject"
 	"github.com/meshchaos/meshchaos/harness/suite"
@@ -110,30 +109,21 @@ func (u *upgradeCheck) prepare(cmd *cobra.Command) error {
 		u.out = filepath.Join("runs", fmt.Sprintf("upgrade-check-%s-vs-%s-%s", dirName(u.base), dirName(u.cand), time.Now().Format("20060102-150405")))
 	}
 	for i, e := range s.Entries {
-		if _, ok := experiments.Lookup(e.Experiment); !ok {
-			return Usagef("suite %s entry %d: unknown experiment %q (see 'meshchaos list')", s.Name, i+1, e.Experiment)
-		}
 		if e.ControlPlane != "" {
 			return Usagef("suite %s entry %d (%s) names control plane %q: upgrade-check runs every entry against --base and --candidate; leave controlPlane empty", s.Name, i+1, e.Experiment, e.ControlPlane)
 		}
 	}
-	entrySets, err := applySets(s, u.sets)
+	entries, err := resolveEntries(s, u.sets, "")
 	if err != nil {
 		return err
 	}
-	// Every parameter and both control planes first, so that no substrate check hides them.
+	// Both control planes too, so that no substrate check hides them.
 	for _, cp := range []string{u.base, u.cand} {
 		if _, err := subject.Parse(cp); err != nil {
 			return Usagef("%v", err)
 		}
 	}
-	for i, e := range s.Entries {
-		def, _ := experiments.Lookup(e.Experiment)
-		if _, err := def.Resolve(entrySets[i]); err != nil {
-			return Usagef("suite %s entry %d (%s): %v", s.Name, i+1, e.Experiment, err)
-		}
-	}
-	for i, e := range s.Entries {
+	for i, e := range entries {
 		n := max(e.Repeats, 1)
 		if u.repeats > 0 {
 			n = u.repeats
@@ -141,7 +131,7 @@ func (u *upgradeCheck) prepare(cmd *cobra.Command) error {
 		for r := 1; r <= n; r++ {
 			for _, side := range []string{"base", "candidate"} {
 				j := u.job
-				j.Experiment, j.Sets, j.CP = e.Experiment, entrySets[i], map[string]string{"base": u.base, "candidate": u.cand}[side]
+				j.Experiment, j.Sets, j.CP = e.Experiment, e.Sets, map[string]string{"base": u.base, "candidate": u.cand}[side]
 				j.Out = filepath.Join(u.out, side, fmt.Sprintf("%02d-%s-r%d", i+1, e.Experiment, r))
 				p, err := j.prepare()
 				if err != nil {
@@ -155,39 +145,6 @@ func (u *upgradeCheck) prepare(cmd *cobra.Command) error {
 }
 
 func dirName(cp string) string { return strings.NewReplacer(":", "-", ",", "+", "/", "-").Replace(cp) }
-
-// applySets merges --set [EXPERIMENT.]name=value into each entry's own sets (later ones win when
-// the experiment resolves them); a name no entry's experiment has is bad input.
-func applySets(s suite.Suite, sets []string) ([][]string, error) {
-	out := make([][]string, len(s.Entries))
-	for i, e := range s.Entries {
-		out[i] = append([]string{}, e.Set...)
-	}
-	for _, kv := range sets {
-		name, _, ok := strings.Cut(kv, "=")
-		if !ok {
-			return nil, Usagef("--set %q: want [EXPERIMENT.]name=value", kv)
-		}
-		only := ""
-		if exp, param, scoped := strings.Cut(name, "."); scoped {
-			only, name, kv = exp, param, kv[len(exp)+1:]
-			if _, ok := experiments.Lookup(only); !ok {
-				return nil, Usagef("--set %s: unknown experiment %q (see 'meshchaos list')", kv, only)
-			}
-		}
-		used := false
-		for i, e := range s.Entries {
-			def, _ := experiments.Lookup(e.Experiment)
-			if _, has := def.Params.Lookup(name); has && (only == "" || only == e.Experiment) {
-				out[i], used = append(out[i], kv), true
-			}
-		}
-		if !used {
-			return nil, Usagef("--set %s: no experiment of suite %s has a parameter %q (see 'meshchaos list')", kv, s.Name, name)
-		}
-	}
-	return out, nil
-}
 
 // execute runs the plan in order (A B A B … per entry), with progress and an ETA, then compares
 // and writes the report.

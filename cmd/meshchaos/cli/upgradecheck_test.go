@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/meshchaos/meshchaos/experiments"
 	"github.com/meshchaos/meshchaos/harness/suite"
 	"github.com/meshchaos/meshchaos/results"
 	"github.com/meshchaos/meshchaos/results/stats"
@@ -50,34 +49,14 @@ func TestUpgradeCheckBadInputExitsTwo(t *testing.T) {
 	}
 }
 
-// --set applies to every entry whose experiment has the parameter, EXPERIMENT.name to that
-// experiment only, after the suite's own values (so it wins).
-func TestUpgradeCheckSets(t *testing.T) {
-	s := suite.Suite{Name: "s", Entries: []suite.Entry{
-		{Experiment: "cp-oom-restart", Set: []string{"rate=100"}},
-		{Experiment: "endpoint-flap"},
-	}}
-	got, err := applySets(s, []string{"rate=20", "endpoint-flap.proxies=5", "throttleWindow=10s"})
-	require.NoError(t, err)
-	assert.Equal(t, [][]string{{"rate=100", "rate=20", "throttleWindow=10s"}, {"rate=20", "proxies=5"}}, got)
-	def, _ := experiments.Lookup("cp-oom-restart")
-	v, err := def.Resolve(got[0])
-	require.NoError(t, err)
-	assert.Equal(t, "20", v["rate"])
-}
-
 // The built-in pre-upgrade suite names real experiments with valid parameters, and none names a
 // control plane (upgrade-check substitutes base and candidate).
 func TestPreUpgradeSuiteResolves(t *testing.T) {
 	s, ok := suite.Builtin(suite.PreUpgrade)
 	require.True(t, ok)
-	sets, err := applySets(s, nil)
-	require.NoError(t, err)
-	for i, e := range s.Entries {
-		def, ok := experiments.Lookup(e.Experiment)
-		require.True(t, ok, e.Experiment)
-		_, err := def.Resolve(sets[i])
-		assert.NoError(t, err, e.Experiment)
+	entries, err := resolveEntries(s, nil, "")
+	require.NoError(t, err, "every entry's experiment exists and its parameters resolve")
+	for _, e := range entries {
 		assert.Empty(t, e.ControlPlane)
 		assert.GreaterOrEqual(t, e.Repeats, 3, "%s: fewer than 3 runs a side can never reach α = 0.05", e.Experiment)
 	}
