@@ -2,7 +2,6 @@ package xds
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -10,6 +9,9 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/meshchaos/meshchaos/controlplane/model"
 )
@@ -32,9 +34,20 @@ import (
 type Caches struct {
 	Endpoints *cachev3.LinearCache
 
+	// MaxScopes bounds how many scopes exist (0: no bound). A scope is a whole generation of
+	// clusters, listeners and routes, and proxies choose theirs by what they claim: without a
+	// bound, clients claiming ever new namespaces could make the control plane hold any number
+	// of copies of the config. Set before serving.
+	MaxScopes int
+	// OnScopeLimit, if set, is called for every watch refused by MaxScopes.
+	OnScopeLimit func()
+
 	prefix string
 	mu     sync.Mutex
 	scopes map[string]*ScopeCaches
+	// refs counts the streams of each scope key (Acquire/Release); a scope whose last stream
+	// closes is dropped, so what proxies claim costs memory only while they are connected.
+	refs   map[string]int
 	latest []*model.Entry // the model as of the latest full push
 	// populate fills a new scope from latest (set by the pusher; nil: scopes start empty).
 	populate func(sc *ScopeCaches, entries []*model.Entry)
@@ -73,14 +86,15 @@ func NewCaches(prefix string) *Caches {
 		Endpoints: cachev3.NewLinearCache(resourcev3.EndpointType, cachev3.WithVersionPrefix(prefix)),
 		prefix:    prefix,
 		scopes:    map[string]*ScopeCaches{},
+		refs:      map[string]int{},
 	}
 }
 
 // Scope returns the caches of the sidecars of namespace ns, creating and filling them on first
-// use.
+// use; nil when that would exceed MaxScopes.
 func (c *Caches) Scope(ns string) *ScopeCaches { return c.scope(ns, false) }
 
-// ScopeOf returns the caches of node's scope (see ScopeKey).
+// ScopeOf returns the caches of node's scope (see ScopeKey); nil when that would exceed MaxScopes.
 func (c *Caches) ScopeOf(node *core.Node) *ScopeCaches {
 	return c.scope(ProxyNamespace(node), isGateway(node))
 }
@@ -106,6 +120,10 @@ func (c *Caches) scope(ns string, gateway bool) *ScopeCaches {
 		<-sc.ready // never serve a scope before its first fill
 		return sc
 	}
+	if c.MaxScopes > 0 && len(c.scopes) >= c.MaxScopes {
+		c.mu.Unlock()
+		return nil
+	}
 	// Versions carry the namespace so a proxy moving between scopes never takes one scope's
 	// version for another's.
 	prefix := c.prefix + key + "-"
@@ -127,6 +145,29 @@ func (c *Caches) scope(ns string, gateway bool) *ScopeCaches {
 	sc.mu.Unlock()
 	close(sc.ready)
 	return sc
+}
+
+// Acquire records a stream of node's scope: the scope is kept while it has streams. Call it
+// before the stream's first watch.
+func (c *Caches) Acquire(node *core.Node) string {
+	key := ScopeKey(node)
+	c.mu.Lock()
+	c.refs[key]++
+	c.mu.Unlock()
+	return key
+}
+
+// Release undoes one Acquire of key; the last one drops the scope (a proxy of that scope that
+// connects later gets a new one, filled from the latest full push).
+func (c *Caches) Release(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refs[key]--
+	if c.refs[key] > 0 {
+		return
+	}
+	delete(c.refs, key)
+	delete(c.scopes, key)
 }
 
 // Scopes lists the scopes, by key.
@@ -156,12 +197,19 @@ func (c *Caches) setLatest(entries []*model.Entry) []*ScopeCaches {
 	return c.Scopes()
 }
 
-// ForNode returns the cache serving typeURL to node (nil for an unknown type).
+// ForNode returns the cache serving typeURL to node (nil for an unknown type, or when node's
+// scope would exceed MaxScopes).
 func (c *Caches) ForNode(typeURL string, node *core.Node) *cachev3.LinearCache {
 	if typeURL == resourcev3.EndpointType {
 		return c.Endpoints
 	}
+	if !knownType(typeURL) {
+		return nil
+	}
 	sc := c.ScopeOf(node)
+	if sc == nil {
+		return nil
+	}
 	switch typeURL {
 	case resourcev3.ClusterType:
 		return sc.Clusters
@@ -176,48 +224,77 @@ func (c *Caches) ForNode(typeURL string, node *core.Node) *cachev3.LinearCache {
 	return nil
 }
 
+func knownType(typeURL string) bool {
+	switch typeURL {
+	case resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType:
+		return true
+	}
+	return false
+}
+
+// cacheFor is ForNode with the reason as a gRPC status when there is none (the stream ends
+// with it).
+func (c *Caches) cacheFor(typeURL string, node *core.Node) (*cachev3.LinearCache, error) {
+	if !knownType(typeURL) {
+		return nil, status.Errorf(codes.InvalidArgument, "unknown type %q: this control plane serves CDS, EDS, LDS and RDS", truncate(typeURL))
+	}
+	if lc := c.ForNode(typeURL, node); lc != nil {
+		return lc, nil
+	}
+	if c.OnScopeLimit != nil {
+		c.OnScopeLimit()
+	}
+	return nil, status.Errorf(codes.ResourceExhausted, "too many proxy scopes (namespaces; at most %d): not serving a new one", c.MaxScopes)
+}
+
 // CreateWatch implements cachev3.Cache: the request goes to its node's scope.
 func (c *Caches) CreateWatch(r *cachev3.Request, sub cachev3.Subscription, ch chan cachev3.Response) (func(), error) {
-	lc := c.ForNode(r.GetTypeUrl(), r.GetNode())
-	if lc == nil {
-		return nil, fmt.Errorf("no cache for type %s", r.GetTypeUrl())
+	lc, err := c.cacheFor(r.GetTypeUrl(), r.GetNode())
+	if err != nil {
+		return nil, err
 	}
 	return lc.CreateWatch(r, sub, ch)
 }
 
 // CreateDeltaWatch implements cachev3.Cache.
 func (c *Caches) CreateDeltaWatch(r *cachev3.DeltaRequest, sub cachev3.Subscription, ch chan cachev3.DeltaResponse) (func(), error) {
-	lc := c.ForNode(r.GetTypeUrl(), r.GetNode())
-	if lc == nil {
-		return nil, fmt.Errorf("no cache for type %s", r.GetTypeUrl())
+	lc, err := c.cacheFor(r.GetTypeUrl(), r.GetNode())
+	if err != nil {
+		return nil, err
 	}
 	return lc.CreateDeltaWatch(r, sub, ch)
 }
 
 // Fetch implements cachev3.Cache (REST xDS; not served).
 func (c *Caches) Fetch(ctx context.Context, r *cachev3.Request) (cachev3.Response, error) {
-	lc := c.ForNode(r.GetTypeUrl(), r.GetNode())
-	if lc == nil {
-		return nil, fmt.Errorf("no cache for type %s", r.GetTypeUrl())
+	lc, err := c.cacheFor(r.GetTypeUrl(), r.GetNode())
+	if err != nil {
+		return nil, err
 	}
 	return lc.Fetch(ctx, r)
 }
 
 // ProxyNamespace is the namespace of a proxy as istiod finds it: the NAMESPACE node metadata,
 // else the node id "TYPE~IP~POD.NS~NS.svc.cluster.local" (the NS after the pod name); "" when
-// neither says (such a proxy gets the root namespace's Sidecar, or everything).
+// neither says (such a proxy gets the root namespace's Sidecar, or everything). A name that
+// cannot be a Kubernetes namespace counts as none: it would name a scope no Sidecar can reach.
 func ProxyNamespace(node *core.Node) string {
-	if ns := node.GetMetadata().GetFields()["NAMESPACE"].GetStringValue(); ns != "" {
-		return ns
+	ns := node.GetMetadata().GetFields()["NAMESPACE"].GetStringValue()
+	if ns == "" {
+		parts := strings.Split(node.GetId(), "~")
+		if len(parts) != 4 {
+			return ""
+		}
+		i := strings.LastIndexByte(parts[2], '.')
+		if i < 0 {
+			return ""
+		}
+		ns = parts[2][i+1:]
 	}
-	parts := strings.Split(node.GetId(), "~")
-	if len(parts) != 4 {
+	if len(validation.IsDNS1123Label(ns)) > 0 {
 		return ""
 	}
-	if i := strings.LastIndexByte(parts[2], '.'); i >= 0 {
-		return parts[2][i+1:]
-	}
-	return ""
+	return ns
 }
 
 // IsProxyless reports whether node is a proxyless gRPC client: grpc-go's user agent, Istio's
@@ -233,6 +310,13 @@ func IsProxyless(node *core.Node) bool {
 		return true
 	}
 	return false
+}
+
+func truncate(s string) string {
+	if len(s) > 100 {
+		return s[:100] + "…"
+	}
+	return s
 }
 
 // ShortType is the istiod label for a type URL: cds, eds, lds, rds.

@@ -9,12 +9,14 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"golang.org/x/time/rate"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -24,6 +26,75 @@ import (
 
 	"github.com/meshchaos/meshchaos/controlplane/metrics"
 )
+
+// Limits keep one misbehaving client from hurting the others. The zero value of each field
+// means its default (DefaultLimits); a negative duration or count disables that limit.
+type Limits struct {
+	// PushThrottle bounds the responses sent at once (istiod's PILOT_PUSH_THROTTLE).
+	PushThrottle int
+	// SlotHold is how long a blocked send keeps its throttle slot; SendTimeout how long a
+	// proxy may read nothing before its stream is closed (see throttle).
+	SlotHold, SendTimeout time.Duration
+	// MaxStalledSends bounds the sends blocked past SlotHold at once (see throttle).
+	MaxStalledSends int
+	// MaxStreams bounds the open xDS streams, over all connections; MaxStreamsPerConn the
+	// streams of one HTTP/2 connection (Envoy and grpc-go open one ADS stream per connection).
+	MaxStreams        int
+	MaxStreamsPerConn uint32
+	// MaxRecvMsgSize bounds one request. The largest legitimate one is an EDS subscription
+	// naming every cluster: ~40 bytes a name, 4 MB for 100 000 clusters.
+	MaxRecvMsgSize int
+	// RequestsPerSecond and RequestBurst bound each stream's requests (a token bucket). A proxy
+	// sends a few per push (an ACK and a subscription per type); a stream beyond the bucket is
+	// closed with ResourceExhausted.
+	RequestsPerSecond float64
+	RequestBurst      int
+	// MaxScopes bounds the proxy scopes (namespaces with their own generated config).
+	MaxScopes int
+	// NewStreamsPerSecond and NewStreamBurst bound how fast streams are accepted (istiod's
+	// PILOT_MAX_REQUESTS_PER_SECOND): every new stream costs a full initial fetch, so clients
+	// reconnecting in a loop could take the CPU the pushes need. A stream waits up to a second
+	// for its turn, then is refused with ResourceExhausted (the proxy backs off and retries).
+	NewStreamsPerSecond float64
+	NewStreamBurst      int
+}
+
+// DefaultLimits are the limits a zero Limits field takes.
+var DefaultLimits = Limits{PushThrottle: DefaultPushThrottle, SlotHold: 200 * time.Millisecond,
+	SendTimeout: 30 * time.Second, MaxStalledSends: 100, MaxStreams: 10000, MaxStreamsPerConn: 100, MaxRecvMsgSize: 16 << 20,
+	RequestsPerSecond: 100, RequestBurst: 1000, MaxScopes: 1000, NewStreamsPerSecond: 200, NewStreamBurst: 1000}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	pick := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	pick(&l.PushThrottle, d.PushThrottle)
+	pick(&l.MaxStreams, d.MaxStreams)
+	pick(&l.MaxRecvMsgSize, d.MaxRecvMsgSize)
+	pick(&l.RequestBurst, d.RequestBurst)
+	pick(&l.MaxScopes, d.MaxScopes)
+	pick(&l.MaxStalledSends, d.MaxStalledSends)
+	pick(&l.NewStreamBurst, d.NewStreamBurst)
+	if l.NewStreamsPerSecond == 0 {
+		l.NewStreamsPerSecond = d.NewStreamsPerSecond
+	}
+	if l.SlotHold == 0 {
+		l.SlotHold = d.SlotHold
+	}
+	if l.SendTimeout == 0 {
+		l.SendTimeout = d.SendTimeout
+	}
+	if l.MaxStreamsPerConn == 0 {
+		l.MaxStreamsPerConn = d.MaxStreamsPerConn
+	}
+	if l.RequestsPerSecond == 0 {
+		l.RequestsPerSecond = d.RequestsPerSecond
+	}
+	return l
+}
 
 // Gate is what the server asks before accepting a stream.
 type Gate interface{ IsOpen() bool }
@@ -38,6 +109,9 @@ type Server struct {
 	m      *metrics.Metrics
 	grpc   *grpc.Server
 	sends  *throttle
+	limits Limits
+	accept *rate.Limiter // new streams (nil: no bound)
+	active atomic.Int64  // streams past the gate, counted against MaxStreams
 
 	mu      sync.Mutex
 	streams map[int64]*streamState
@@ -47,8 +121,12 @@ type streamState struct {
 	id     int64
 	delta  bool
 	node   *core.Node
+	scope  string // the scope key acquired for the stream (Caches.Acquire), once held
+	held   bool
 	opened time.Time
 	types  map[string]*typeState
+	// requests bounds the stream's request rate (nil: no bound).
+	requests *rate.Limiter
 	// pending: pushes that sent this proxy some but not yet all of their types (by seq), with
 	// the types sent so far.
 	pending map[uint64]*pendingPush
@@ -64,7 +142,12 @@ type pendingPush struct {
 const maxPending = 16
 
 type typeState struct {
-	names        []string
+	names []string
+	// subscribed is a Delta stream's subscription as a set (names is derived from it): a
+	// subscription is changed by name, and a huge one must not cost O(n²) under the lock every
+	// stream shares.
+	subscribed   map[string]struct{}
+	nackedNonce  string // the latest nonce NACKed: repeats are neither counted nor logged
 	sentVersion  string
 	sentNonce    string
 	ackedNonce   string
@@ -83,16 +166,29 @@ func NewServer(ctx context.Context, caches *Caches, pusher *Pusher, gate Gate, m
 // NewServerThrottled is NewServer with at most throttle responses being sent at once (istiod's
 // PILOT_PUSH_THROTTLE; 0: the default).
 func NewServerThrottled(ctx context.Context, caches *Caches, pusher *Pusher, gate Gate, m *metrics.Metrics, log *slog.Logger, throttle int) *Server {
+	return NewServerLimited(ctx, caches, pusher, gate, m, log, Limits{PushThrottle: throttle})
+}
+
+// NewServerLimited is NewServer with the given limits (zero fields: DefaultLimits).
+func NewServerLimited(ctx context.Context, caches *Caches, pusher *Pusher, gate Gate, m *metrics.Metrics, log *slog.Logger, limits Limits) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
+	limits = limits.withDefaults()
 	s := &Server{caches: caches, pusher: pusher, gate: gate, log: log, m: m, streams: map[int64]*streamState{},
-		sends: newThrottle(throttle, m)}
+		sends: newThrottle(limits.PushThrottle, limits.SlotHold, limits.SendTimeout, limits.MaxStalledSends, m), limits: limits}
+	if limits.NewStreamsPerSecond > 0 && limits.NewStreamBurst > 0 {
+		s.accept = rate.NewLimiter(rate.Limit(limits.NewStreamsPerSecond), limits.NewStreamBurst)
+	}
+	if limits.MaxScopes > 0 {
+		caches.MaxScopes = limits.MaxScopes
+	}
+	caches.OnScopeLimit = func() { m.XDSLimited.WithLabelValues("scopes").Inc() }
 	xs := serverv3.NewServer(ctx, caches, s.callbacks())
 	s.grpc = grpc.NewServer(
 		grpc.StreamInterceptor(s.refuseUntilReady),
-		grpc.MaxConcurrentStreams(1<<20),
-		grpc.MaxRecvMsgSize(64<<20),
+		grpc.MaxConcurrentStreams(limits.MaxStreamsPerConn),
+		grpc.MaxRecvMsgSize(limits.MaxRecvMsgSize),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
@@ -108,11 +204,26 @@ func (s *Server) Stop() { s.grpc.Stop() }
 
 // refuseUntilReady is the sync gate on the xDS side: until it opens, every stream is refused
 // with Unavailable, so a proxy keeps its last config and retries instead of taking an
-// incomplete one.
+// incomplete one. Past the gate, streams beyond MaxStreams are refused with ResourceExhausted.
 func (s *Server) refuseUntilReady(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if s.gate != nil && !s.gate.IsOpen() {
 		s.m.StreamsRefused.Inc()
 		return status.Error(codes.Unavailable, "control plane not ready: informers have not synced yet; retry")
+	}
+	if s.accept != nil {
+		wctx, cancel := context.WithTimeout(ss.Context(), time.Second)
+		err := s.accept.Wait(wctx) // fails at once when the wait would be longer
+		cancel()
+		if err != nil {
+			s.m.XDSLimited.WithLabelValues("new-streams").Inc()
+			return status.Errorf(codes.ResourceExhausted, "more than %g new xDS streams a second: back off and retry", s.limits.NewStreamsPerSecond)
+		}
+	}
+	n := s.active.Add(1)
+	defer s.active.Add(-1)
+	if s.limits.MaxStreams > 0 && n > int64(s.limits.MaxStreams) {
+		s.m.XDSLimited.WithLabelValues("streams").Inc()
+		return status.Errorf(codes.ResourceExhausted, "too many xDS streams (at most %d): retry later", s.limits.MaxStreams)
 	}
 	return handler(srv, throttledStream{ServerStream: ss, t: s.sends})
 }
@@ -130,6 +241,9 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		},
 		DeltaStreamClosedFunc: func(id int64, _ *core.Node) { s.close(id) },
 		StreamRequestFunc: func(id int64, r *discovery.DiscoveryRequest) error {
+			if err := s.allow(id); err != nil {
+				return err
+			}
 			rejected := s.request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), r.GetVersionInfo(), r.GetErrorDetail(), r.GetResourceNames(), nil, false)
 			if rejected != "" && r.GetVersionInfo() == "" {
 				// A NACK of the first response carries no accepted version. To the cache an
@@ -144,6 +258,9 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			s.response(id, r.GetTypeUrl(), r.GetVersionInfo(), r.GetNonce(), proto.Size(r))
 		},
 		StreamDeltaRequestFunc: func(id int64, r *discovery.DeltaDiscoveryRequest) error {
+			if err := s.allow(id); err != nil {
+				return err
+			}
 			s.request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), "", r.GetErrorDetail(),
 				r.GetResourceNamesSubscribe(), r.GetResourceNamesUnsubscribe(), true)
 			return nil
@@ -155,18 +272,38 @@ func (s *Server) callbacks() serverv3.Callbacks {
 }
 
 func (s *Server) open(id int64, delta bool) {
-	s.mu.Lock()
-	s.streams[id] = &streamState{id: id, delta: delta, opened: time.Now(), types: map[string]*typeState{},
+	st := &streamState{id: id, delta: delta, opened: time.Now(), types: map[string]*typeState{},
 		pending: map[uint64]*pendingPush{}}
+	if s.limits.RequestsPerSecond > 0 && s.limits.RequestBurst > 0 {
+		st.requests = rate.NewLimiter(rate.Limit(s.limits.RequestsPerSecond), s.limits.RequestBurst)
+	}
+	s.mu.Lock()
+	s.streams[id] = st
 	s.mu.Unlock()
 	s.m.ConnectedProxies.Inc()
 }
 
 func (s *Server) close(id int64) {
 	s.mu.Lock()
+	st := s.streams[id]
 	delete(s.streams, id)
 	s.mu.Unlock()
+	if st != nil && st.held {
+		s.caches.Release(st.scope)
+	}
 	s.m.ConnectedProxies.Dec()
+}
+
+// allow takes one request from the stream's bucket; a stream out of tokens is closed.
+func (s *Server) allow(id int64) error {
+	s.mu.Lock()
+	st := s.streams[id]
+	s.mu.Unlock()
+	if st == nil || st.requests == nil || st.requests.Allow() {
+		return nil
+	}
+	s.m.XDSLimited.WithLabelValues("requests").Inc()
+	return status.Errorf(codes.ResourceExhausted, "more than %g requests a second on one xDS stream: closing it", s.limits.RequestsPerSecond)
 }
 
 func (st *streamState) typ(t string) *typeState {
@@ -186,17 +323,36 @@ func (s *Server) request(id int64, node *core.Node, typeURL, nonce, version stri
 	if st == nil {
 		return ""
 	}
+	if node != nil {
+		// The scope is held from the stream's first node on (before its first watch) until it
+		// closes; a node that changes scope mid-stream moves its hold.
+		if key := ScopeKey(node); !st.held || key != st.scope {
+			if st.held {
+				s.caches.Release(st.scope)
+			}
+			st.scope, st.held = s.caches.Acquire(node), true
+		}
+	}
 	if node != nil && node.GetId() != "" {
 		st.node = node
 	}
+	if !knownType(typeURL) {
+		return "" // the cache refuses it and the stream ends: nothing to keep
+	}
 	ts := st.typ(typeURL)
 	if delta {
-		for _, n := range names {
-			if !slices.Contains(ts.names, n) {
-				ts.names = append(ts.names, n)
+		if len(names) > 0 || len(unsub) > 0 {
+			if ts.subscribed == nil {
+				ts.subscribed = map[string]struct{}{}
 			}
+			for _, n := range names {
+				ts.subscribed[n] = struct{}{}
+			}
+			for _, n := range unsub {
+				delete(ts.subscribed, n)
+			}
+			ts.names = slices.Sorted(maps.Keys(ts.subscribed))
 		}
-		ts.names = slices.DeleteFunc(ts.names, func(n string) bool { return slices.Contains(unsub, n) })
 	} else {
 		ts.names = names
 	}
@@ -205,7 +361,13 @@ func (s *Server) request(id int64, node *core.Node, typeURL, nonce, version stri
 	}
 	if errDetail != nil {
 		// A NACK: count and log it; the proxy keeps its previous config (the version it
-		// sends) and the next push carries on. Never retried in a loop.
+		// sends) and the next push carries on. Never retried in a loop. A NACK of the nonce
+		// already NACKed is the same rejection again: not counted, not logged (a client
+		// repeating it must not flood the log).
+		if ts.nackedNonce == nonce {
+			return ts.sentVersion
+		}
+		ts.nackedNonce = nonce
 		ts.nacks++
 		s.m.Rejects.WithLabelValues(ShortType(typeURL)).Inc()
 		s.log.Warn("proxy rejected config (NACK)", "proxy", st.node.GetId(), "type", ShortType(typeURL),
