@@ -152,7 +152,7 @@ func TestAbuseGoodProxiesConverge(t *testing.T) {
 		ns         = "abuse"
 		good       = 20
 		rounds     = 10
-		abuseBound = 5 * time.Second
+		abuseBound = 10 * time.Second
 		maxStreams = 600
 		maxStalled = 20
 		// abuseHeap bounds the heap an abuser may cost while it runs: maxStalled blocked sends
