@@ -7,7 +7,7 @@ MESHCHAOS := $(BIN)/meshchaos
 # Integration tests bring real clusters up; they need root and the binaries below.
 TEST_TIMEOUT ?= 80m
 
-.PHONY: all build deps bins images test unit integration bench run cluster-up clean fmt vet
+.PHONY: all build deps bins images kind-node-image docker test unit integration bench run soak interrupt cluster-up clean fmt vet
 
 all: build
 
@@ -28,6 +28,20 @@ images: build bins
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/pause ./workloads/pause
 	$(MESHCHAOS) images build --out $(BIN)/images --bin-dir $(BIN)
 
+## docker: start Docker where none runs (CI VM; root); does nothing where 'docker info' works
+docker:
+	@bash hack/docker.sh
+
+## kind-node-image: the kind node image meshchaos.local/kind-node, built here without a registry
+## (Debian rootfs via debootstrap + our Kubernetes binaries and component images), loaded into
+## Docker. Cold: debootstrap and image assembly take minutes; then cached under bin/kind-node.
+KIND_NODE := $(BIN)/kind-node
+kind-node-image: build bins docker
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/pause ./workloads/pause
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/runcwrap ./hack/runcwrap
+	@bash hack/kindnode/rootfs.sh $(KIND_NODE)/rootfs.tar
+	@bash hack/kindnode/image.sh $(MESHCHAOS) $(BIN) $(KIND_NODE)
+
 ## test: unit tests, then integration tests against a real local cluster
 test: deps bins images vet
 	MESHCHAOS_BIN_DIR=$(BIN) MESHCHAOS_IMAGES=$(BIN)/images $(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) ./...
@@ -46,6 +60,16 @@ bench: bins images
 ## run: the headline experiment, cp-oom-restart, against the reference control plane
 run: deps bins images
 	MESHCHAOS_BIN_DIR=$(BIN) $(MESHCHAOS) run cp-oom-restart --images $(BIN)/images $(RUN_ARGS)
+
+## soak: an hour of steady traffic with a fault every 5 minutes against the reference control
+## plane (memory and goroutine trends in the run's report); not part of `make test`
+soak: deps bins images
+	MESHCHAOS_BIN_DIR=$(BIN) $(MESHCHAOS) run soak --images $(BIN)/images $(RUN_ARGS)
+
+## interrupt: the full interruption test: 30 real runs, each stopped by SIGINT, SIGTERM or SIGKILL at
+## a point of its progress (every phase and bring-up step); after each, nothing left on the host
+interrupt: deps bins images
+	MESHCHAOS_INTERRUPT=full MESHCHAOS_BIN_DIR=$(BIN) MESHCHAOS_IMAGES=$(BIN)/images $(GO) test -p 1 -count=1 -timeout 180m -run 'TestInterruptAnywhere' -v ./cmd/meshchaos/cli/
 
 ## cluster-up: bring a 2-node local cluster up and show it (Ctrl-C tears it down)
 cluster-up: deps bins images

@@ -2,7 +2,10 @@ package controlplane
 
 import (
 	"fmt"
+	"math"
 	"net/http"
+	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"sync"
 	"time"
@@ -13,18 +16,58 @@ import (
 // ends the process. The growth is gradual on purpose: the harness watches the container's
 // memory and captures a heap profile before the kill, as it would before a real leak's OOM.
 // GET reports the current size. The memory is real and touched, so the kill is the kernel's.
+//
+// Near a Go memory limit (GOMEMLIMIT, which the manifest sets from the container's limit) the
+// runtime collects on almost every allocation and returns freed pages to stay under the limit;
+// under a small CPU limit that collector can take all the CPU the process gets, and 1 MiB steps
+// then never reach the kernel's limit (seen: a control plane at 254 of 256 MiB for 2 minutes).
+// So once the runtime's memory is within jumpFraction of its limit, the rest of the ballast is
+// one allocation, touched page by page without allocating again: the kernel's limit is crossed
+// in one step, as a leak's large allocation would.
 type ballast struct {
 	mu     sync.Mutex
 	chunks [][]byte
+	held   int // MiB held
 	target int
 	active bool
+	jumps  int // allocations of the whole remainder
+
+	// limit and inUse are the runtime's memory limit and the memory it holds from the OS
+	// (nil: the process's own; tests set them).
+	limit func() int64
+	inUse func() int64
+}
+
+// jumpFraction: the share of the memory limit from which the remainder is one allocation.
+const jumpFraction = 0.9
+
+// runtimeMemory is the memory the Go runtime holds from the OS (mapped minus released), the
+// figure its memory limit is about.
+func runtimeMemory() int64 {
+	s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64()) - int64(s[1].Value.Uint64())
+}
+
+// nearLimit reports whether the runtime's memory is within jumpFraction of its memory limit
+// (never without one).
+func (b *ballast) nearLimit() bool {
+	limit, inUse := b.limit, b.inUse
+	if limit == nil {
+		limit = func() int64 { return debug.SetMemoryLimit(-1) }
+	}
+	if inUse == nil {
+		inUse = runtimeMemory
+	}
+	l := limit()
+	return l > 0 && l < math.MaxInt64 && float64(inUse()) >= jumpFraction*float64(l)
 }
 
 func (b *ballast) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodGet:
 		b.mu.Lock()
-		fmt.Fprintf(w, "{\"mb\":%d,\"targetMB\":%d}\n", len(b.chunks), b.target)
+		fmt.Fprintf(w, "{\"mb\":%d,\"targetMB\":%d,\"jumps\":%d}\n", b.held, b.target, b.jumps)
 		b.mu.Unlock()
 	case http.MethodPost:
 		mb, err := strconv.Atoi(r.URL.Query().Get("mb"))
@@ -66,20 +109,34 @@ func (b *ballast) grow(step int, every time.Duration) {
 	defer t.Stop()
 	for range t.C {
 		b.mu.Lock()
-		if len(b.chunks) >= b.target {
+		left := b.target - b.held
+		if left <= 0 {
 			b.active = false
 			b.mu.Unlock()
 			return
 		}
 		b.mu.Unlock()
-		for i := 0; i < step; i++ {
-			c := make([]byte, 1<<20)
-			for j := 0; j < len(c); j += 4096 { // touch every page: resident, not just reserved
-				c[j] = 1
-			}
-			b.mu.Lock()
-			b.chunks = append(b.chunks, c)
-			b.mu.Unlock()
+		if b.nearLimit() {
+			b.add(left, true)
+			continue
+		}
+		for i := 0; i < min(step, left); i++ {
+			b.add(1, false)
 		}
 	}
+}
+
+// add allocates mb MiB as one slice and touches every page: resident, not just reserved.
+func (b *ballast) add(mb int, jump bool) {
+	c := make([]byte, mb<<20)
+	for j := 0; j < len(c); j += 4096 {
+		c[j] = 1
+	}
+	b.mu.Lock()
+	b.chunks = append(b.chunks, c)
+	b.held += mb
+	if jump {
+		b.jumps++
+	}
+	b.mu.Unlock()
 }

@@ -60,6 +60,11 @@ func init() {
 		},
 		Hosts: func(v params.Values) int { return v.Int("hosts") },
 		Chaos: cpOOMChaos,
+		NodeAccess: []string{
+			"kube-proxy CPU throttle on the gateways' node (its cgroup's CPU quota)",
+			"kube-proxy's iptables rules on that node (when the killed pod's endpoint leaves them)",
+			"the control plane's memory cgroup (working set before the OOM kill)",
+		},
 		Checks: func(params.Values) []runner.Check {
 			return []runner.Check{
 				runner.StatusRate("5xx", results.LE, 0),
@@ -86,28 +91,10 @@ func cpOOMChaos(ctx context.Context, s *experiment.State) error {
 	if err := s.Inject(ctx, &chaos.CPUThrottle{Target: fmt.Sprintf("kube-proxy/node%d", gwNode), Group: kp, CPUs: v.Float("kubeProxyCPU")}); err != nil {
 		return err
 	}
-	// Drive the control plane over its limit: the kernel, not the harness, must kill it.
-	ballast, ok := s.CP.(subject.Ballaster)
-	if !ok {
-		return fmt.Errorf("control plane %s has no memory ballast hook; cp-oom-restart needs one", s.CP.Name())
-	}
-	limitMiB := int(v.Bytes("cpMemoryLimit") >> 20)
-	if err := s.Inject(ctx, &chaos.Ballast{Target: "control-plane", URL: ballast.BallastURL(pod, 2*limitMiB),
-		Dial: m.Cluster.Dialer(m.Spec.CP.Node), Usage: func() (int64, error) {
-			u, err := s.Memory.ReadMemory()
-			return u.WorkingSet, err
-		}}); err != nil {
+	_, killedAt, err := oomKillControlPlane(ctx, s)
+	if err != nil {
 		return err
 	}
-	killed, err := kube.WaitPod(ctx, m.Client, pod.Namespace, pod.Name, 2*time.Minute, func(p *corev1.Pod) (bool, error) {
-		t := kube.LastTermination(p, s.CP.Container())
-		return t != nil && t.Reason == "OOMKilled", nil
-	})
-	if err != nil {
-		return fmt.Errorf("the control plane was not OOM-killed (memory limit %s): the chaos did not take effect: %w", v["cpMemoryLimit"], err)
-	}
-	killedAt := kube.LastTermination(killed, s.CP.Container()).FinishedAt.Time
-	s.Event("cp.oomkilled", pod.Name, "the kernel OOM-killed the control plane (container status OOMKilled)")
 
 	// The old endpoint leaves the proxies' node's rules only when kube-proxy gets to it.
 	lagCtx, cancel := context.WithTimeout(ctx, v.Duration("throttleWindow"))
@@ -118,14 +105,59 @@ func cpOOMChaos(ctx context.Context, s *experiment.State) error {
 	} else {
 		s.Event("kube-proxy.endpoint-kept", pod.Status.PodIP, "still in the rules at the end of the throttle window")
 	}
-	ready, err := kube.WaitPod(ctx, m.Client, pod.Namespace, pod.Name, 3*time.Minute, func(p *corev1.Pod) (bool, error) {
+	if _, err := waitControlPlaneReady(ctx, s, killedAt); err != nil {
+		return err
+	}
+	return experiment.Sleep(ctx, time.Until(throttledAt.Add(v.Duration("throttleWindow"))))
+}
+
+// oomKillControlPlane drives the control plane over its memory limit (its ballast hook, else a
+// generic memory hog) until
+// the kernel kills it (the harness does not: an OOM kill is the fault), and returns the ballast
+// (to clear) and when the container ended. Only a kill after this call counts.
+func oomKillControlPlane(ctx context.Context, s *experiment.State) (*chaos.Ballast, time.Time, error) {
+	v, m, pod := s.Params, s.Mesh, s.CPPod
+	if s.Memory == nil {
+		return nil, time.Time{}, fmt.Errorf("the control plane's memory cgroup is not readable on substrate %s: the ballast's effect cannot be proven", m.Cluster.Name())
+	}
+	since := time.Now().Add(-time.Second) // container timestamps have whole seconds
+	// A control plane without a ballast hook gets the generic memory hog in its container's cgroup.
+	limitMiB := int(v.Bytes("cpMemoryLimit") >> 20)
+	b := &chaos.Ballast{Target: "control-plane", Usage: func() (int64, error) {
+		u, err := s.Memory.ReadMemory()
+		return u.WorkingSet, err
+	}}
+	if ballast, ok := s.CP.(subject.Ballaster); ok {
+		b.URL, b.Dial = ballast.BallastURL(pod, 2*limitMiB), m.Cluster.Dialer(m.Spec.CP.Node)
+	} else {
+		b.Hog = &chaos.Hog{Cluster: m.Cluster, Pod: pod, Container: s.CP.Container(), MiB: 2 * limitMiB}
+	}
+	if err := s.Inject(ctx, b); err != nil {
+		return nil, time.Time{}, err
+	}
+	killed, err := kube.WaitPod(ctx, m.Client, pod.Namespace, pod.Name, 2*time.Minute, func(p *corev1.Pod) (bool, error) {
+		t := kube.LastTermination(p, s.CP.Container())
+		return t != nil && t.Reason == "OOMKilled" && !t.FinishedAt.Time.Before(since), nil
+	})
+	if err != nil {
+		return b, time.Time{}, fmt.Errorf("the control plane was not OOM-killed (memory limit %s): the chaos did not take effect: %w", v["cpMemoryLimit"], err)
+	}
+	s.Event("cp.oomkilled", pod.Name, "the kernel OOM-killed the control plane (container status OOMKilled)")
+	return b, kube.LastTermination(killed, s.CP.Container()).FinishedAt.Time, nil
+}
+
+// waitControlPlaneReady waits for the control plane's pod to be Ready again after a kill at
+// killedAt and puts the time it took on the timeline.
+func waitControlPlaneReady(ctx context.Context, s *experiment.State, killedAt time.Time) (time.Time, error) {
+	pod := s.CPPod
+	ready, err := kube.WaitPod(ctx, s.Mesh.Client, pod.Namespace, pod.Name, 3*time.Minute, func(p *corev1.Pod) (bool, error) {
 		ok, at := kube.PodReady(p)
 		return ok && at.After(killedAt), nil
 	})
 	if err != nil {
-		return fmt.Errorf("the restarted control plane was not ready: %w", err)
+		return time.Time{}, fmt.Errorf("the restarted control plane was not ready: %w", err)
 	}
 	_, readyAt := kube.PodReady(ready)
 	s.Event("cp.ready", pod.Name, fmt.Sprintf("ready %.1f s after the kill", readyAt.Sub(killedAt).Seconds()))
-	return experiment.Sleep(ctx, time.Until(throttledAt.Add(v.Duration("throttleWindow"))))
+	return readyAt, nil
 }

@@ -53,8 +53,13 @@ func TestResolveParams(t *testing.T) {
 
 // TestCPOOMRestartBothWays is the harness's honesty test: at a small scale the experiment must
 // pass against the sync-gated reference control plane and must catch the ungated one.
-func TestCPOOMRestartBothWays(t *testing.T) {
-	l := newLocalRunner(t)
+func TestCPOOMRestartBothWays(t *testing.T) { cpoomBothWays(t, newLocalRunner(t)) }
+
+// TestCPOOMRestartBothWaysKind is the same on kind clusters: the verdicts do not depend on the
+// substrate.
+func TestCPOOMRestartBothWaysKind(t *testing.T) { cpoomBothWays(t, newKindRunner(t)) }
+
+func cpoomBothWays(t *testing.T, l *localRunner) {
 	sets := []string{"rate=100", "duration=40s", "steady=8s", "throttleWindow=20s", "serviceEntries=" + testServiceEntries}
 	run := func(cp string) results.Summary {
 		s, _ := l.run("cp-oom-restart", cp, sets, 10*time.Minute)
@@ -76,3 +81,29 @@ func TestCPOOMRestartBothWays(t *testing.T) {
 // testServiceEntries is the default: with the default CPU limit it gives a restarted control
 // plane a sync window of a couple of seconds on a 2-core machine.
 const testServiceEntries = "3000"
+
+// TestCPOOMRestartExternalReference runs the same experiment against the reference control
+// plane deployed purely through its descriptor (examples/controlplanes/reference.yaml): the
+// harness knows nothing of it but the descriptor, which names no ballast hook, so the OOM kill
+// comes from the generic memory hog. The verdict must be the one --cp reference gets
+// (TestCPOOMRestartBothWays): pass, with the kill and the restart proven.
+func TestCPOOMRestartExternalReference(t *testing.T) {
+	l := newLocalRunner(t)
+	sets := []string{"rate=100", "duration=40s", "steady=8s", "throttleWindow=20s", "serviceEntries=" + testServiceEntries}
+	s, _ := l.run("cp-oom-restart", "external:../examples/controlplanes/reference.yaml", sets, 10*time.Minute)
+	assert.Equal(t, results.VerdictPass, s.Verdict, "the sync gate keeps the gateway serving: %+v", s.Checks)
+	assert.Zero(t, s.Traffic.Errors)
+	require.NotNil(t, s.ControlPlaneStats, "the descriptor's metrics were read")
+	assert.GreaterOrEqual(t, s.ControlPlaneStats.OOMKills, 1)
+	assert.GreaterOrEqual(t, s.ControlPlaneStats.Restarts, 1)
+	require.NotNil(t, s.ControlPlaneStats.Pushes, "push counters were scraped through the descriptor's metric names")
+	var ballast *results.Fault
+	for i, f := range s.Faults {
+		if f.Name == "memory-ballast/control-plane" {
+			ballast = &s.Faults[i]
+		}
+	}
+	require.NotNil(t, ballast, "faults: %+v", s.Faults)
+	assert.True(t, ballast.Fallback, "no hook in the descriptor: the generic hog")
+	assert.Contains(t, ballast.Implementation, "generic memory hog")
+}

@@ -115,6 +115,11 @@ func init() {
 		Hosts:  func(v params.Values) int { return v.Int("hosts") },
 		Chaos:  starveChaos,
 		Checks: starveChecks,
+		NodeAccess: []string{
+			"node 1's CPU budget (a CPU quota on its pods' cgroup)",
+			"CPU use of node 1's pods and of the control plane (their cgroups)",
+			"the noisy neighbour's cgroup (its CPU use)",
+		},
 	})
 }
 
@@ -304,11 +309,11 @@ func starveProbes(s *experiment.State, pods *cgroup.Group) []observe.Probe {
 			if icErr != nil {
 				return 0, icErr
 			}
-			bad := &networkingv1.ServiceEntry{ObjectMeta: metav1.ObjectMeta{GenerateName: "invalid-", Namespace: "default"},
+			bad := &networkingv1.ServiceEntry{ObjectMeta: metav1.ObjectMeta{GenerateName: "invalid-", Namespace: s.Mesh.Namespace},
 				Spec: istioapi.ServiceEntry{Hosts: []string{"*.invalid.test"}, Resolution: istioapi.ServiceEntry_STATIC,
 					Ports:     []*istioapi.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP"}},
 					Endpoints: []*istioapi.WorkloadEntry{{Address: "10.1.2.3"}}}}
-			_, err := ic.NetworkingV1().ServiceEntries("default").Create(ctx, bad, dry)
+			_, err := ic.NetworkingV1().ServiceEntries(s.Mesh.Namespace).Create(ctx, bad, dry)
 			if err == nil {
 				return 0, errors.New("invalid ServiceEntry accepted (the validation webhook failed open)")
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/meshchaos/meshchaos/harness/chaos"
@@ -14,6 +15,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/params"
 	"github.com/meshchaos/meshchaos/harness/runner"
 	"github.com/meshchaos/meshchaos/harness/subject"
+	"github.com/meshchaos/meshchaos/harness/traffic"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -36,6 +38,8 @@ func init() {
 			params.IntParam("hosts", 4, 1, 10000, "", "ServiceEntry hosts under traffic (the other services)"),
 			params.IntParam("gateways", 1, 1, 20, "", "gateway replicas carrying the traffic"),
 			params.DurationParam("convergenceP99", time.Second, time.Millisecond, time.Hour, "the largest allowed P99 of endpoint-change convergence at the proxies"),
+			params.IntParam("flapRate", 20, 1, 5000, "rps", "requests per second to the flapping service through the gateways (an attack of its own, measured separately)"),
+			params.DurationParam("flapGrace", 2*time.Second, 0, time.Minute, "errors to the flapping service this close to one of its unready windows count as inside it (the change's way to the gateways, and 1 s series)"),
 		},
 		Validate: func(v params.Values) error {
 			if v.Int("hosts") > v.Int("serviceEntries") {
@@ -86,6 +90,8 @@ func init() {
 				}), results.GE, 1, ""),
 				runner.Metric("pod readiness transitions not seen as endpoint changes", unseenTransitions, results.LE, 0, ""),
 				runner.Metric("endpoint changes missed by proxies", convergence(func(c *results.Convergence) float64 { return float64(c.Missed) }), results.LE, 0, ""),
+				// The flapping service fails only while it has no ready endpoint.
+				flapErrorsOutsideWindows(v.Duration("flapGrace")),
 			}
 		},
 	})
@@ -123,10 +129,88 @@ func unseenTransitions(s *results.Summary) (float64, error) {
 	return float64(w.Ready + w.NotReady - len(s.Convergence.Changes)), nil
 }
 
+// flapAttack names the attack on the flapping service in the summary's attacks.
+const flapAttack = "flap"
+
+// flapErrorsOutsideWindows checks that the errors of the traffic to the flapping service fall
+// inside its unready windows: from an endpoint change to 0 ready to the next change to ≥ 1 (as
+// the API's EndpointSlices showed them), widened by grace on both sides (the change still has to
+// reach the gateways; the traffic series is per second). A second with errors that touches no
+// widened window counts; the detail gives the codes and response flags of every error.
+func flapErrorsOutsideWindows(grace time.Duration) runner.Check {
+	return func(s *results.Summary) (results.Check, error) {
+		name := fmt.Sprintf("errors to the flapping service outside its unready windows (±%s)", grace)
+		t := s.Attacks[flapAttack]
+		if t == nil || t.Requests == 0 {
+			return results.Check{}, fmt.Errorf("check %q: the traffic to the flapping service was not measured", name)
+		}
+		if s.Convergence == nil {
+			return results.Check{}, fmt.Errorf("check %q: the flapping service's endpoint changes were not followed", name)
+		}
+		windows := unreadyWindows(s.Convergence.Changes)
+		var outside int64
+		var seconds []int
+		for _, sec := range t.Series {
+			if sec.Errors == 0 {
+				continue
+			}
+			from := t.StartedAt.Add(time.Duration(sec.T) * time.Second)
+			in := false
+			for _, w := range windows {
+				if from.Before(w[1].Add(grace)) && from.Add(time.Second).After(w[0].Add(-grace)) {
+					in = true
+					break
+				}
+			}
+			if !in {
+				outside += sec.Errors
+				seconds = append(seconds, sec.T)
+			}
+		}
+		c := results.NewCheck(name, float64(outside), results.LE, 0, "")
+		c.Detail = fmt.Sprintf("%d of %d requests failed, %d unready windows; by code %v; by response flag %v", t.Errors, t.Requests, len(windows), t.ByCode, t.ByFlag)
+		if outside > 0 {
+			c.Detail += fmt.Sprintf("; outside the windows in seconds %v of the attack", seconds)
+		}
+		return c, nil
+	}
+}
+
+// unreadyWindows are the spans in which the service had no ready endpoint: [change to 0, next
+// change to ≥ 1); one still open at the end lasts for ever.
+func unreadyWindows(changes []results.EndpointChange) [][2]time.Time {
+	var out [][2]time.Time
+	var start time.Time
+	for _, ch := range changes {
+		switch {
+		case ch.Ready == 0 && start.IsZero():
+			start = ch.At
+		case ch.Ready > 0 && !start.IsZero():
+			out = append(out, [2]time.Time{start, ch.At})
+			start = time.Time{}
+		}
+	}
+	if !start.IsZero() {
+		out = append(out, [2]time.Time{start, time.Now().Add(24 * time.Hour)})
+	}
+	return out
+}
+
 func endpointFlapChaos(ctx context.Context, s *experiment.State) error {
 	v, m := s.Params, s.Mesh
-	const ns = "default"
+	ns := m.Namespace
 	sel := "app=" + flapService
+	// Traffic to the flapping service itself, through every gateway, from before the first flap
+	// to past the last change's convergence.
+	targets := m.HostTargets(flapService + "." + ns + ".svc.cluster.local")
+	if err := m.WaitRoutes(ctx, targets, time.Minute); err != nil {
+		return err
+	}
+	if err := s.Measure(&observe.Attack{As: flapRole, Options: traffic.Options{Name: flapAttack, Targets: targets,
+		Rate: v.Int("flapRate"), Duration: v.Duration("flapFor") + 10*time.Second,
+		DialContext: m.Cluster.Dialer(m.Spec.Gateway.Node), ResultsFile: filepath.Join(s.Dir(), results.TrafficDir, "flap-results.json")}}); err != nil {
+		return err
+	}
 	// After the control plane's metrics: it attributes their pushes to each change.
 	conv := &observe.Convergence{Client: m.Client, Namespace: ns, Service: flapService, URL: m.ADSLoadURL + "/tracked",
 		Dial: m.Cluster.Dialer(max(m.Spec.ADSLoad.Node, 1)), As: "adsload", Pushes: s.CP.Metrics()}

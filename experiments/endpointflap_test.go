@@ -66,6 +66,10 @@ func TestEndpointFlapBothWays(t *testing.T) {
 
 	plain := run("reference")
 	assert.Equal(t, results.VerdictPass, plain.Verdict, "endpoint-only changes stay incremental: %+v", plain.Checks)
+	if flap := plain.Attacks[flapAttack]; assert.NotNil(t, flap, "traffic to the flapping service measured") {
+		assert.Positive(t, flap.Requests)
+		assert.Positive(t, flap.Errors, "a service with no ready endpoint fails its requests: proof the attack saw the flaps")
+	}
 	assert.GreaterOrEqual(t, upFlaps(plain.Convergence), 2, "the pod flapped back Ready more than once")
 	assert.Zero(t, plain.ControlPlaneStats.Pushes.Full)
 	assert.GreaterOrEqual(t, plain.ControlPlaneStats.Pushes.EDS, int64(len(plain.Convergence.Changes)), "an EDS push per endpoint change")
@@ -89,4 +93,47 @@ func TestEndpointFlapBothWays(t *testing.T) {
 		}
 	}
 	assert.GreaterOrEqual(t, attributed, flaps-1, "0→1 changes with their full push: %+v", switched.Convergence.Changes)
+}
+
+// The flapping service's errors must fall inside its unready windows (0 ready endpoints in the
+// API, ± grace); errors elsewhere fail the check with their seconds; no attack or no endpoint
+// changes is an error, not a pass.
+func TestFlapErrorsOutsideWindows(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	conv := &results.Convergence{Changes: []results.EndpointChange{
+		{At: at(10), Ready: 0}, {At: at(12), Ready: 1}, // unready 10–12 s
+		{At: at(20), Ready: 0}, {At: at(22.5), Ready: 1}, // unready 20–22.5 s
+	}}
+	series := func(errSeconds ...int) *results.Traffic {
+		tr := &results.Traffic{StartedAt: t0, Requests: 600, ByFlag: map[string]int64{"UH": 1}}
+		for s := 0; s < 30; s++ {
+			sec := results.Second{T: s, Requests: 20}
+			for _, e := range errSeconds {
+				if e == s {
+					sec.Errors, tr.Errors = 3, tr.Errors+3
+				}
+			}
+			tr.Series = append(tr.Series, sec)
+		}
+		return tr
+	}
+	check := flapErrorsOutsideWindows(time.Second)
+	// Inside, and within a second of, the windows (the change's way to the gateway).
+	c, err := check(&results.Summary{Convergence: conv, Attacks: map[string]*results.Traffic{flapAttack: series(10, 11, 12, 20, 23)}})
+	require.NoError(t, err)
+	assert.True(t, c.Pass, c.Detail)
+	assert.Contains(t, c.Detail, "15 of 600 requests failed, 2 unready windows")
+	assert.Contains(t, c.Detail, "UH:1")
+	// Errors while the service had a ready endpoint.
+	c, err = check(&results.Summary{Convergence: conv, Attacks: map[string]*results.Traffic{flapAttack: series(11, 5, 16)}})
+	require.NoError(t, err)
+	assert.False(t, c.Pass)
+	assert.Equal(t, 6.0, c.Observed)
+	assert.Contains(t, c.Detail, "seconds [5 16]")
+	// Not measured: error, never pass.
+	_, err = check(&results.Summary{Convergence: conv})
+	assert.ErrorContains(t, err, "not measured")
+	_, err = check(&results.Summary{Attacks: map[string]*results.Traffic{flapAttack: series()}})
+	assert.ErrorContains(t, err, "not followed")
 }

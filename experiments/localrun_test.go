@@ -17,7 +17,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/meshchaos/meshchaos/harness/cluster"
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
+	"github.com/meshchaos/meshchaos/harness/cluster/kind"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 	"github.com/meshchaos/meshchaos/harness/experiment"
 	"github.com/meshchaos/meshchaos/harness/runner"
@@ -32,6 +34,9 @@ type localRunner struct {
 	t         *testing.T
 	home      string
 	imagesDir string
+	// sub is the substrate (default: local under home); leftovers lists what a cluster left.
+	sub       cluster.Provider
+	leftovers func(name string) []string
 }
 
 // newLocalRunner skips with MESHCHAOS_SKIP_INTEGRATION=1 and fails when the machine cannot
@@ -46,7 +51,28 @@ func newLocalRunner(t *testing.T) *localRunner {
 	home, err := os.MkdirTemp("", "mc")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(home) })
-	return &localRunner{t: t, home: home, imagesDir: imagesDir}
+	return &localRunner{t: t, home: home, imagesDir: imagesDir,
+		sub:       local.Substrate{Home: home, ImagesDir: imagesDir},
+		leftovers: func(name string) []string { return local.Leftovers(home, name) }}
+}
+
+// newKindRunner runs on kind clusters; it skips, saying why, where Docker or the node image is
+// missing ('sudo hack/docker.sh' and 'make kind-node-image' provide both on a machine like CI).
+func newKindRunner(t *testing.T) *localRunner {
+	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
+		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
+	}
+	if err := kind.Preflight(); err != nil {
+		t.Skipf("kind substrate not usable here: %v", err)
+	}
+	if img := kind.DefaultImage(); !kind.ImagePresent(img) {
+		t.Skipf("kind node image %s is not in Docker and there is no registry to pull it from: run 'make kind-node-image'", img)
+	}
+	imagesDir, err := bins.ImagesDir("")
+	require.NoError(t, err)
+	return &localRunner{t: t, imagesDir: imagesDir,
+		sub:       kind.Substrate{ImagesDir: imagesDir},
+		leftovers: kind.Leftovers}
 }
 
 // run executes experiment name with sets against control plane cp; it returns the summary and
@@ -59,7 +85,7 @@ func (l *localRunner) run(name, cp string, sets []string, timeout time.Duration)
 	require.NoError(t, err)
 	sut, err := subject.Parse(cp)
 	require.NoError(t, err)
-	exp, err := d.Build(experiment.Env{Substrate: local.Substrate{Home: l.home, ImagesDir: l.imagesDir}, ControlPlane: sut}, v)
+	exp, err := d.Build(experiment.Env{Substrate: l.sub, ControlPlane: sut}, v)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -77,7 +103,7 @@ func (l *localRunner) run(name, cp string, sets []string, timeout time.Duration)
 		}
 	}
 	require.NotEmpty(t, cluster, "the timeline names the cluster")
-	assert.Empty(t, local.Leftovers(l.home, cluster), "teardown left no process, namespace, mount, cgroup or state")
+	assert.Empty(t, l.leftovers(cluster), "teardown left no process, namespace, mount, cgroup, container or state")
 	assert.Empty(t, secretsIn(t, dir), "the run directory (summary, report, logs, profiles) holds no key or token")
 	return s, dir
 }

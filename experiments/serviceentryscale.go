@@ -56,7 +56,8 @@ func init() {
 			// No data plane: the oracle client is the proxy, and memory is the measure.
 			return mesh.Spec{Nodes: 1, CP: subject.Placement{Node: 1, MemoryLimit: v["cpMemoryLimit"], CPULimit: v["cpCPULimit"]}}
 		},
-		Chaos: scaleSteps,
+		Chaos:      scaleSteps,
+		NodeAccess: []string{"the control plane's memory cgroup (RSS per step)"},
 		Checks: func(v params.Values) []runner.Check {
 			checks := []runner.Check{
 				runner.GrowthExponent(results.LE, v.Float("maxExponent")),

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -25,7 +26,16 @@ const (
 	ChartErrors  = "errors"
 	ChartLatency = "latency"
 	ChartMemory  = "memory"
+	// ChartPushes: xDS responses per second by type, stacked, with the markers.
+	ChartPushes = "pushes"
+	// ChartPushTime and ChartConvergence: the push-time and convergence histograms.
+	ChartPushTime    = "push-time"
+	ChartConvergence = "convergence"
 )
+
+// xdsPushesMetric is the per-proxy, per-type push counter the pushes chart reads from the
+// scraped series: istiod's name, which the reference control plane shares.
+const xdsPushesMetric = "pilot_xds_pushes"
 
 // markerKinds are the event kinds drawn as vertical markers: the things that happen to the system
 // (chaos, pod lifecycle, gates), not the harness's own bookkeeping.
@@ -189,7 +199,165 @@ func RenderCharts(dir string, s *Summary) ([]Chart, error) {
 			return nil, err
 		}
 	}
+	if cp := s.ControlPlaneStats; cp != nil {
+		if types, from, counts := pushesPerSecond(cp.Metrics); len(types) > 0 {
+			c, err := renderStacked(dir, ChartPushes, "xDS pushes per second by type (stacked)", types, from.Sub(s.StartedAt).Seconds(), counts, markers)
+			if err != nil {
+				return nil, fmt.Errorf("render %s chart: %w", ChartPushes, err)
+			}
+			charts = append(charts, c)
+		}
+		if h := cp.PushTime; h != nil && h.Count > 0 {
+			c, err := renderHistogram(dir, ChartPushTime, "Push time per proxy and type (pilot_xds_push_time)", h)
+			if err != nil {
+				return nil, fmt.Errorf("render %s chart: %w", ChartPushTime, err)
+			}
+			charts = append(charts, c)
+		}
+	}
+	if cv := s.Convergence; cv != nil && cv.Latency.Count > 0 {
+		c, err := renderHistogram(dir, ChartConvergence, "Endpoint-change convergence at the proxies", &cv.Latency)
+		if err != nil {
+			return nil, fmt.Errorf("render %s chart: %w", ChartConvergence, err)
+		}
+		charts = append(charts, c)
+	}
 	return charts, nil
+}
+
+// pushesPerSecond bins the growth of the per-type push counter into whole seconds (a counter
+// reset, a restart, counts from zero): the types, the first second, and per type the count in
+// each second from it.
+func pushesPerSecond(series []Series) (types []string, from time.Time, counts map[string][]float64) {
+	bins := map[string]map[time.Time]float64{}
+	var last time.Time
+	for _, sr := range series {
+		if sr.Name != xdsPushesMetric || sr.Labels["type"] == "" {
+			continue
+		}
+		typ := sr.Labels["type"]
+		for i := 1; i < len(sr.Samples); i++ {
+			d := sr.Samples[i].Value - sr.Samples[i-1].Value
+			if d < 0 {
+				d = sr.Samples[i].Value
+			}
+			if d == 0 {
+				continue
+			}
+			sec := sr.Samples[i].At.UTC().Truncate(time.Second)
+			if bins[typ] == nil {
+				bins[typ] = map[time.Time]float64{}
+			}
+			bins[typ][sec] += d
+			if from.IsZero() || sec.Before(from) {
+				from = sec
+			}
+			if sec.After(last) {
+				last = sec
+			}
+		}
+	}
+	if len(bins) == 0 {
+		return nil, time.Time{}, nil
+	}
+	counts = map[string][]float64{}
+	for _, typ := range SortedKeys(bins) {
+		types = append(types, typ)
+		for t := from; !t.After(last); t = t.Add(time.Second) {
+			counts[typ] = append(counts[typ], bins[typ][t])
+		}
+	}
+	return types, from, counts
+}
+
+// renderStacked draws per-second counts as stacked bars, the first second at x0 (seconds since
+// the run started), with the run's markers.
+func renderStacked(dir, name, title string, types []string, x0 float64, counts map[string][]float64, markers []Marker) (Chart, error) {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "seconds since run start"
+	p.Y.Label.Text = "responses per second"
+	p.Add(plotter.NewGrid())
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.TextStyle.Font.Size = vg.Points(9)
+	n := len(counts[types[0]])
+	// The x range holds n+2 seconds over about 8 inches of plot; a bar fills 80 % of its second.
+	width := vg.Length(8*vg.Inch) / vg.Length(n+2) * 0.8
+	var below *plotter.BarChart
+	ymax := 0.0
+	for i := 0; i < n; i++ {
+		sum := 0.0
+		for _, typ := range types {
+			sum += counts[typ][i]
+		}
+		ymax = max(ymax, sum)
+	}
+	for i, typ := range types {
+		b, err := plotter.NewBarChart(plotter.Values(counts[typ]), width)
+		if err != nil {
+			return Chart{}, err
+		}
+		b.XMin = x0 + 0.5 // second [t, t+1) centred on t+0.5
+		b.Color = palette[i%len(palette)]
+		b.LineStyle.Width = 0
+		if below != nil {
+			b.StackOn(below)
+		}
+		below = b
+		p.Add(b)
+		p.Legend.Add(typ, b)
+	}
+	if ymax == 0 {
+		ymax = 1
+	}
+	if err := addMarkers(p, markers, x0-1, x0+float64(n)+1, ymax); err != nil {
+		return Chart{}, err
+	}
+	p.Y.Min, p.Y.Max = 0, ymax*1.4
+	p.X.Min, p.X.Max = x0-1, x0+float64(n)+1
+	return saveChart(p, dir, name, title)
+}
+
+// renderHistogram draws a histogram's buckets (counts per bucket, not cumulative) as bars.
+func renderHistogram(dir, name, title string, h *Histogram) (Chart, error) {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("%s: %d samples, P50 %.0f ms, P99 %.0f ms", title, h.Count, h.P50Ms, h.P99Ms)
+	p.Y.Label.Text = "count"
+	p.X.Label.Text = "ms (bucket upper bound)"
+	var vals plotter.Values
+	var names []string
+	prev := int64(0)
+	for _, b := range h.Buckets {
+		if b.Count-prev == 0 && len(vals) == 0 {
+			continue // the empty buckets before the first value
+		}
+		vals = append(vals, float64(b.Count-prev))
+		if b.LeMs < 0 {
+			names = append(names, "+Inf")
+		} else {
+			names = append(names, fmt.Sprintf("≤%g", b.LeMs))
+		}
+		prev = b.Count
+	}
+	// Trailing empty buckets say nothing.
+	for len(vals) > 1 && vals[len(vals)-1] == 0 {
+		vals, names = vals[:len(vals)-1], names[:len(names)-1]
+	}
+	if len(vals) == 0 {
+		return Chart{}, fmt.Errorf("histogram %s has no buckets", name)
+	}
+	b, err := plotter.NewBarChart(vals, vg.Length(8*vg.Inch)/vg.Length(len(vals))*0.7)
+	if err != nil {
+		return Chart{}, err
+	}
+	b.Color = palette[1]
+	b.LineStyle.Width = 0
+	p.Add(plotter.NewGrid(), b)
+	p.NominalX(names...)
+	p.X.Min, p.X.Max = -0.5, float64(len(vals))-0.5
+	p.X.Tick.Label.Font.Size = vg.Points(7)
+	p.Y.Min = 0
+	return saveChart(p, dir, name, title)
 }
 
 func renderChart(dir, name, title, ylabel string, lines []line, markers []Marker, ymin0 bool) (Chart, error) {
@@ -244,14 +412,42 @@ func renderChart(dir, name, title, ylabel string, lines []line, markers []Marker
 		p.Legend.Add(l.name, pl)
 	}
 	xmin = min(xmin, 0)
+	if err := addMarkers(p, markers, xmin, xmax+1, ymax); err != nil {
+		return Chart{}, err
+	}
+	if ymin0 {
+		p.Y.Min = 0
+	}
+	p.Y.Max = top
+	p.X.Min, p.X.Max = xmin, xmax
+	if xmax <= xmin {
+		p.X.Max = xmin + 1
+	}
+	return saveChart(p, dir, name, title)
+}
+
+// saveChart writes p as charts/<name>.svg and .png under dir.
+func saveChart(p *plot.Plot, dir, name, title string) (Chart, error) {
+	c := Chart{Title: title, SVG: filepath.Join(ChartsDir, name+".svg"), PNG: filepath.Join(ChartsDir, name+".png")}
+	for _, f := range []string{c.SVG, c.PNG} {
+		if err := p.Save(9*vg.Inch, 3.2*vg.Inch, filepath.Join(dir, f)); err != nil {
+			return Chart{}, err
+		}
+	}
+	return c, nil
+}
+
+// addMarkers draws the markers between xmin and xmax as numbered dashed verticals up to just
+// above ymax.
+func addMarkers(p *plot.Plot, markers []Marker, xmin, xmax, ymax float64) error {
 	var labels plotter.XYLabels
 	for _, m := range markers {
-		if m.Offset < xmin || m.Offset > xmax+1 {
+		if m.Offset < xmin || m.Offset > xmax {
 			continue // outside what this chart shows
 		}
 		ml, err := plotter.NewLine(plotter.XYs{{X: m.Offset, Y: 0}, {X: m.Offset, Y: ymax * 1.1}})
 		if err != nil {
-			return Chart{}, err
+			return err
 		}
 		ml.Color = color.Gray{0x70}
 		ml.Width = vg.Points(0.8)
@@ -263,7 +459,7 @@ func renderChart(dir, name, title, ylabel string, lines []line, markers []Marker
 	if len(labels.Labels) > 0 {
 		lb, err := plotter.NewLabels(labels)
 		if err != nil {
-			return Chart{}, err
+			return err
 		}
 		for i := range lb.TextStyle {
 			lb.TextStyle[i].Font.Size = vg.Points(8)
@@ -272,19 +468,5 @@ func renderChart(dir, name, title, ylabel string, lines []line, markers []Marker
 		}
 		p.Add(lb)
 	}
-	if ymin0 {
-		p.Y.Min = 0
-	}
-	p.Y.Max = top
-	p.X.Min, p.X.Max = xmin, xmax
-	if xmax <= xmin {
-		p.X.Max = xmin + 1
-	}
-	c := Chart{Title: title, SVG: filepath.Join(ChartsDir, name+".svg"), PNG: filepath.Join(ChartsDir, name+".png")}
-	for _, f := range []string{c.SVG, c.PNG} {
-		if err := p.Save(9*vg.Inch, 3.2*vg.Inch, filepath.Join(dir, f)); err != nil {
-			return Chart{}, err
-		}
-	}
-	return c, nil
+	return nil
 }

@@ -2,121 +2,207 @@ package results
 
 import (
 	"bytes"
-	"math"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/meshchaos/meshchaos/results/stats"
 )
 
-func row(t *testing.T, c *Comparison, name string) Row {
-	for _, r := range c.Rows {
-		if r.Metric.Name == name {
-			return r
+func runs(ss ...*Summary) []Run {
+	out := make([]Run, len(ss))
+	for i, s := range ss {
+		out[i] = Run{Dir: filepath.Join("runs", s.ControlPlane, string(rune('a'+i))), Summary: s}
+	}
+	return out
+}
+
+func compare(t *testing.T, base, cand []*Summary, maxRel ...float64) *Comparison {
+	t.Helper()
+	o := CompareOptions{}
+	if len(maxRel) > 0 {
+		o.MinRel = &maxRel[0]
+	}
+	for _, s := range cand {
+		s.ControlPlane = "candidate"
+	}
+	c, err := Compare(runs(base...), runs(cand...), o)
+	require.NoError(t, err)
+	return c
+}
+
+func measure(t *testing.T, c *Comparison, name string) MeasureResult {
+	t.Helper()
+	require.Len(t, c.Groups, 1)
+	for _, m := range c.Groups[0].Measures {
+		if m.Name == name {
+			return m
 		}
 	}
-	t.Fatalf("no row %q", name)
-	return Row{}
+	t.Fatalf("no measure %q", name)
+	return MeasureResult{}
 }
 
 func TestCompareSameRunsNoRegression(t *testing.T) {
-	c, err := Compare([]*Summary{sample()}, []*Summary{sample()}, 10)
-	require.NoError(t, err)
+	c := compare(t, []*Summary{sample(), sample(), sample()}, []*Summary{sample(), sample(), sample()})
 	assert.False(t, c.Regressed())
-	assert.Zero(t, row(t, c, "error rate").ChangePct)
+	assert.Empty(t, c.Incomplete())
+	for _, m := range c.Groups[0].Measures {
+		assert.Contains(t, []stats.Verdict{stats.NoEvidence, VerdictShown}, m.Verdict, m.Name)
+	}
+	assert.Zero(t, measure(t, c, "error rate").Stats.Difference.Estimate)
+	assert.Equal(t, "no regression", c.Outcome())
 }
 
 func TestCompareRegressions(t *testing.T) {
 	base, cand := sample(), sample()
-	cand.Traffic.ErrorRate = base.Traffic.ErrorRate * 1.2 // +20 %
-	c, err := Compare([]*Summary{base}, []*Summary{cand}, 10)
-	require.NoError(t, err)
-	r := row(t, c, "error rate")
-	assert.InDelta(t, 20, r.ChangePct, 1e-9)
-	assert.True(t, r.Regression)
+	cand.Traffic.ErrorRate = base.Traffic.ErrorRate * 1.2 // +20 %, +0.75 points
+	c := compare(t, []*Summary{base}, []*Summary{cand}, 0.10)
+	r := measure(t, c, "error rate")
+	assert.InDelta(t, 0.75, r.Stats.Difference.Estimate, 1e-9)
+	assert.InDelta(t, 1.2, r.Stats.Ratio.Estimate, 1e-9)
+	assert.Equal(t, stats.Regression, r.Verdict)
+	assert.Equal(t, stats.Separated, r.Stats.Basis, "one run each: no test can be significant")
 	assert.True(t, c.Regressed())
 
-	c, err = Compare([]*Summary{base}, []*Summary{cand}, 25)
-	require.NoError(t, err)
-	assert.False(t, c.Regressed(), "within --max-regression 25")
+	c = compare(t, []*Summary{base}, []*Summary{cand}, 0.25)
+	assert.False(t, c.Regressed(), "within a minimum effect of 25 %")
 
 	// Tiny latencies: +50 % but +0.5 ms is under the floor.
 	cand = sample()
 	cand.Traffic.LatencyMs.P50 = 1.5
-	c, err = Compare([]*Summary{base}, []*Summary{cand}, 10)
-	require.NoError(t, err)
-	assert.False(t, row(t, c, "latency p50").Regression)
+	c = compare(t, []*Summary{base}, []*Summary{cand})
+	assert.Equal(t, stats.NoEvidence, measure(t, c, "latency p50").Verdict)
 
-	// From zero to something is an infinite regression.
+	// From zero to something is a regression.
 	base.ControlPlaneStats.Pushes.Full, cand.ControlPlaneStats.Pushes.Full = 0, 2
-	c, err = Compare([]*Summary{base}, []*Summary{cand}, 10)
-	require.NoError(t, err)
-	r = row(t, c, "full pushes")
-	assert.True(t, math.IsInf(r.ChangePct, 1))
-	assert.True(t, r.Regression)
+	c = compare(t, []*Summary{base}, []*Summary{cand})
+	r = measure(t, c, "full pushes")
+	assert.Nil(t, r.Stats.Ratio, "no ratio to a zero base")
+	assert.Equal(t, stats.Regression, r.Verdict)
 
 	// Restarts are what the chaos does: shown, never gated.
 	base, cand = sample(), sample()
 	cand.ControlPlaneStats.Restarts = 5
-	c, err = Compare([]*Summary{base}, []*Summary{cand}, 10)
-	require.NoError(t, err)
+	c = compare(t, []*Summary{base}, []*Summary{cand})
 	assert.False(t, c.Regressed())
-	assert.Equal(t, 400.0, row(t, c, "restarts").ChangePct)
+	assert.Equal(t, VerdictShown, measure(t, c, "restarts").Verdict)
+	assert.Equal(t, 4.0, measure(t, c, "restarts").Stats.Difference.Estimate)
 
-	// Improvement is fine.
+	// Improvement is not a regression.
 	cand = sample()
 	cand.Traffic.ErrorRate = 0
-	c, err = Compare([]*Summary{base}, []*Summary{cand}, 0)
-	require.NoError(t, err)
+	c = compare(t, []*Summary{base}, []*Summary{cand}, 0)
 	assert.False(t, c.Regressed())
+	assert.Equal(t, stats.Improvement, measure(t, c, "error rate").Verdict)
+}
+
+// With three runs a side the test decides: a complete separation is p = 0.05; one overlapping
+// run is not enough evidence, whatever the means say.
+func TestCompareRepeatsUseTheTest(t *testing.T) {
+	p99 := func(vs ...float64) []*Summary {
+		var out []*Summary
+		for _, v := range vs {
+			s := sample()
+			s.Traffic.LatencyMs.P99 = v
+			out = append(out, s)
+		}
+		return out
+	}
+	c := compare(t, p99(10, 11, 12), p99(30, 31, 29))
+	r := measure(t, c, "latency p99")
+	assert.Equal(t, stats.Regression, r.Verdict)
+	assert.Equal(t, stats.Significant, r.Stats.Basis)
+	assert.InDelta(t, 0.05, r.Stats.PWorse, 1e-12)
+	assert.Equal(t, []float64{10, 11, 12}, r.Base)
+
+	// The mean rose by 17 ms (+150 %), but one candidate run is as good as the base.
+	c = compare(t, p99(10, 11, 12), p99(11, 30, 40))
+	assert.Equal(t, stats.NoEvidence, measure(t, c, "latency p99").Verdict)
+
+	// One run fails a check the other passes: "mixed" in the base is not a pass to regress from.
+	a, b := sample(), sample()
+	b.Checks[1] = NewCheck("control-plane OOM kills", 0, GE, 1, "")
+	c = compare(t, []*Summary{a, b}, []*Summary{sample()})
+	assert.Equal(t, "mixed", c.Groups[0].Checks[1].Base)
+	assert.False(t, c.Groups[0].Checks[1].Regression)
 }
 
 func TestCompareCheckRegression(t *testing.T) {
 	base, cand := sample(), sample()
 	cand.Checks[1] = NewCheck("control-plane OOM kills", 0, GE, 1, "")
-	c, err := Compare([]*Summary{base}, []*Summary{cand}, 1000)
-	require.NoError(t, err)
-	require.Len(t, c.Checks, 2)
-	assert.Equal(t, CheckChange{Name: "control-plane OOM kills", Base: "pass", Cand: "fail", Regression: true}, c.Checks[1])
-	assert.False(t, c.Checks[0].Regression, "failed before, fails now")
+	c := compare(t, []*Summary{base}, []*Summary{cand}, 1000)
+	g := c.Groups[0]
+	require.Len(t, g.Checks, 2)
+	assert.Equal(t, CheckChange{Name: "control-plane OOM kills", Base: "pass", Candidate: "fail", Regression: true}, g.Checks[1])
+	assert.False(t, g.Checks[0].Regression, "failed before, fails now")
 	assert.True(t, c.Regressed())
+	assert.Equal(t, []string{"check: control-plane OOM kills"}, g.Regressions())
 }
 
-func TestCompareRepeatsUseMean(t *testing.T) {
-	a, b, c1 := sample(), sample(), sample()
-	a.Traffic.LatencyMs.P99, b.Traffic.LatencyMs.P99 = 10, 20
-	c1.Traffic.LatencyMs.P99 = 16
-	c, err := Compare([]*Summary{a, b}, []*Summary{c1}, 10)
-	require.NoError(t, err)
-	r := row(t, c, "latency p99")
-	assert.Equal(t, 15.0, r.Base)
-	assert.Equal(t, 2, r.BaseN)
-	assert.Equal(t, 1, r.CandN)
-	assert.False(t, r.Regression, "+6.7 %")
-	// One run fails a check the other passes: "mixed" in the base is not a pass to regress from.
-	b.Checks[1] = NewCheck("control-plane OOM kills", 0, GE, 1, "")
-	c, err = Compare([]*Summary{a, b}, []*Summary{c1}, 10)
-	require.NoError(t, err)
-	assert.Equal(t, "mixed", c.Checks[1].Base)
-}
+// Runs are grouped by experiment and parameters; a group on one side only, or without a usable
+// run, makes the comparison incomplete; errored runs are listed but not counted.
+func TestCompareGroups(t *testing.T) {
+	flap := func() *Summary { s := sample(); s.Experiment = "flap"; return s }
+	slow := func() *Summary { s := sample(); s.Params = map[string]string{"rate": "10"}; return s }
+	errored := flap()
+	errored.Verdict, errored.Error, errored.Traffic.ErrorRate = VerdictError, "cluster did not come up", 0.9
+	c := compare(t, []*Summary{sample(), flap(), slow()}, []*Summary{flap(), errored, sample()})
+	require.Len(t, c.Groups, 3)
+	assert.Equal(t, "cp-oom rate=100", c.Label(c.Groups[0]))
+	assert.Equal(t, "flap", c.Label(c.Groups[1]))
+	assert.Len(t, c.Groups[1].Candidate, 2)
+	assert.Equal(t, []float64{100 * sample().Traffic.ErrorRate}, measure1(c.Groups[1], "error rate").Candidate, "the errored run is not counted")
+	assert.Equal(t, []string{"cp-oom rate=10: no usable candidate run"}, c.Incomplete())
+	assert.False(t, c.Regressed())
+	assert.Contains(t, c.Outcome(), "INCOMPLETE")
 
-func TestCompareRejects(t *testing.T) {
-	_, err := Compare(nil, []*Summary{sample()}, 10)
+	_, err := Compare(nil, runs(sample()), CompareOptions{})
 	assert.Error(t, err)
-	other := sample()
-	other.Experiment = "flap"
-	_, err = Compare([]*Summary{sample()}, []*Summary{other}, 10)
-	assert.ErrorContains(t, err, "different experiments")
 }
 
-func TestCompareTable(t *testing.T) {
+func measure1(g Group, name string) MeasureResult {
+	for _, m := range g.Measures {
+		if m.Name == name {
+			return m
+		}
+	}
+	return MeasureResult{}
+}
+
+func TestComparisonRendering(t *testing.T) {
 	base, cand := sample(), sample()
 	cand.Traffic.ErrorWindowSeconds = 10
-	c, err := Compare([]*Summary{base}, []*Summary{cand}, 10)
-	require.NoError(t, err)
+	cand.Checks[0] = NewCheck("error rate", 0, LE, 0, "%")
+	c := compare(t, []*Summary{base}, []*Summary{cand})
+	c.Base, c.Candidate = "reference", "reference:ungated"
 	var b bytes.Buffer
 	require.NoError(t, c.WriteTable(&b))
-	assert.Regexp(t, `error window\s+2 s\s+10 s\s+\+400.0 %\s+REGRESSION \(> 10 %\)`, b.String())
-	assert.Regexp(t, `restarts\s+1\s+1\s+\+0.0 %\s+info`, b.String())
-	assert.Regexp(t, `control-plane OOM kills\s+pass\s+pass\s+ok`, b.String())
+	out := b.String()
+	assert.Regexp(t, `error window\s+lower\s+2 s \(2\)\s+10 s \(10\)\s+\+8 \[\+8, \+8\]\s+5 \[5, 5\]\s+0.5\s+REGRESSION \(separated\)`, out)
+	assert.Regexp(t, `restarts\s+lower\s+1 \(1\)\s+1 \(1\)\s+0 \[0, 0\]\s+1 \[1, 1\]\s+1\s+shown`, out)
+	assert.Regexp(t, `control-plane OOM kills\s+pass\s+pass\s+ok`, out)
+	assert.Contains(t, out, "REGRESSION in cp-oom (error window)")
+
+	dir := t.TempDir()
+	require.NoError(t, WriteComparison(dir, c))
+	md, err := os.ReadFile(filepath.Join(dir, ComparisonMarkdownFile))
+	require.NoError(t, err)
+	assert.Contains(t, string(md), "# Comparison: reference → reference:ungated")
+	assert.Contains(t, string(md), "| error window (s) | lower | 2 s (2) | 10 s (10) |")
+	assert.Contains(t, string(md), "**error window** regression: every candidate run is worse than every base run")
+	js, err := os.ReadFile(filepath.Join(dir, ComparisonJSONFile))
+	require.NoError(t, err)
+	var back Comparison
+	require.NoError(t, json.Unmarshal(js, &back))
+	assert.Equal(t, ComparisonSchema, back.Schema)
+	ew := measure1(back.Groups[0], "error window")
+	assert.Equal(t, stats.Regression, ew.Verdict)
+	assert.Equal(t, stats.LowerIsBetter, ew.Direction)
+	assert.Equal(t, stats.Effect{Abs: 2, Rel: 0.25}, ew.Min)
+	assert.Equal(t, []float64{10}, ew.Candidate)
 }

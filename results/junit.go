@@ -4,6 +4,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"path/filepath"
+	"strings"
 )
 
 // JUnit XML as CI systems read it (the Jenkins/Ant schema): one testsuite per run, one testcase
@@ -65,12 +66,7 @@ func JUnit(s *Summary) ([]byte, error) {
 		tc := junitCase{Name: c.Name, ClassName: suite.Name, SystemOut: c.String()}
 		if !c.Pass {
 			suite.Failures++
-			msg := fmt.Sprintf("observed %s, threshold %s %s", FormatValue(c.Observed, c.Unit), c.Op.Symbol(), FormatValue(c.Threshold, c.Unit))
-			text := msg
-			if c.Detail != "" {
-				text += "\n" + c.Detail
-			}
-			tc.Failure = &junitFailure{Message: msg, Type: "CheckFailed", Text: text}
+			tc.Failure = checkFailure(c)
 		}
 		suite.Cases = append(suite.Cases, tc)
 	}
@@ -82,11 +78,64 @@ func JUnit(s *Summary) ([]byte, error) {
 		})
 	}
 	suite.Tests = len(suite.Cases)
-	b, err := xml.MarshalIndent(junitSuites{Suites: []junitSuite{suite}}, "", "  ")
+	return marshalJUnit(suite)
+}
+
+func marshalJUnit(suites ...junitSuite) ([]byte, error) {
+	b, err := xml.MarshalIndent(junitSuites{Suites: suites}, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("render junit: %w", err)
 	}
 	return append([]byte(xml.Header), append(b, '\n')...), nil
+}
+
+// checkFailure is a failed check as JUnit shows it: observed vs threshold, and why in words.
+func checkFailure(c Check) *junitFailure {
+	msg := fmt.Sprintf("observed %s, threshold %s %s", FormatValue(c.Observed, c.Unit), c.Op.Symbol(), FormatValue(c.Threshold, c.Unit))
+	text := msg
+	if c.Detail != "" {
+		text += "\n" + c.Detail
+	}
+	return &junitFailure{Message: msg, Type: "CheckFailed", Text: text}
+}
+
+// SuiteJUnit renders a suite's runs as one JUnit file: one testsuite for the suite, one
+// testcase per experiment × control plane × repeat. A testcase fails when its run's verdict is
+// not the one its entry expects (a pass where a regression switch should have been caught fails
+// too); the message lists the failed checks. A run that could not be carried out is an error.
+func SuiteJUnit(s *SuiteResult) ([]byte, error) {
+	suite := junitSuite{
+		Name:      "meshchaos.suite." + s.Suite,
+		Timestamp: s.StartedAt.UTC().Format("2006-01-02T15:04:05"),
+		Time:      s.FinishedAt.Sub(s.StartedAt).Seconds(),
+		Props:     []junitProp{{"substrate", s.Substrate}},
+	}
+	repeats := s.repeats()
+	for _, r := range s.Runs {
+		tc := junitCase{Name: r.Name(repeats[r.Entry]), ClassName: "meshchaos." + r.Experiment,
+			SystemOut: fmt.Sprintf("verdict %s (expected %s), run directory %s\n%s", r.Verdict, r.Expect, r.Dir, strings.Join(r.Failed, "\n"))}
+		switch {
+		case r.Verdict == VerdictError:
+			suite.Errors++
+			tc.Error = &junitFailure{Message: "the run could not be carried out: " + r.Error, Type: "RunError", Text: r.Error}
+		case !r.AsExpected() && r.Verdict == VerdictPass:
+			suite.Failures++
+			msg := "passed, but the entry expects fail: the experiment did not catch " + r.ControlPlane
+			tc.Failure = &junitFailure{Message: msg, Type: "NotCaught", Text: msg}
+		case !r.AsExpected():
+			suite.Failures++
+			msg := "failed checks: " + strings.Join(r.Failed, "; ")
+			tc.Failure = &junitFailure{Message: msg, Type: "CheckFailed", Text: strings.Join(r.Failed, "\n")}
+		}
+		suite.Cases = append(suite.Cases, tc)
+	}
+	if missing := s.Planned - len(s.Runs); missing > 0 {
+		suite.Errors++
+		msg := fmt.Sprintf("%d of %d planned runs did not run (the suite was interrupted)", missing, s.Planned)
+		suite.Cases = append(suite.Cases, junitCase{Name: "suite", ClassName: suite.Name, Error: &junitFailure{Message: msg, Type: "Interrupted", Text: msg}})
+	}
+	suite.Tests = len(suite.Cases)
+	return marshalJUnit(suite)
 }
 
 // WriteJUnit writes dir/junit.xml.

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -130,4 +131,38 @@ func TestRenderStartupModesSideBySide(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(html), `<td>none</td><td class="num">20 (20)</td><td class="num">31</td>`)
 	assert.Contains(t, string(html), `<a href="startup/none-pod.yaml">`)
+}
+
+// endpoint-flap's charts: xDS pushes per second by type, stacked, from the per-type push
+// counter (a restart's reset counted from zero), and the push-time and convergence histograms,
+// each an SVG and a PNG shown in report.html.
+func TestRenderPushAndHistogramCharts(t *testing.T) {
+	dir := t.TempDir()
+	s := sample()
+	t0 := s.StartedAt
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	s.ControlPlaneStats.Metrics = append(s.ControlPlaneStats.Metrics,
+		Series{Name: "pilot_xds_pushes", Labels: map[string]string{"type": "eds"}, Samples: []Sample{{At: at(1000), Value: 0}, {At: at(1500), Value: 20}, {At: at(2200), Value: 25}, {At: at(3100), Value: 5}}},
+		Series{Name: "pilot_xds_pushes", Labels: map[string]string{"type": "cds"}, Samples: []Sample{{At: at(1000), Value: 4}, {At: at(2100), Value: 24}}})
+	types, from, counts := pushesPerSecond(s.ControlPlaneStats.Metrics)
+	assert.Equal(t, []string{"cds", "eds"}, types)
+	assert.Equal(t, t0.Add(time.Second).UTC(), from)
+	assert.Equal(t, []float64{20, 5, 5}, counts["eds"], "second 1: +20; second 2: +5; second 3: a reset, 5 from zero")
+	assert.Equal(t, []float64{0, 20, 0}, counts["cds"])
+	s.ControlPlaneStats.PushTime = &Histogram{Count: 10, P50Ms: 40, P99Ms: 480, Buckets: []Bucket{{LeMs: 10, Count: 0}, {LeMs: 100, Count: 8}, {LeMs: 500, Count: 10}, {LeMs: -1, Count: 10}}}
+	s.Convergence = &Convergence{Latency: Histogram{Count: 4, P50Ms: 150, P99Ms: 300, Buckets: []Bucket{{LeMs: 100, Count: 1}, {LeMs: 250, Count: 3}, {LeMs: 500, Count: 4}}}}
+	require.NoError(t, Render(dir, s))
+	html, err := os.ReadFile(filepath.Join(dir, HTMLFile))
+	require.NoError(t, err)
+	for _, name := range []string{ChartPushes, ChartPushTime, ChartConvergence} {
+		for _, ext := range []string{".svg", ".png"} {
+			st, err := os.Stat(filepath.Join(dir, ChartsDir, name+ext))
+			require.NoError(t, err, name+ext)
+			assert.Positive(t, st.Size())
+		}
+		assert.Contains(t, string(html), `<img class="chart" src="charts/`+name+`.svg"`)
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, ChartsDir, ChartPushTime+".svg"))
+	require.NoError(t, err)
+	assert.Contains(t, string(svg), "P99 480 ms")
 }

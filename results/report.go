@@ -162,10 +162,13 @@ No errors.
 | {{index . 0}} | {{index . 1}} |
 {{- end}}
 {{end}}{{end}}
-{{with .S.Scale}}{{.Markdown}}{{end}}{{with .S.ControlPlaneStats}}
+{{with .S.Scale}}{{.Markdown}}{{end}}{{with .S.Soak}}
+## Soak
+
+{{.Markdown}}{{end}}{{with .S.ControlPlaneStats}}
 ## Control plane
 
-Restarts {{.Restarts}}, OOM kills {{.OOMKills}}, pushes {{with .Pushes}}full {{.Full}} / EDS {{.EDS}}{{else}}not measured{{end}}, peak heap {{mib .PeakHeapBytes}}{{if .MemoryLimit}}, memory limit {{mib .MemoryLimit}}{{end}}{{with .CPUSeconds}}, CPU {{printf "%.2f" (deref .)}} s{{end}}.
+Restarts {{.Restarts}}, OOM kills {{.OOMKills}}, pushes {{with .Pushes}}full {{.Full}} / EDS {{.EDS}}{{else}}not measured{{end}}, peak heap {{mib .PeakHeapBytes}}{{if .MemoryLimit}}, memory limit {{mib .MemoryLimit}}{{end}}{{with .CPUSeconds}}, CPU {{printf "%.2f" (deref .)}} s{{end}}, xDS rejects {{with .XDSRejects}}{{.}}{{else}}not measured{{end}}.
 {{with .PushTime}}
 Push time over {{.Count}} pushes: p50 {{ms .P50Ms}}, p99 {{ms .P99Ms}} (estimated from the histogram's buckets).
 
@@ -202,6 +205,14 @@ Pushes per second (F full, e EDS; ▲/▼ the followed service's endpoints chang
 |---|---|---|---|---|---|---|---|---|
 {{- range .}}
 | {{.Mode}} | {{.Pods}} ({{.Started}}) | {{.AppRestarts}} | {{range $c, $n := .ExitCodes}}{{$c}}×{{$n}} {{end}} | {{.FailedFirstCalls}} | {{printf "%.0f" .FirstSuccessMs.P50}} / {{printf "%.0f" .FirstSuccessMs.P99}} ms | {{printf "%.0f" .ReadyMs.P50}} / {{printf "%.0f" .ReadyMs.P99}} ms | {{printf "%.0f" .ProxyFirstConfigMs.P50}} / {{printf "%.0f" .ProxyFirstConfigMs.P99}} ms | {{if .PodSpec}}[{{.PodSpec}}]({{.PodSpec}}){{end}} |
+{{- end}}
+{{end}}{{with .S.Faults}}
+## Faults
+
+| Fault | Implementation |
+|---|---|
+{{- range .}}
+| {{.Name}} | {{if .Fallback}}**generic fallback** (the control plane has no hook): {{end}}{{cell .Implementation}} |
 {{- end}}
 {{end}}{{with .S.Measurements}}
 ## Measurements
@@ -271,7 +282,7 @@ code{font-size:.85em}
 <table><tr><th>Status</th>{{range $.Codes}}<td class="num"><b>{{index . 0}}</b>: {{index . 1}}</td>{{end}}</tr>
 {{if $.Flags}}<tr><th>Response flag</th>{{range $.Flags}}<td class="num"><b>{{index . 0}}</b>: {{index . 1}}</td>{{end}}</tr>{{end}}</table>
 {{end}}
-{{with .S.Scale}}<pre>{{.Markdown}}</pre>{{end}}{{with .S.ControlPlaneStats}}<h2>Control plane</h2>
+{{with .S.Scale}}<pre>{{.Markdown}}</pre>{{end}}{{with .S.Soak}}<h2>Soak</h2><pre>{{.Markdown}}</pre>{{end}}{{with .S.ControlPlaneStats}}<h2>Control plane</h2>
 <table><tr><th>Restarts</th><td class="num">{{.Restarts}}</td><th>OOM kills</th><td class="num">{{.OOMKills}}</td><th>Pushes full / EDS</th><td class="num">{{with .Pushes}}{{.Full}} / {{.EDS}}{{else}}not measured{{end}}</td><th>Peak heap</th><td class="num">{{mib .PeakHeapBytes}}</td>{{if .MemoryLimit}}<th>Limit</th><td class="num">{{mib .MemoryLimit}}</td>{{end}}</tr></table>
 {{end}}
 {{with .S.Startup}}<h2>App start-up by sidecar start mode</h2>

@@ -64,10 +64,13 @@ type Summary struct {
 	Params       map[string]string `json:"params,omitempty"`
 	StartedAt    time.Time         `json:"startedAt"`
 	// FinishedAt is nil while the run is in progress or when it never finished.
-	FinishedAt        *time.Time         `json:"finishedAt,omitempty"`
-	Phases            []Phase            `json:"phases,omitempty"`
-	Traffic           *Traffic           `json:"traffic,omitempty"`
-	ControlPlaneStats *ControlPlaneStats `json:"controlPlaneStats,omitempty"`
+	FinishedAt *time.Time `json:"finishedAt,omitempty"`
+	Phases     []Phase    `json:"phases,omitempty"`
+	Traffic    *Traffic   `json:"traffic,omitempty"`
+	// Attacks are further attacks measured separately from Traffic, by name (endpoint-flap's
+	// traffic to the flapping service).
+	Attacks           map[string]*Traffic `json:"attacks,omitempty"`
+	ControlPlaneStats *ControlPlaneStats  `json:"controlPlaneStats,omitempty"`
 	// Workloads are the pod figures of other roles than the control plane (e.g. "app").
 	Workloads map[string]*WorkloadStats `json:"workloads,omitempty"`
 	// Startup is how an app's pods came up, one entry per sidecar start mode (sidecar-startup).
@@ -76,9 +79,17 @@ type Summary struct {
 	Scale *Scale `json:"scale,omitempty"`
 	// Convergence is how long proxies took to receive endpoint changes, measured at the proxies.
 	Convergence *Convergence `json:"convergence,omitempty"`
+	// Soak is the soak experiment's faults, memory and goroutine trends.
+	Soak *Soak `json:"soak,omitempty"`
+	// Interrupted says the run was stopped by a signal (verdict error): which, when, in which
+	// phase. What was measured until then is in the other fields.
+	Interrupted *Interruption `json:"interrupted,omitempty"`
 	// Probes are active probes' time series (cp-cpu-starvation): what a component actually
 	// served, sample by sample, next to what Kubernetes said of it.
 	Probes *Probes `json:"probes,omitempty"`
+	// Faults are the faults the run injected and how: a control plane without a fault's hook
+	// gets a generic stand-in, and the report says so.
+	Faults []Fault `json:"faults,omitempty"`
 	// Measurements say how each measurement fared: a failed scrape is shown, not hidden.
 	Measurements []Measurement `json:"measurements,omitempty"`
 	Events       []Event       `json:"events"`
@@ -86,6 +97,24 @@ type Summary struct {
 	Verdict      Verdict       `json:"verdict"`
 	// Error says why the verdict is error (setup failed, interrupted, still running).
 	Error string `json:"error,omitempty"`
+}
+
+// Fault is one injected fault and its implementation.
+type Fault struct {
+	// Name is the injector's name, as on the timeline (e.g. memory-ballast/control-plane).
+	Name string `json:"name"`
+	// Implementation says how the fault was brought about ("harness" for faults with one way).
+	Implementation string `json:"implementation"`
+	// Fallback is true when a generic stand-in replaced the control plane's own hook.
+	Fallback bool `json:"fallback,omitempty"`
+}
+
+// Interruption is a signal that stopped a run.
+type Interruption struct {
+	Signal string    `json:"signal"`
+	At     time.Time `json:"at"`
+	// Phase is the phase running when the signal came ("" before the first).
+	Phase string `json:"phase,omitempty"`
 }
 
 // Phase is one step of the experiment's lifecycle (setup, a load phase, chaos, teardown).
@@ -167,6 +196,9 @@ type ControlPlaneStats struct {
 	// CPUSeconds is the CPU time the control plane used over the run (its process counter);
 	// absent when not scraped.
 	CPUSeconds *float64 `json:"cpuSeconds,omitempty"`
+	// XDSRejects is the configuration the proxies rejected (NACKs) over the run, from the control
+	// plane's counter; absent when not scraped.
+	XDSRejects *int64 `json:"xdsRejects,omitempty"`
 	// PushRate is the pushes by kind in each second with any, from the push counters.
 	PushRate []PushSecond `json:"pushRate,omitempty"`
 }
@@ -447,6 +479,9 @@ func (s *Summary) Validate() error {
 	case VerdictError:
 	default:
 		bad("verdict is %q, want pass, fail or error", s.Verdict)
+	}
+	if s.Interrupted != nil && s.Verdict != VerdictError {
+		bad("interrupted by %s but verdict %s: an interrupted run has verdict error", s.Interrupted.Signal, s.Verdict)
 	}
 	for i, c := range s.Checks {
 		if c.Name == "" {

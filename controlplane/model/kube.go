@@ -175,10 +175,16 @@ func (m *Model) SetPod(p *corev1.Pod) Change {
 	if len(p.Labels) > MaxLabels {
 		next.labels = nil
 	}
-	if old := m.pods[key]; old != nil && old.sa == next.sa && old.ready == next.ready && mapsEqual(old.labels, next.labels) {
+	old := m.pods[key]
+	if old != nil && old.sa == next.sa && old.ready == next.ready && mapsEqual(old.labels, next.labels) {
 		return ch
 	}
 	m.pods[key] = next
+	if old != nil && !mapsEqual(old.labels, next.labels) && m.hasSelectorSidecar(p.Namespace) {
+		// The pod's proxy may now be selected by another Sidecar: a push for the proxies' scopes
+		// (istiod pushes a proxy whose labels changed).
+		ch.fullConfig("Pod/"+key, "pod labels")
+	}
 	for svcKey := range m.podRefs[key] {
 		m.refreshKube(svcKey, &ch)
 	}

@@ -392,11 +392,45 @@ func TestSidecarForPrefersOwnNamespaceThenRoot(t *testing.T) {
 	m.DeleteSidecar("a", "y")
 	assert.Same(t, own, m.SidecarFor("a"))
 
-	sc, skip := ConvertSidecar("a", "sel", time.Time{}, &apinet.Sidecar{WorkloadSelector: &apinet.WorkloadSelector{Labels: map[string]string{"app": "x"}}})
-	assert.Nil(t, sc)
-	require.NotNil(t, skip)
-	assert.Equal(t, "workloadSelector not supported", skip.Reason)
-	sc, skip = ConvertSidecar("a", "def", time.Time{}, &apinet.Sidecar{})
+	sc, skip := ConvertSidecar("a", "def", time.Time{}, &apinet.Sidecar{})
 	require.Nil(t, skip)
 	assert.Equal(t, []string{"*/*"}, sc.Hosts, "no egress: everything")
+}
+
+// A workloadSelector Sidecar scopes the proxies whose labels it selects (the oldest selecting one
+// wins); the others keep the namespace-wide Sidecar; a root-namespace selector selects only there.
+func TestSidecarForProxyBySelector(t *testing.T) {
+	m := New(Options{})
+	sel, skip := ConvertSidecar("a", "sel", time.Unix(20, 0), &apinet.Sidecar{
+		WorkloadSelector: &apinet.WorkloadSelector{Labels: map[string]string{"app": "x"}},
+		Egress:           []*apinet.IstioEgressListener{{Hosts: []string{"./*"}}}})
+	require.Nil(t, skip)
+	assert.Equal(t, map[string]string{"app": "x"}, sel.Selector)
+	wide := &Sidecar{Namespace: "a", Name: "wide", Hosts: []string{"*/*"}, Created: time.Unix(30, 0)}
+	m.SetSidecar("a", "wide", wide)
+	m.SetSidecar("a", "sel", sel)
+	assert.Same(t, sel, m.SidecarForProxy("a", map[string]string{"app": "x", "v": "1"}))
+	assert.Same(t, wide, m.SidecarForProxy("a", map[string]string{"app": "y"}))
+	assert.Same(t, wide, m.SidecarFor("a"), "a selector Sidecar is never the namespace's default")
+	older := &Sidecar{Namespace: "a", Name: "z-older", Hosts: []string{"~/*"}, Created: time.Unix(1, 0), Selector: map[string]string{"v": "1"}}
+	m.SetSidecar("a", "z-older", older)
+	assert.Same(t, older, m.SidecarForProxy("a", map[string]string{"app": "x", "v": "1"}), "the oldest selecting Sidecar")
+	rootSel := &Sidecar{Namespace: DefaultRootNamespace, Name: "r", Hosts: []string{"~/*"}, Selector: map[string]string{"app": "q"}}
+	m.SetSidecar(DefaultRootNamespace, "r", rootSel)
+	assert.Nil(t, m.SidecarForProxy("b", map[string]string{"app": "q"}), "a root selector selects only in the root namespace")
+
+	// A pod's label change is a push when a selector Sidecar could now select it, not otherwise.
+	pod := func(labels map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "p", Labels: labels}}
+	}
+	m.SetPod(pod(map[string]string{"app": "y"}))
+	ch := m.SetPod(pod(map[string]string{"app": "x"}))
+	assert.True(t, ch.Full)
+	assert.Contains(t, ch.Configs, "Pod/a/p")
+	l, ok := m.PodLabels("a", "p")
+	require.True(t, ok)
+	assert.Equal(t, "x", l["app"])
+	m.DeleteSidecar("a", "sel")
+	m.DeleteSidecar("a", "z-older")
+	assert.True(t, m.SetPod(pod(map[string]string{"app": "z"})).Empty(), "no selector Sidecar in a: nothing to push")
 }

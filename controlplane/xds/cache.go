@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -45,21 +46,32 @@ type Caches struct {
 	prefix string
 	mu     sync.Mutex
 	scopes map[string]*ScopeCaches
-	// refs counts the streams of each scope key (Acquire/Release); a scope whose last stream
-	// closes is dropped, so what proxies claim costs memory only while they are connected.
+	// refs counts the streams of each namespace's proxies (Acquire/Release, by HoldKey); when
+	// the last one closes, the namespace's scopes are dropped, so what proxies claim costs
+	// memory only while they are connected.
 	refs   map[string]int
 	latest []*model.Entry // the model as of the latest full push
 	// populate fills a new scope from latest (set by the pusher; nil: scopes start empty).
 	populate func(sc *ScopeCaches, entries []*model.Entry)
+	// selected names the workloadSelector Sidecar that selects a (non-gateway) proxy, "" for
+	// none (set by the pusher; nil: scopes by namespace only).
+	selected func(node *core.Node, ns string) string
+	// watches are the open CDS/LDS/RDS watches, moved to another scope's caches when their
+	// proxy's scope changes (Move).
+	watches map[*movableWatch]struct{}
 }
 
 // ScopeCaches are the scope-dependent caches of the sidecars, or of the gateways, of one
 // namespace.
 type ScopeCaches struct {
-	// Key names the scope: the namespace for sidecars, "router~NS" for gateways.
+	// Key names the scope: the namespace for sidecars, "NS~SIDECAR" for the sidecars a
+	// workloadSelector Sidecar selects, "router~NS" for gateways.
 	Key string
 	// Namespace is the proxies' namespace ("" for proxies that do not say theirs).
 	Namespace string
+	// Selected is the name of the workloadSelector Sidecar of Namespace that selects this
+	// scope's proxies ("" for the namespace's default scope).
+	Selected string
 	// Gateway: the scope of router (gateway) proxies, which no Sidecar scopes (as istiod:
 	// gateways get the namespace's default scope, egress "*/*").
 	Gateway      bool
@@ -87,32 +99,51 @@ func NewCaches(prefix string) *Caches {
 		prefix:    prefix,
 		scopes:    map[string]*ScopeCaches{},
 		refs:      map[string]int{},
+		watches:   map[*movableWatch]struct{}{},
 	}
 }
 
 // Scope returns the caches of the sidecars of namespace ns, creating and filling them on first
 // use; nil when that would exceed MaxScopes.
-func (c *Caches) Scope(ns string) *ScopeCaches { return c.scope(ns, false) }
+func (c *Caches) Scope(ns string) *ScopeCaches { return c.scope(ns, false, "") }
 
 // ScopeOf returns the caches of node's scope (see ScopeKey); nil when that would exceed MaxScopes.
 func (c *Caches) ScopeOf(node *core.Node) *ScopeCaches {
-	return c.scope(ProxyNamespace(node), isGateway(node))
+	ns, gw := ProxyNamespace(node), isGateway(node)
+	return c.scope(ns, gw, c.selectedBy(node, ns, gw))
 }
 
-// ScopeKey names node's scope: its namespace, or "router~NS" for a gateway (node id "router~...").
-func ScopeKey(node *core.Node) string { return keyOf(ProxyNamespace(node), isGateway(node)) }
+// ScopeKey names node's scope: its namespace, "NS~SIDECAR" when a workloadSelector Sidecar
+// selects it, or "router~NS" for a gateway (node id "router~...").
+func (c *Caches) ScopeKey(node *core.Node) string {
+	ns, gw := ProxyNamespace(node), isGateway(node)
+	return keyOf(ns, gw, c.selectedBy(node, ns, gw))
+}
 
-func keyOf(ns string, gateway bool) string {
-	if gateway {
+func (c *Caches) selectedBy(node *core.Node, ns string, gateway bool) string {
+	c.mu.Lock()
+	sel := c.selected
+	c.mu.Unlock()
+	if gateway || sel == nil {
+		return "" // gateways are never narrowed by a Sidecar
+	}
+	return sel(node, ns)
+}
+
+func keyOf(ns string, gateway bool, selected string) string {
+	switch {
+	case gateway:
 		return "router~" + ns
+	case selected != "":
+		return ns + "~" + selected
 	}
 	return ns
 }
 
 func isGateway(node *core.Node) bool { return strings.HasPrefix(node.GetId(), "router~") }
 
-func (c *Caches) scope(ns string, gateway bool) *ScopeCaches {
-	key := keyOf(ns, gateway)
+func (c *Caches) scope(ns string, gateway bool, selected string) *ScopeCaches {
+	key := keyOf(ns, gateway, selected)
 	c.mu.Lock()
 	sc := c.scopes[key]
 	if sc != nil {
@@ -124,10 +155,10 @@ func (c *Caches) scope(ns string, gateway bool) *ScopeCaches {
 		c.mu.Unlock()
 		return nil
 	}
-	// Versions carry the namespace so a proxy moving between scopes never takes one scope's
+	// Versions carry the scope's key so a proxy moving between scopes never takes one scope's
 	// version for another's.
 	prefix := c.prefix + key + "-"
-	sc = &ScopeCaches{Key: key, Namespace: ns, Gateway: gateway, ready: make(chan struct{}),
+	sc = &ScopeCaches{Key: key, Namespace: ns, Gateway: gateway, Selected: selected, ready: make(chan struct{}),
 		Clusters:     cachev3.NewLinearCache(resourcev3.ClusterType, cachev3.WithVersionPrefix(prefix)),
 		Routes:       cachev3.NewLinearCache(resourcev3.RouteType, cachev3.WithVersionPrefix(prefix)),
 		Listeners:    cachev3.NewLinearCache(resourcev3.ListenerType, cachev3.WithVersionPrefix(prefix)),
@@ -147,18 +178,23 @@ func (c *Caches) scope(ns string, gateway bool) *ScopeCaches {
 	return sc
 }
 
-// Acquire records a stream of node's scope: the scope is kept while it has streams. Call it
-// before the stream's first watch.
+// HoldKey names what a stream of node holds (Acquire): its namespace's scopes, sidecar or
+// gateway. Unlike ScopeKey it does not change while the proxy is connected (a workloadSelector
+// Sidecar can move a proxy between its namespace's scopes, never to another namespace).
+func HoldKey(node *core.Node) string { return keyOf(ProxyNamespace(node), isGateway(node), "") }
+
+// Acquire records a stream of node's namespace: its scopes are kept while it has streams. Call
+// it before the stream's first watch; it returns the key to Release.
 func (c *Caches) Acquire(node *core.Node) string {
-	key := ScopeKey(node)
+	key := HoldKey(node)
 	c.mu.Lock()
 	c.refs[key]++
 	c.mu.Unlock()
 	return key
 }
 
-// Release undoes one Acquire of key; the last one drops the scope (a proxy of that scope that
-// connects later gets a new one, filled from the latest full push).
+// Release undoes one Acquire of key; the last one drops the namespace's scopes (a proxy of that
+// namespace that connects later gets a new one, filled from the latest full push).
 func (c *Caches) Release(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -167,7 +203,11 @@ func (c *Caches) Release(key string) {
 		return
 	}
 	delete(c.refs, key)
-	delete(c.scopes, key)
+	for k, sc := range c.scopes {
+		if keyOf(sc.Namespace, sc.Gateway, "") == key {
+			delete(c.scopes, k)
+		}
+	}
 }
 
 // Scopes lists the scopes, by key.
@@ -210,6 +250,18 @@ func (c *Caches) ForNode(typeURL string, node *core.Node) *cachev3.LinearCache {
 	if sc == nil {
 		return nil
 	}
+	return scopeCache(sc, typeURL, node)
+}
+
+func knownType(typeURL string) bool {
+	switch typeURL {
+	case resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType:
+		return true
+	}
+	return false
+}
+
+func scopeCache(sc *ScopeCaches, typeURL string, node *core.Node) *cachev3.LinearCache {
 	switch typeURL {
 	case resourcev3.ClusterType:
 		return sc.Clusters
@@ -224,52 +276,127 @@ func (c *Caches) ForNode(typeURL string, node *core.Node) *cachev3.LinearCache {
 	return nil
 }
 
-func knownType(typeURL string) bool {
-	switch typeURL {
-	case resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType:
-		return true
-	}
-	return false
+// movableWatch is an open watch on a scope's cache. When its proxy's scope changes (a
+// workloadSelector Sidecar now selects it, or no longer does) Move re-creates it, with the same
+// request, subscription and response channel, on the new scope's cache: the proxy's version is
+// the old scope's, so the new cache answers at once with its whole state, as istiod pushes a
+// proxy whose SidecarScope changed.
+type movableWatch struct {
+	node    *core.Node
+	typeURL string
+	create  func(lc *cachev3.LinearCache) (func(), error)
+
+	mu     sync.Mutex
+	key    string
+	cancel func()
+	done   bool
 }
 
-// cacheFor is ForNode with the reason as a gRPC status when there is none (the stream ends
-// with it).
-func (c *Caches) cacheFor(typeURL string, node *core.Node) (*cachev3.LinearCache, error) {
+// watch creates a watch through create on node's scope cache for typeURL, movable between scopes.
+func (c *Caches) watch(typeURL string, node *core.Node, create func(lc *cachev3.LinearCache) (func(), error)) (func(), error) {
 	if !knownType(typeURL) {
 		return nil, status.Errorf(codes.InvalidArgument, "unknown type %q: this control plane serves CDS, EDS, LDS and RDS", truncate(typeURL))
 	}
-	if lc := c.ForNode(typeURL, node); lc != nil {
-		return lc, nil
+	if typeURL == resourcev3.EndpointType {
+		return create(c.Endpoints) // one cache for every scope
 	}
-	if c.OnScopeLimit != nil {
-		c.OnScopeLimit()
+	sc := c.ScopeOf(node)
+	if sc == nil {
+		if c.OnScopeLimit != nil {
+			c.OnScopeLimit()
+		}
+		return nil, status.Errorf(codes.ResourceExhausted, "too many proxy scopes (at most %d): not serving a new one", c.MaxScopes)
 	}
-	return nil, status.Errorf(codes.ResourceExhausted, "too many proxy scopes (namespaces; at most %d): not serving a new one", c.MaxScopes)
+	lc := scopeCache(sc, typeURL, node)
+	w := &movableWatch{node: node, typeURL: typeURL, create: create, key: sc.Key}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cancel, err := create(lc)
+	if err != nil {
+		return nil, err
+	}
+	w.cancel = orNoop(cancel)
+	c.mu.Lock()
+	c.watches[w] = struct{}{}
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		delete(c.watches, w)
+		c.mu.Unlock()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if !w.done {
+			w.done = true
+			w.cancel()
+		}
+	}, nil
+}
+
+// Move re-creates every open watch whose proxy's scope changed on its new scope's cache, and
+// returns how many moved. The pusher calls it after each full push (Sidecar and pod label
+// changes are full pushes).
+func (c *Caches) Move() int {
+	c.mu.Lock()
+	open := make([]*movableWatch, 0, len(c.watches))
+	for w := range c.watches {
+		open = append(open, w)
+	}
+	c.mu.Unlock()
+	moved := 0
+	for _, w := range open {
+		sc := c.ScopeOf(w.node)
+		if sc == nil {
+			continue // MaxScopes: the watch stays on the scope it has
+		}
+		w.mu.Lock()
+		if !w.done && w.key != sc.Key {
+			w.cancel()
+			cancel, err := w.create(scopeCache(sc, w.typeURL, w.node))
+			if err != nil {
+				w.cancel, w.done = func() {}, true // the proxy's next request opens a new watch
+			} else {
+				w.cancel, w.key = orNoop(cancel), sc.Key
+				moved++
+			}
+		}
+		w.mu.Unlock()
+	}
+	return moved
+}
+
+// orNoop: a linear cache that answers a watch at once returns no cancel function.
+func orNoop(cancel func()) func() {
+	if cancel == nil {
+		return func() {}
+	}
+	return cancel
 }
 
 // CreateWatch implements cachev3.Cache: the request goes to its node's scope.
 func (c *Caches) CreateWatch(r *cachev3.Request, sub cachev3.Subscription, ch chan cachev3.Response) (func(), error) {
-	lc, err := c.cacheFor(r.GetTypeUrl(), r.GetNode())
-	if err != nil {
-		return nil, err
-	}
-	return lc.CreateWatch(r, sub, ch)
+	return c.watch(r.GetTypeUrl(), r.GetNode(), func(lc *cachev3.LinearCache) (func(), error) {
+		if lc == nil {
+			return nil, fmt.Errorf("no cache for type %s", r.GetTypeUrl())
+		}
+		return lc.CreateWatch(r, sub, ch)
+	})
 }
 
 // CreateDeltaWatch implements cachev3.Cache.
 func (c *Caches) CreateDeltaWatch(r *cachev3.DeltaRequest, sub cachev3.Subscription, ch chan cachev3.DeltaResponse) (func(), error) {
-	lc, err := c.cacheFor(r.GetTypeUrl(), r.GetNode())
-	if err != nil {
-		return nil, err
-	}
-	return lc.CreateDeltaWatch(r, sub, ch)
+	return c.watch(r.GetTypeUrl(), r.GetNode(), func(lc *cachev3.LinearCache) (func(), error) {
+		if lc == nil {
+			return nil, fmt.Errorf("no cache for type %s", r.GetTypeUrl())
+		}
+		return lc.CreateDeltaWatch(r, sub, ch)
+	})
 }
 
 // Fetch implements cachev3.Cache (REST xDS; not served).
 func (c *Caches) Fetch(ctx context.Context, r *cachev3.Request) (cachev3.Response, error) {
-	lc, err := c.cacheFor(r.GetTypeUrl(), r.GetNode())
-	if err != nil {
-		return nil, err
+	lc := c.ForNode(r.GetTypeUrl(), r.GetNode())
+	if lc == nil {
+		return nil, fmt.Errorf("no cache for type %s", r.GetTypeUrl())
 	}
 	return lc.Fetch(ctx, r)
 }
@@ -312,13 +439,6 @@ func IsProxyless(node *core.Node) bool {
 	return false
 }
 
-func truncate(s string) string {
-	if len(s) > 100 {
-		return s[:100] + "…"
-	}
-	return s
-}
-
 // ShortType is the istiod label for a type URL: cds, eds, lds, rds.
 func ShortType(typeURL string) string {
 	switch typeURL {
@@ -335,4 +455,11 @@ func ShortType(typeURL string) string {
 		return typeURL[i+1:]
 	}
 	return typeURL
+}
+
+func truncate(s string) string {
+	if len(s) > 100 {
+		return s[:100] + "…"
+	}
+	return s
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
@@ -73,6 +75,13 @@ func NewPusher(m *model.Model, c *Caches, opts PushOptions) *Pusher {
 		kick: make(chan struct{}, 1), lastPush: map[string]*pushRecord{}}
 	c.mu.Lock()
 	c.populate = func(sc *ScopeCaches, entries []*model.Entry) { p.pushScopeLocked(sc, entries, nil) }
+	c.selected = func(node *core.Node, ns string) string {
+		sc := m.SidecarForProxy(ns, ProxyLabels(node, m))
+		if sc == nil || len(sc.Selector) == 0 || sc.Namespace != ns {
+			return ""
+		}
+		return sc.Name
+	}
 	c.mu.Unlock()
 	return p
 }
@@ -300,7 +309,33 @@ func (p *Pusher) fullPush(ch model.Change) {
 	for _, sc := range scopes {
 		p.pushScope(sc, entries, &ch)
 	}
-	p.m.Scopes.Set(float64(len(scopes)))
+	// A Sidecar or a pod's labels may have changed which Sidecar selects a proxy.
+	if moved := p.caches.Move(); moved > 0 {
+		p.log.Debug("proxies moved between scopes", "watches", moved)
+	}
+	p.m.Scopes.Set(float64(len(p.caches.Scopes())))
+}
+
+// ProxyLabels are a proxy's workload labels as istiod reads them: the LABELS node metadata,
+// else the labels of its pod, named by the node id "TYPE~IP~POD.NS~NS.svc.cluster.local".
+func ProxyLabels(node *core.Node, m *model.Model) map[string]string {
+	if l := node.GetMetadata().GetFields()["LABELS"].GetStructValue(); l != nil {
+		out := make(map[string]string, len(l.GetFields()))
+		for k, v := range l.GetFields() {
+			out[k] = v.GetStringValue()
+		}
+		return out
+	}
+	parts := strings.Split(node.GetId(), "~")
+	if len(parts) != 4 {
+		return nil
+	}
+	pod, ns, ok := strings.Cut(parts[2], ".")
+	if !ok {
+		return nil
+	}
+	labels, _ := m.PodLabels(ns, pod)
+	return labels
 }
 
 func (p *Pusher) reportInvalid(bad []Invalid) {
@@ -325,7 +360,15 @@ func (p *Pusher) pushScope(sc *ScopeCaches, entries []*model.Entry, ch *model.Ch
 // pushScopeLocked is pushScope with sc.mu held.
 func (p *Pusher) pushScopeLocked(sc *ScopeCaches, entries []*model.Entry, ch *model.Change) {
 	var sidecar *model.Sidecar
-	if !sc.Gateway {
+	switch {
+	case sc.Gateway:
+	case sc.Selected != "":
+		// A scope of the proxies a workloadSelector Sidecar selects; should the Sidecar go,
+		// the namespace's default until Move takes its proxies away.
+		if sidecar = p.model.Sidecar(sc.Namespace, sc.Selected); sidecar == nil || len(sidecar.Selector) == 0 {
+			sidecar = p.model.SidecarFor(sc.Namespace)
+		}
+	default:
 		sidecar = p.model.SidecarFor(sc.Namespace)
 	}
 	visible := entries
@@ -490,11 +533,15 @@ type scopeKey struct {
 	name, namespace      string
 }
 
-// scope mirrors the default SidecarScope of Istio 1.6: the services a proxy sees and the configs
-// it depends on (configDependencies, a map keyed by the 80-byte ConfigKey).
+// scope mirrors the default SidecarScope of Istio 1.6: the services a proxy sees, looked up by
+// hostname, and the configs it depends on (configDependencies, a map keyed by the 80-byte
+// ConfigKey). Each scope holds its own copy of every service (the struct, not a pointer to the
+// model's), so every (scope, service) pair costs the service's data, a hostname index entry and
+// a dependency entry: the cost that made 1.6's scopes grow with n².
 type scope struct {
-	services []*model.Service
-	deps     map[scopeKey]struct{}
+	services   []model.Service
+	byHostname map[string]*model.Service
+	deps       map[scopeKey]struct{}
 }
 
 // buildScopes is the quadratic-scope regression. Istio 1.6 (initSidecarScopes, before istio
@@ -504,15 +551,16 @@ type scope struct {
 // are rebuilt on every full push, the previous set alive until the new one is complete, as a push
 // context was. The generated config does not change: the bug is the memory and the build time.
 func (p *Pusher) buildScopes(entries []*model.Entry) {
-	all := make([]*model.Service, len(entries))
-	for i, e := range entries {
-		all[i] = e.Service
-	}
 	scopes := make([]*scope, 0, len(entries))
 	for range entries {
-		// As 1.6: the services appended to an empty slice, a map grown from empty.
-		sc := &scope{services: append([]*model.Service{}, all...), deps: map[scopeKey]struct{}{}}
-		for _, s := range sc.services {
+		// As 1.6: the services appended to an empty slice, maps grown from empty.
+		sc := &scope{byHostname: map[string]*model.Service{}, deps: map[scopeKey]struct{}{}}
+		for _, e := range entries {
+			sc.services = append(sc.services, *e.Service)
+		}
+		for i := range sc.services {
+			s := &sc.services[i]
+			sc.byHostname[s.Hostname] = s
 			sc.deps[scopeKey{group: "networking.istio.io", version: "v1alpha3", kind: "ServiceEntry",
 				name: s.Hostname, namespace: s.Namespace}] = struct{}{}
 		}

@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"testing"
@@ -11,8 +12,12 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	"istio.io/api/networking/v1alpha3"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
@@ -244,5 +249,109 @@ func TestGatewaysIgnoreSidecars(t *testing.T) {
 	gw := r.client(t, "router~10.1.0.2~gateway-0.a~a.svc.cluster.local")
 	eventually(t, "both CDS", func() bool { return len(clusterNames(side)) == 1 && len(clusterNames(gw)) == 2 })
 	assert.Equal(t, []string{"outbound|80||a1.test", "outbound|80||b1.test"}, clusterNames(gw))
-	assert.Equal(t, "router~a", ScopeKey(&core.Node{Id: "router~10.1.0.2~gateway-0.a~a.svc.cluster.local"}))
+	assert.Equal(t, "router~a", r.caches.ScopeKey(&core.Node{Id: "router~10.1.0.2~gateway-0.a~a.svc.cluster.local"}))
+}
+
+// TestWorkloadSelectorSidecar: a Sidecar with a workloadSelector narrows only the proxies whose
+// pod labels it selects (the others in the namespace keep seeing everything), and a proxy moves
+// between scopes on its open stream when its pod's labels or the Sidecar change.
+func TestWorkloadSelectorSidecar(t *testing.T) {
+	r := sidecarRig(t)
+	pod := func(name, app string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: name, Labels: map[string]string{"app": app}}}
+	}
+	r.pusher.Enqueue(r.m.SetPod(pod("px", "x")))
+	r.pusher.Enqueue(r.m.SetPod(pod("py", "y")))
+	narrow := &model.Sidecar{Namespace: "b", Name: "narrow", Hosts: []string{"./*"}, Selector: map[string]string{"app": "x"}}
+	r.pusher.Enqueue(r.m.SetSidecar("b", "narrow", narrow))
+	onlyB := []string{"outbound|80||b1.test"}
+	all := []string{"outbound|80||a1.test", "outbound|80||b1.test"}
+	// The Sidecar is in the model once a's proxy sees a3 (one ordered queue of changes).
+	r.applyIn(t, "a", "a3", "10.0.0.9")
+	pa := r.client(t, "sidecar~10.1.0.1~pa.a~a.svc.cluster.local")
+	eventually(t, "a3 pushed", func() bool { return len(clusterNames(pa)) == 2 })
+
+	px := r.client(t, "sidecar~10.1.0.5~px.b~b.svc.cluster.local")
+	py := r.client(t, "sidecar~10.1.0.6~py.b~b.svc.cluster.local")
+	all = append(all[:1], "outbound|80||a3.test", all[1])
+	eventually(t, "both proxies' CDS", func() bool { return len(clusterNames(px)) == 1 && len(clusterNames(py)) == 3 })
+	assert.Equal(t, onlyB, clusterNames(px), "selected by app=x: the Sidecar's ./* only")
+	assert.Equal(t, all, clusterNames(py), "not selected: b has no namespace-wide Sidecar, so everything")
+	assert.Equal(t, "b~narrow", r.caches.ScopeKey(&core.Node{Id: "sidecar~10.1.0.5~px.b~b.svc.cluster.local"}))
+	assert.Equal(t, "b", r.caches.ScopeKey(&core.Node{Id: "sidecar~10.1.0.6~py.b~b.svc.cluster.local"}))
+
+	// py's pod is relabelled into the selector: py moves on its open stream.
+	r.pusher.Enqueue(r.m.SetPod(pod("py", "x")))
+	eventually(t, "py narrowed", func() bool { return len(clusterNames(py)) == 1 })
+	assert.Equal(t, onlyB, clusterNames(py))
+	// The Sidecar goes: both move back to the namespace's scope.
+	r.pusher.Enqueue(r.m.DeleteSidecar("b", "narrow"))
+	eventually(t, "both widened", func() bool { return len(clusterNames(px)) == 3 && len(clusterNames(py)) == 3 })
+}
+
+// TestProxyLabels: istio's LABELS node metadata first, else the proxy's pod named by its node id.
+func TestProxyLabels(t *testing.T) {
+	m := model.New(model.Options{})
+	m.SetPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "pod-1", Labels: map[string]string{"app": "fromPod"}}})
+	md, err := structpb.NewStruct(map[string]any{"LABELS": map[string]any{"app": "fromMeta"}})
+	require.NoError(t, err)
+	id := "sidecar~10.0.0.1~pod-1.app~app.svc.cluster.local"
+	assert.Equal(t, map[string]string{"app": "fromMeta"}, ProxyLabels(&core.Node{Id: id, Metadata: md}, m))
+	assert.Equal(t, map[string]string{"app": "fromPod"}, ProxyLabels(&core.Node{Id: id}, m))
+	assert.Nil(t, ProxyLabels(&core.Node{Id: "sidecar~10.0.0.1~other.app~app.svc.cluster.local"}, m))
+	assert.Nil(t, ProxyLabels(&core.Node{Id: "gateway-0"}, m))
+}
+
+func scopeKeys(c *Caches) []string {
+	var out []string
+	for _, sc := range c.Scopes() {
+		out = append(out, sc.Key)
+	}
+	return out
+}
+
+// TestScopesLiveWhileTheirProxiesAreConnected: a namespace's scopes, the one a workloadSelector
+// Sidecar narrows too, are dropped when its last proxy disconnects (proxies choose their scope
+// by what they claim, so what they claim must cost memory only while they are connected), and
+// MaxScopes refuses a new scope once reached.
+func TestScopesLiveWhileTheirProxiesAreConnected(t *testing.T) {
+	r := sidecarRig(t)
+	r.pusher.Enqueue(r.m.SetPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "px", Labels: map[string]string{"app": "x"}}}))
+	r.pusher.Enqueue(r.m.SetPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "py", Labels: map[string]string{"app": "y"}}}))
+	r.pusher.Enqueue(r.m.SetSidecar("b", "narrow", &model.Sidecar{Namespace: "b", Name: "narrow", Hosts: []string{"./*"}, Selector: map[string]string{"app": "x"}}))
+	r.applyIn(t, "a", "a3", "10.0.0.9") // a barrier: the Sidecar is in the model once pa sees a3
+	pa := r.client(t, "sidecar~10.1.0.1~pa.a~a.svc.cluster.local")
+	eventually(t, "a3 pushed", func() bool { return len(clusterNames(pa)) == 2 })
+
+	px := r.client(t, "sidecar~10.1.0.5~px.b~b.svc.cluster.local")
+	py := r.client(t, "sidecar~10.1.0.6~py.b~b.svc.cluster.local")
+	eventually(t, "b's proxies served", func() bool { return len(clusterNames(px)) == 1 && len(clusterNames(py)) == 3 })
+	assert.Equal(t, []string{"a", "b", "b~narrow"}, scopeKeys(r.caches))
+
+	// py's pod is relabelled into the selector: py moves to b~narrow on its open stream. When
+	// px goes, py is b~narrow's only proxy, and b~narrow must stay (and keep being pushed).
+	r.pusher.Enqueue(r.m.SetPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "py", Labels: map[string]string{"app": "x"}}}))
+	eventually(t, "py narrowed", func() bool { return len(clusterNames(py)) == 1 })
+	px.Close()
+	eventually(t, "px's stream closed", func() bool { return testutil.ToFloat64(r.met.ConnectedProxies) == 2 })
+	assert.Contains(t, scopeKeys(r.caches), "b~narrow", "py (namespace b) still connected: b's scopes stay")
+	r.applyIn(t, "b", "b2", "10.0.0.10")
+	eventually(t, "b2 pushed to py", func() bool { return len(clusterNames(py)) == 2 })
+	py.Close()
+	eventually(t, "b's scopes dropped", func() bool { return len(scopeKeys(r.caches)) == 1 })
+	assert.Equal(t, []string{"a"}, scopeKeys(r.caches), "a's proxy is still connected")
+
+	// The cap: with one scope allowed (a's), a proxy of another namespace is refused with
+	// ResourceExhausted and counted; a's proxies are still served.
+	r.caches.MaxScopes = 1
+	before := testutil.ToFloat64(r.met.XDSLimited.WithLabelValues("scopes"))
+	c, err := adsclient.Dial(context.Background(), r.addr, "sidecar~10.1.0.7~pc.c~c.svc.cluster.local")
+	require.NoError(t, err)
+	require.NoError(t, c.SetNames(resourcev3.ClusterType, nil))
+	err = c.Run()
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+	c.Close()
+	assert.Equal(t, before+1, testutil.ToFloat64(r.met.XDSLimited.WithLabelValues("scopes")))
+	pa2 := r.client(t, "sidecar~10.1.0.8~pa2.a~a.svc.cluster.local")
+	eventually(t, "a's new proxy served", func() bool { return len(clusterNames(pa2)) == 2 })
 }

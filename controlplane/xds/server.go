@@ -121,7 +121,7 @@ type streamState struct {
 	id     int64
 	delta  bool
 	node   *core.Node
-	scope  string // the scope key acquired for the stream (Caches.Acquire), once held
+	scope  string // the key held for the stream (Caches.Acquire), once held
 	held   bool
 	opened time.Time
 	types  map[string]*typeState
@@ -324,9 +324,9 @@ func (s *Server) request(id int64, node *core.Node, typeURL, nonce, version stri
 		return ""
 	}
 	if node != nil {
-		// The scope is held from the stream's first node on (before its first watch) until it
-		// closes; a node that changes scope mid-stream moves its hold.
-		if key := ScopeKey(node); !st.held || key != st.scope {
+		// The namespace's scopes are held from the stream's first node on (before its first
+		// watch) until it closes; a node that changes namespace mid-stream moves its hold.
+		if key := HoldKey(node); !st.held || key != st.scope {
 			if st.held {
 				s.caches.Release(st.scope)
 			}
@@ -418,7 +418,7 @@ func (s *Server) response(id int64, typeURL, version, nonce string, size int) {
 		}
 	}
 	pp.sent[typeURL] = true
-	key := ScopeKey(st.node)
+	key := s.caches.ScopeKey(st.node)
 	for t, tts := range st.types {
 		if !pp.sent[t] && rec.expects(t, key, tts.names) {
 			return // more of this push to come

@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -33,8 +34,13 @@ func Hierarchies() ([]Hierarchy, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return ParseMounts(f)
+}
+
+// ParseMounts reads the cgroup hierarchies from a mounts table (/proc/PID/mounts).
+func ParseMounts(r io.Reader) ([]Hierarchy, error) {
 	var out []Hierarchy
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		if len(fields) < 4 {
@@ -62,6 +68,42 @@ func Hierarchies() ([]Hierarchy, error) {
 type Group struct {
 	Path string
 	hs   []Hierarchy
+	// fs is nil for this host's files.
+	fs FS
+}
+
+// FS reads and writes a group's files. A group on this host uses the host's files; a group on
+// another machine (a node of a cluster the harness reaches only through its API server) uses an
+// FS that forwards each read and write to an agent on that machine.
+type FS interface {
+	ReadFile(name string) ([]byte, error)
+	WriteFile(name string, data []byte) error
+}
+
+// Host is this host's file system.
+var Host FS = hostFS{}
+
+type hostFS struct{}
+
+func (hostFS) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
+func (hostFS) WriteFile(name string, data []byte) error {
+	return os.WriteFile(name, data, 0o644)
+}
+
+// OpenOn returns the group at path on the hierarchies hs, whose files fsys reads and writes.
+// Such a group limits and reads (SetCPUQuota, CPUQuota, CPUStat, CPUUsage, Exists, Dir);
+// creating, filling and removing groups (Create, AddProcess, Procs, Remove) are for this host's
+// groups only.
+func OpenOn(fsys FS, hs []Hierarchy, path string) *Group {
+	return &Group{Path: path, hs: hs, fs: fsys}
+}
+
+// Files is the file system the group's files are on.
+func (g *Group) Files() FS {
+	if g.fs == nil {
+		return Host
+	}
+	return g.fs
 }
 
 // Open returns the group at path without creating it.
@@ -84,7 +126,7 @@ func Create(path string) (*Group, error) {
 		return nil, err
 	}
 	for _, h := range g.hs {
-		if h.V2 && !v2HasControllers(h.Dir) {
+		if h.V2 && !v2HasControllers(hostFS{}, h.Dir) {
 			continue // hybrid hosts: an empty unified hierarchy is not needed
 		}
 		if err := mkdirLevels(h, path); err != nil {
@@ -94,8 +136,8 @@ func Create(path string) (*Group, error) {
 	return g, nil
 }
 
-func v2HasControllers(dir string) bool {
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+func v2HasControllers(fsys FS, dir string) bool {
+	b, err := fsys.ReadFile(filepath.Join(dir, "cgroup.controllers"))
 	return err == nil && strings.TrimSpace(string(b)) != ""
 }
 
@@ -150,7 +192,7 @@ func (g *Group) dir(controller string) (string, bool) {
 		}
 	}
 	for _, h := range g.hs {
-		if h.V2 && v2HasControllers(h.Dir) {
+		if h.V2 && v2HasControllers(g.Files(), h.Dir) {
 			return filepath.Join(h.Dir, g.Path), true
 		}
 	}
@@ -199,22 +241,22 @@ func (g *Group) SetCPUQuota(cpus float64) error {
 			quota = minQuota
 		}
 	}
-	if isV2(d) {
+	if isV2(g.Files(), d) {
 		v := "max"
 		if quota > 0 {
 			v = strconv.FormatInt(quota, 10)
 		}
-		return os.WriteFile(filepath.Join(d, "cpu.max"), []byte(fmt.Sprintf("%s %d", v, period)), 0o644)
+		return g.Files().WriteFile(filepath.Join(d, "cpu.max"), []byte(fmt.Sprintf("%s %d", v, period)))
 	}
 	// The kernel checks the ratio on each write; lift the old quota first so a period change
 	// can never be refused against it.
-	if err := os.WriteFile(filepath.Join(d, "cpu.cfs_quota_us"), []byte("-1"), 0o644); err != nil {
+	if err := g.Files().WriteFile(filepath.Join(d, "cpu.cfs_quota_us"), []byte("-1")); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(d, "cpu.cfs_period_us"), []byte(strconv.FormatInt(period, 10)), 0o644); err != nil {
+	if err := g.Files().WriteFile(filepath.Join(d, "cpu.cfs_period_us"), []byte(strconv.FormatInt(period, 10))); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(d, "cpu.cfs_quota_us"), []byte(strconv.FormatInt(quota, 10)), 0o644)
+	return g.Files().WriteFile(filepath.Join(d, "cpu.cfs_quota_us"), []byte(strconv.FormatInt(quota, 10)))
 }
 
 // CPUQuota returns the current limit in CPUs (0 = unlimited).
@@ -223,8 +265,8 @@ func (g *Group) CPUQuota() (float64, error) {
 	if !ok {
 		return 0, errors.New("no cpu controller is mounted")
 	}
-	if isV2(d) {
-		b, err := os.ReadFile(filepath.Join(d, "cpu.max"))
+	if isV2(g.Files(), d) {
+		b, err := g.Files().ReadFile(filepath.Join(d, "cpu.max"))
 		if err != nil {
 			return 0, err
 		}
@@ -236,11 +278,11 @@ func (g *Group) CPUQuota() (float64, error) {
 		p, _ := strconv.ParseFloat(f[1], 64)
 		return q / p, nil
 	}
-	q, err := readInt(filepath.Join(d, "cpu.cfs_quota_us"))
+	q, err := readInt(g.Files(), filepath.Join(d, "cpu.cfs_quota_us"))
 	if err != nil || q < 0 {
 		return 0, err
 	}
-	p, err := readInt(filepath.Join(d, "cpu.cfs_period_us"))
+	p, err := readInt(g.Files(), filepath.Join(d, "cpu.cfs_period_us"))
 	if err != nil {
 		return 0, err
 	}
@@ -259,7 +301,7 @@ func (g *Group) CPUStat() (CPUStat, error) {
 	if !ok {
 		return CPUStat{}, errors.New("no cpu controller is mounted")
 	}
-	kv, err := readKV(filepath.Join(d, "cpu.stat"))
+	kv, err := readKV(g.Files(), filepath.Join(d, "cpu.stat"))
 	if err != nil {
 		return CPUStat{}, err
 	}
@@ -279,8 +321,8 @@ func (g *Group) CPUUsage() (time.Duration, error) {
 	if !ok {
 		return 0, errors.New("no cpuacct controller is mounted (nor a unified hierarchy)")
 	}
-	if isV2(d) {
-		kv, err := readKV(filepath.Join(d, "cpu.stat"))
+	if isV2(g.Files(), d) {
+		kv, err := readKV(g.Files(), filepath.Join(d, "cpu.stat"))
 		if err != nil {
 			return 0, fmt.Errorf("cpu usage of %s: %w", g.Path, err)
 		}
@@ -290,7 +332,7 @@ func (g *Group) CPUUsage() (time.Duration, error) {
 		}
 		return time.Duration(v) * time.Microsecond, nil
 	}
-	ns, err := readInt(filepath.Join(d, "cpuacct.usage"))
+	ns, err := readInt(g.Files(), filepath.Join(d, "cpuacct.usage"))
 	if err != nil {
 		return 0, fmt.Errorf("cpu usage of %s: %w", g.Path, err)
 	}
@@ -329,7 +371,8 @@ func (g *Group) Procs() []int {
 // Exists reports whether the group exists in any hierarchy.
 func (g *Group) Exists() bool {
 	for _, h := range g.hs {
-		if _, err := os.Stat(filepath.Join(h.Dir, g.Path)); err == nil {
+		// Every cgroup directory, v1 or v2, has cgroup.procs.
+		if _, err := g.Files().ReadFile(filepath.Join(h.Dir, g.Path, "cgroup.procs")); err == nil {
 			return true
 		}
 	}
@@ -388,21 +431,21 @@ func rmdirRetry(d string, deadline time.Time) error {
 	}
 }
 
-func isV2(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, "cgroup.controllers"))
+func isV2(fsys FS, dir string) bool {
+	_, err := fsys.ReadFile(filepath.Join(dir, "cgroup.controllers"))
 	return err == nil
 }
 
-func readInt(p string) (int64, error) {
-	b, err := os.ReadFile(p)
+func readInt(fsys FS, p string) (int64, error) {
+	b, err := fsys.ReadFile(p)
 	if err != nil {
 		return 0, err
 	}
 	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 }
 
-func readKV(p string) (map[string]int64, error) {
-	b, err := os.ReadFile(p)
+func readKV(fsys FS, p string) (map[string]int64, error) {
+	b, err := fsys.ReadFile(p)
 	if err != nil {
 		return nil, err
 	}

@@ -27,3 +27,10 @@ type Evidence struct {
 	// Values are the measured numbers, by name.
 	Values map[string]float64 `json:"values,omitempty"`
 }
+
+// Implementer is an injector with more than one way to bring its fault about (the control
+// plane's own hook, or a generic stand-in when it has none): Implementation says which one it
+// uses and whether that is the generic fallback. Runs list it in summary.json (faults[]).
+type Implementer interface {
+	Implementation() (how string, fallback bool)
+}

@@ -11,16 +11,20 @@ import (
 	"github.com/meshchaos/meshchaos/harness/cluster"
 )
 
-// Ballast drives a process's memory up through its own chaos hook (the reference control
-// plane's /debug/ballast, subject.Ballaster): the kernel, not the harness, then kills it at its
-// limit. Inject proves the effect: it returns once the cgroup's usage rose by MinGrowth.
+// Ballast drives a process's memory up, through its own chaos hook (the reference control
+// plane's /debug/ballast, subject.Ballaster) or, for a process without one, with a generic
+// memory hog charged to its container's memory cgroup (Hog): either way the kernel, not the
+// harness, then kills it at its limit. Inject proves the effect: it returns once the cgroup's
+// usage rose by MinGrowth.
 type Ballast struct {
 	// Target names the process in reports.
 	Target string
-	// URL starts the growth (POST).
+	// URL starts the growth (POST) through the process's hook; empty: Hog does it.
 	URL string
 	// Dial reaches URL (a node's dialer).
 	Dial cluster.DialFunc
+	// Hog grows the memory from outside the process when URL is empty.
+	Hog *Hog
 	// Usage reads the process's memory use in bytes (its cgroup); an error after the growth
 	// started (the process was killed) also proves the effect.
 	Usage func() (int64, error)
@@ -46,13 +50,31 @@ func (b *Ballast) Inject(ctx context.Context) (Evidence, error) {
 	if err != nil {
 		return Evidence{}, fmt.Errorf("memory ballast %s: read memory before: %w", b.Target, err)
 	}
-	if err := post(ctx, b.Dial, b.URL); err != nil {
-		return Evidence{}, fmt.Errorf("memory ballast %s: start: %w", b.Target, err)
+	var hogDone <-chan error
+	switch {
+	case b.URL != "":
+		if err := post(ctx, b.Dial, b.URL); err != nil {
+			return Evidence{}, fmt.Errorf("memory ballast %s: start: %w", b.Target, err)
+		}
+	case b.Hog != nil:
+		if hogDone, err = b.Hog.start(); err != nil {
+			return Evidence{}, fmt.Errorf("memory ballast %s: %w", b.Target, err)
+		}
+	default:
+		return Evidence{}, fmt.Errorf("memory ballast %s: neither a hook URL nor a hog", b.Target)
 	}
 	deadline := time.Now().Add(timeout)
 	for {
 		u, err := b.Usage()
+		var hogErr error
+		select {
+		case hogErr = <-hogDone:
+			hogDone = nil
+		default:
+		}
 		switch {
+		case hogErr != nil:
+			return Evidence{}, fmt.Errorf("memory ballast %s: the memory hog failed: %w", b.Target, hogErr)
 		case err != nil:
 			return Evidence{At: time.Now(), Summary: fmt.Sprintf("%s grew until its memory could no longer be read (killed): %v", b.Target, err)}, nil
 		case u-base >= grow:
@@ -69,8 +91,20 @@ func (b *Ballast) Inject(ctx context.Context) (Evidence, error) {
 	}
 }
 
-// Clear implements Injector: the ballast lives in the process and goes with it.
+// Implementation says which implementation Inject uses (results.Fault).
+func (b *Ballast) Implementation() (string, bool) {
+	if b.URL != "" {
+		return "the process's own hook: POST " + b.URL, false
+	}
+	return "generic memory hog in the container's memory cgroup (" + hogDescription + ")", true
+}
+
+// Clear implements Injector: the ballast lives in the process and goes with it; a hog stops by
+// itself when the process dies (or at its size), and Clear stops it now.
 func (b *Ballast) Clear(context.Context) (Evidence, error) {
+	if b.Hog != nil {
+		b.Hog.stop()
+	}
 	u, err := b.Usage()
 	if err != nil {
 		return Evidence{At: time.Now(), Summary: fmt.Sprintf("%s memory unreadable at clear: %v", b.Target, err)}, nil

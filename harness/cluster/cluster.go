@@ -29,6 +29,18 @@ type Spec struct {
 	Nodes int
 	// Logf reports progress.
 	Logf func(format string, args ...any)
+	// Namespaces are the namespaces the run will create objects in. A Shared provider claims
+	// them in Up (creates them as the run's, refuses any that already exist) and deletes them
+	// in Down; a provider whose clusters are the run's own ignores them.
+	Namespaces []string
+}
+
+// Shared is a Provider of clusters that are not the run's own (a cluster that already
+// exists): the run keeps its objects in namespaces it creates, never "default".
+type Shared interface {
+	Provider
+	// WorkloadNamespace is where the mesh's workloads go instead of "default".
+	WorkloadNamespace() string
 }
 
 // Provider brings clusters up.

@@ -21,6 +21,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/runner"
 	"github.com/meshchaos/meshchaos/harness/subject"
 	"github.com/meshchaos/meshchaos/harness/traffic"
+	"github.com/meshchaos/meshchaos/results"
 )
 
 // Definition is one experiment of the catalog.
@@ -42,6 +43,14 @@ type Definition struct {
 	Chaos func(ctx context.Context, s *State) error
 	// Checks are the SLOs and the proof that the chaos happened.
 	Checks func(v params.Values) []runner.Check
+	// MetricsInterval is how often the control plane's metrics are scraped (0: the
+	// measurement's default, 500 ms). Every scrape is kept, so hour-long runs take fewer.
+	MetricsInterval time.Duration
+	// NodeAccess names what the experiment does to nodes rather than through the Kubernetes API
+	// (a kube-proxy CPU throttle, a node's CPU budget, a pod's cgroup read): on a cluster that is
+	// not the run's own these need a privileged agent on the nodes, which the user must allow;
+	// without it the run refuses to start and lists them.
+	NodeAccess []string
 }
 
 // Env is what the CLI hands every experiment.
@@ -50,6 +59,9 @@ type Env struct {
 	Substrate cluster.Provider
 	// ControlPlane is the control plane under test (subject.Parse of --cp).
 	ControlPlane subject.ControlPlane
+	// ClusterName names the cluster exactly (--name); empty: the experiment's short name and a
+	// process-unique suffix.
+	ClusterName string
 }
 
 // Resolve validates --set assignments and the rules between parameters: all before anything
@@ -105,6 +117,11 @@ func (s *State) Inject(ctx context.Context, inj chaos.Injector) error {
 	}
 	s.active = append(s.active, inj)
 	s.Event("chaos.injected", inj.Name(), ev.Summary)
+	f := results.Fault{Name: inj.Name(), Implementation: "harness"}
+	if im, ok := inj.(chaos.Implementer); ok {
+		f.Implementation, f.Fallback = im.Implementation()
+	}
+	s.RecordFault(f)
 	return nil
 }
 
@@ -157,6 +174,7 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 	}
 	spec := d.Mesh(v)
 	spec.Name = shortName(d.Name)
+	spec.ClusterName = env.ClusterName
 	spec.ControlPlane = env.ControlPlane
 	if err := spec.Validate(); err != nil {
 		return runner.Experiment{}, err
@@ -183,7 +201,7 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 			}
 			r.Event("gateway.ready", "gateway", fmt.Sprintf("%d replica(s) route %d hosts", len(m.GatewayIPs), d.Hosts(v)))
 		}
-		return r.Measure(s.standardMeasurements(spec)...)
+		return r.Measure(s.standardMeasurements(spec, d.MetricsInterval)...)
 	}
 	steady := func(ctx context.Context, r *runner.Run) error {
 		if err := r.StartTraffic(traffic.Options{Name: "gateway", Targets: targets, Rate: v.Int(params.Rate.Name),
@@ -223,12 +241,12 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 
 // standardMeasurements follow the control plane: its pods, its metrics, its profiles and its
 // memory cgroup (with a heap profile before an OOM kill).
-func (s *State) standardMeasurements(spec mesh.Spec) []observe.Measurement {
+func (s *State) standardMeasurements(spec mesh.Spec, metricsEvery time.Duration) []observe.Measurement {
 	cp, pod, c := s.CP, s.CPPod, s.Mesh.Cluster
 	dial := c.Dialer(max(spec.CP.Node, 1))
 	ms := []observe.Measurement{&observe.Pods{Client: s.Mesh.Client, Namespace: cp.Namespace(), Selector: cp.Selector(), As: observe.RoleControlPlane}}
 	if len(cp.Metrics()) > 0 {
-		ms = append(ms, &observe.ControlPlaneMetrics{URL: cp.AdminURL(pod) + cp.MetricsPath(), Dial: dial, Measures: cp.Metrics()})
+		ms = append(ms, &observe.ControlPlaneMetrics{URL: cp.AdminURL(pod) + cp.MetricsPath(), Dial: dial, Measures: cp.Metrics(), Interval: metricsEvery})
 	}
 	if cp.PprofPath() != "" {
 		s.Profiles = &observe.Profiles{BaseURL: cp.AdminURL(pod), RunDir: s.Dir(), Dial: dial}
@@ -238,12 +256,12 @@ func (s *State) standardMeasurements(spec mesh.Spec) []observe.Measurement {
 		ms = append(ms, &observe.Proxies{IPs: s.Mesh.GatewayIPs, Dial: c.Dialer(max(spec.Gateway.Node, 1)), As: "gateway"})
 	}
 	if g, err := c.PodCgroup(pod); err == nil {
-		if mem, err := observe.OpenCgroupMemory(g.Dir("memory")); err == nil {
+		if mem, err := observe.OpenGroupMemory(g); err == nil {
 			s.Memory = mem
 			// 70 % leaves the profiler time to capture the heap under a CPU limit before the kill.
 			ms = append(ms, &observe.Memory{Reader: mem, Fraction: 0.7, BeforeOOM: func(ctx context.Context) {
 				if s.Profiles != nil {
-					if err := s.Profiles.Capture(ctx, observe.Heap, "before-oom"); err != nil {
+					if _, err := s.Profiles.Capture(ctx, observe.Heap, "before-oom"); err != nil {
 						s.Logf("heap profile before OOM: %v", err)
 					}
 				}

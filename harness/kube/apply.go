@@ -14,6 +14,7 @@ import (
 	"io"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -217,4 +218,49 @@ func crdEstablished(o *unstructured.Unstructured) bool {
 		}
 	}
 	return false
+}
+
+// Delete removes every object in data (multi-document YAML or JSON) in reverse order, so what
+// Apply created first (Namespaces, CRDs) goes last; an object already gone is not an error, and
+// a kind the API server does not serve (its CRD went first) has nothing left to delete. Delete
+// does not wait for the objects to disappear (a Namespace's finalizers take their time).
+func Delete(ctx context.Context, cfg *rest.Config, data []byte) error {
+	objs, err := Decode(data)
+	if err != nil {
+		return err
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("discovery client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	var errs []error
+	for i := len(objs) - 1; i >= 0; i-- {
+		o := objs[i]
+		gvk := o.GroupVersionKind()
+		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if meta.IsNoMatchError(err) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("delete %s %s: look up its resource: %w", gvk.Kind, o.GetName(), err))
+			continue
+		}
+		ri := dynamic.ResourceInterface(dyn.Resource(mapping.Resource))
+		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+			ns := o.GetNamespace()
+			if ns == "" {
+				ns = metav1.NamespaceDefault
+			}
+			ri = dyn.Resource(mapping.Resource).Namespace(ns)
+		}
+		if err := ri.Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete %s %s: %w", gvk.Kind, o.GetName(), err))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -28,8 +28,11 @@ import (
 
 // Spec describes a mesh.
 type Spec struct {
-	// Name prefixes the cluster's name (a process-unique suffix is added).
+	// Name prefixes the cluster's name (a process-unique suffix is added) unless ClusterName
+	// is set.
 	Name string
+	// ClusterName, when set, is the cluster's name exactly (meshchaos run --name).
+	ClusterName string
 	// Nodes is the cluster's size.
 	Nodes int
 	// ControlPlane is the control plane under test and CP where and how it runs.
@@ -90,6 +93,9 @@ type Mesh struct {
 	wl wlmanifests.Substrate
 	// ADSLoadURL is the adsload pod's HTTP base URL (/stats, /metrics, /tracked); "" without one.
 	ADSLoadURL string
+	// Namespace holds the mesh's workloads and generated config: "default" on a cluster of the
+	// run's own, a namespace the run creates on a shared one (cluster.Shared).
+	Namespace string
 }
 
 // Workloads is the workload substrate the mesh deploys with (images, pull policy, data plane),
@@ -134,13 +140,21 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	name := fmt.Sprintf("%s%d", spec.Name, os.Getpid()%100000)
+	name := spec.ClusterName
+	if name == "" {
+		name = fmt.Sprintf("%s%d", spec.Name, os.Getpid()%100000)
+	}
 	rec.Logf("cluster %s: %d node(s) on the %s substrate", name, spec.Nodes, provider.Name())
-	c, err := provider.Up(ctx, cluster.Spec{Name: name, Nodes: spec.Nodes, Logf: rec.Logf})
+	ns := metav1.NamespaceDefault
+	if sh, ok := provider.(cluster.Shared); ok {
+		ns = sh.WorkloadNamespace()
+	}
+	c, err := provider.Up(ctx, cluster.Spec{Name: name, Nodes: spec.Nodes, Logf: rec.Logf,
+		Namespaces: []string{ns, spec.ControlPlane.Namespace()}})
 	if err != nil {
 		return nil, fmt.Errorf("bring the cluster up: %w", err)
 	}
-	m := &Mesh{Spec: spec, Cluster: c, BackendIPs: map[string][]string{}}
+	m := &Mesh{Spec: spec, Cluster: c, BackendIPs: map[string][]string{}, Namespace: ns}
 	rec.Event("cluster.up", name, fmt.Sprintf("%d node(s)", spec.Nodes))
 	if m.Client, err = kubernetes.NewForConfig(c.RESTConfig()); err != nil {
 		return m, err
@@ -148,16 +162,19 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 	wl := workloadSubstrate(provider.Name())
 	m.wl = wl
 	for _, b := range spec.Backends {
-		if err := m.deploy(ctx, "echo", wlmanifests.Values{Substrate: wl, Name: b.Name, Replicas: b.Replicas}, b.Node); err != nil {
+		if err := m.deploy(ctx, "echo", wlmanifests.Values{Substrate: wl, Namespace: ns, Name: b.Name, Replicas: b.Replicas}, b.Node); err != nil {
 			return m, fmt.Errorf("deploy backend %s: %w", b.Name, err)
 		}
-		if m.BackendIPs[b.Name], err = kube.PodIPs(ctx, m.Client, "default", "app="+b.Name); err != nil {
+		if m.BackendIPs[b.Name], err = kube.PodIPs(ctx, m.Client, ns, "app="+b.Name); err != nil {
 			return m, err
 		}
 	}
 	if se := spec.ServiceEntries; se.Count > 0 {
 		if err := kube.InstallCRDs(ctx, c.RESTConfig(), crds()); err != nil {
 			return m, err
+		}
+		if se.Namespace == "" {
+			se.Namespace = ns
 		}
 		if m.Expected, err = se.Create(ctx, c.RESTConfig(), m.BackendIPs[se.Backend], rec.Logf); err != nil {
 			return m, err
@@ -173,20 +190,20 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 	if g := spec.Gateway; g.Replicas > 0 {
 		// The gateway reaches the control plane through its Service, so through kube-proxy's
 		// rules on its node: the path the incidents' Envoys took.
-		if err := m.deploy(ctx, "gateway", wlmanifests.Values{Substrate: wl, Replicas: g.Replicas, XDSAddress: spec.ControlPlane.XDSAddress()}, g.Node); err != nil {
+		if err := m.deploy(ctx, "gateway", wlmanifests.Values{Substrate: wl, Namespace: ns, Replicas: g.Replicas, XDSAddress: spec.ControlPlane.XDSAddress()}, g.Node); err != nil {
 			return m, fmt.Errorf("deploy the gateway: %w", err)
 		}
-		if m.GatewayIPs, err = kube.PodIPs(ctx, m.Client, "default", "app=gateway"); err != nil {
+		if m.GatewayIPs, err = kube.PodIPs(ctx, m.Client, ns, "app=gateway"); err != nil {
 			return m, err
 		}
 	}
 	if a := spec.ADSLoad; a.Clients > 0 {
 		const port = 8080
-		if err := m.deploy(ctx, "adsload", wlmanifests.Values{Substrate: wl, Clients: a.Clients, Track: a.Track, Port: port,
+		if err := m.deploy(ctx, "adsload", wlmanifests.Values{Substrate: wl, Namespace: ns, Clients: a.Clients, Track: a.Track, Port: port,
 			XDSAddress: spec.ControlPlane.XDSAddress()}, a.Node); err != nil {
 			return m, fmt.Errorf("deploy adsload: %w", err)
 		}
-		ips, err := kube.PodIPs(ctx, m.Client, "default", "app=adsload")
+		ips, err := kube.PodIPs(ctx, m.Client, ns, "app=adsload")
 		if err != nil {
 			return m, err
 		}
@@ -199,9 +216,10 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 	return m, nil
 }
 
-// workloadSubstrate picks the data plane: xdsproxy on the local substrate, Envoy elsewhere.
+// workloadSubstrate picks the data plane: xdsproxy on the local and existing substrates (our
+// images, which an existing cluster must hold: see harness/cluster/existing), Envoy elsewhere.
 func workloadSubstrate(provider string) wlmanifests.Substrate {
-	if provider == "local" {
+	if provider == "local" || provider == "existing" {
 		return wlmanifests.Local()
 	}
 	return wlmanifests.Kind(wlmanifests.DefaultEnvoyImage)
@@ -223,7 +241,7 @@ func (m *Mesh) deploy(ctx context.Context, manifest string, v wlmanifests.Values
 	if name == "" {
 		name = manifest
 	}
-	return kube.WaitDeploymentReady(ctx, m.Client, "default", name, 2*time.Minute)
+	return kube.WaitDeploymentReady(ctx, m.Client, m.Namespace, name, 2*time.Minute)
 }
 
 // ControlPlanePod returns the control plane's pod (the first by name when it has replicas).
@@ -242,8 +260,14 @@ func (m *Mesh) ControlPlanePod(ctx context.Context) (*corev1.Pod, error) {
 
 // Targets are every (gateway pod, host) pair for the first hosts generated ServiceEntries.
 func (m *Mesh) Targets(hosts int) []traffic.Target {
+	return m.HostTargets(m.Expected.Hosts()[:min(hosts, len(m.Expected))]...)
+}
+
+// HostTargets are GET / on port 80 of every gateway pod for each of hosts (any host the gateways
+// route, e.g. a backend's Service name).
+func (m *Mesh) HostTargets(hosts ...string) []traffic.Target {
 	var out []traffic.Target
-	for _, h := range m.Expected.Hosts()[:min(hosts, len(m.Expected))] {
+	for _, h := range hosts {
 		for _, ip := range m.GatewayIPs {
 			out = append(out, traffic.Target{Method: http.MethodGet, URL: "http://" + net.JoinHostPort(ip, "80") + "/",
 				Header: http.Header{"Host": []string{h}}})
@@ -289,7 +313,13 @@ func (m *Mesh) Down(ctx context.Context) error {
 	if m == nil || m.Cluster == nil {
 		return nil
 	}
-	return m.Cluster.Down(ctx)
+	var removeErr error
+	if r, ok := m.Spec.ControlPlane.(subject.Remover); ok {
+		if err := r.Remove(ctx, m.Cluster); err != nil {
+			removeErr = fmt.Errorf("remove the control plane: %w", err)
+		}
+	}
+	return errors.Join(removeErr, m.Cluster.Down(ctx))
 }
 
 // Expected maps each generated host to the endpoints ("IP:port") the control plane should give

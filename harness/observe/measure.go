@@ -191,6 +191,10 @@ func (m *ControlPlaneMetrics) Gather(s *results.Summary) {
 	if cpu, ok := m.increase(series, subject.CPUSeconds); ok {
 		cp.CPUSeconds = &cpu
 	}
+	if n, ok := m.increase(series, subject.XDSRejects); ok {
+		rejects := int64(n)
+		cp.XDSRejects = &rejects
+	}
 	if heap, ok := m.peak(series, subject.HeapInUse); ok {
 		cp.PeakHeapBytes = max(cp.PeakHeapBytes, int64(heap))
 	}
@@ -288,13 +292,12 @@ func (p *Profiles) PhaseEnded(ctx context.Context, phase string, sink Sink) {
 	}
 }
 
-// Capture takes one profile now (e.g. the heap before an OOM kill).
-func (p *Profiles) Capture(ctx context.Context, kind ProfileKind, reason string) error {
+// Capture takes one profile now (e.g. the heap before an OOM kill) and returns it.
+func (p *Profiles) Capture(ctx context.Context, kind ProfileKind, reason string) (results.Profile, error) {
 	if p.p == nil {
-		return fmt.Errorf("profiles not started")
+		return results.Profile{}, fmt.Errorf("profiles not started")
 	}
-	_, err := p.p.Capture(ctx, kind, reason)
-	return err
+	return p.p.Capture(ctx, kind, reason)
 }
 
 // Gather implements Measurement.

@@ -2,6 +2,9 @@ package observe
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync"
@@ -103,4 +106,42 @@ func TestPushIncrease(t *testing.T) {
 	heap, ok := m.peak(series, subject.HeapInUse)
 	assert.True(t, ok)
 	assert.Equal(t, 9.0, heap)
+}
+
+// TestGatherRejects: the proxies' NACKs over the run are in the summary (growth of the reject
+// counter over every type); a control plane whose reject counter was never scraped leaves the
+// field absent, not 0.
+func TestGatherRejects(t *testing.T) {
+	var mu sync.Mutex
+	lds := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(w, "# TYPE pilot_total_xds_rejects counter\npilot_total_xds_rejects{type=\"cds\"} 1\npilot_total_xds_rejects{type=\"lds\"} %d\n", lds)
+	}))
+	defer srv.Close()
+	gather := func(measures map[subject.Measure]subject.Metric, change func()) results.Summary {
+		ctx, cancel := context.WithCancel(context.Background())
+		sk := &sink{ctx: ctx}
+		m := &ControlPlaneMetrics{URL: srv.URL, Interval: 5 * time.Millisecond, Measures: measures}
+		require.NoError(t, m.Start(ctx, sk))
+		require.Eventually(t, func() bool { return m.s.Scrapes() > 1 }, 5*time.Second, 5*time.Millisecond)
+		change()
+		n := m.s.Scrapes()
+		require.Eventually(t, func() bool { return m.s.Scrapes() > n+1 }, 5*time.Second, 5*time.Millisecond)
+		cancel()
+		sk.wg.Wait()
+		var s results.Summary
+		m.Gather(&s)
+		return s
+	}
+	s := gather(map[subject.Measure]subject.Metric{subject.XDSRejects: {Name: "pilot_total_xds_rejects"}}, func() {
+		mu.Lock()
+		lds = 113
+		mu.Unlock()
+	})
+	require.NotNil(t, s.ControlPlaneStats.XDSRejects)
+	assert.EqualValues(t, 113, *s.ControlPlaneStats.XDSRejects, "the cds count did not grow; lds 0 → 113")
+	s = gather(map[subject.Measure]subject.Metric{subject.CPUSeconds: {Name: "process_cpu_seconds_total"}}, func() {})
+	assert.Nil(t, s.ControlPlaneStats.XDSRejects, "not mapped: absent, not 0")
 }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/meshchaos/meshchaos/harness/cgroup"
 )
 
 // MemoryUsage is a container's memory against its limit.
@@ -43,6 +45,9 @@ type MemoryReader interface {
 type CgroupMemory struct {
 	Dir string
 	V2  bool
+	// Files reads the cgroup's files: nil for this host's; a node's through an agent when the
+	// cluster's nodes are other machines (cgroup.Group.Files).
+	Files cgroup.FS
 }
 
 // v1 reports "no limit" as a huge page-aligned number rather than "max".
@@ -57,6 +62,18 @@ func OpenCgroupMemory(dir string) (*CgroupMemory, error) {
 		return &CgroupMemory{Dir: dir}, nil
 	}
 	return nil, fmt.Errorf("%s is not a memory cgroup (no memory.current or memory.usage_in_bytes)", dir)
+}
+
+// OpenGroupMemory opens the memory controller of a cgroup wherever its files are (this host or a
+// node behind an agent).
+func OpenGroupMemory(g *cgroup.Group) (*CgroupMemory, error) {
+	dir, fsys := g.Dir("memory"), g.Files()
+	for _, f := range []string{"memory.current", "memory.usage_in_bytes"} {
+		if _, err := fsys.ReadFile(filepath.Join(dir, f)); err == nil {
+			return &CgroupMemory{Dir: dir, V2: f == "memory.current", Files: fsys}, nil
+		}
+	}
+	return nil, fmt.Errorf("cgroup %s has no memory controller (no memory.current or memory.usage_in_bytes in %q)", g.Path, dir)
 }
 
 // CgroupMemoryForPID finds the memory cgroup of a process from /proc/<pid>/cgroup: the v1 memory
@@ -102,25 +119,33 @@ func (c *CgroupMemory) ReadMemory() (MemoryUsage, error) {
 	}
 	m := MemoryUsage{At: time.Now()}
 	var err error
-	if m.Usage, err = readInt(filepath.Join(c.Dir, usageFile)); err != nil {
+	if m.Usage, err = readInt(c.files(), filepath.Join(c.Dir, usageFile)); err != nil {
 		return m, err
 	}
-	if m.Limit, err = readInt(filepath.Join(c.Dir, limitFile)); err != nil {
+	if m.Limit, err = readInt(c.files(), filepath.Join(c.Dir, limitFile)); err != nil {
 		return m, err
 	}
 	if m.Limit >= v1Unlimited {
 		m.Limit = 0
 	}
 	m.WorkingSet = m.Usage
-	if v, err := statValue(filepath.Join(c.Dir, "memory.stat"), inactive); err == nil && v < m.Usage {
+	if v, err := statValue(c.files(), filepath.Join(c.Dir, "memory.stat"), inactive); err == nil && v < m.Usage {
 		m.WorkingSet = m.Usage - v
 	}
 	return m, nil
 }
 
+// files is where the cgroup's files are read.
+func (c *CgroupMemory) files() cgroup.FS {
+	if c.Files == nil {
+		return cgroup.Host
+	}
+	return c.Files
+}
+
 // readInt reads a cgroup file holding one integer; "max" (v2, no limit) reads as 0.
-func readInt(path string) (int64, error) {
-	b, err := os.ReadFile(path)
+func readInt(fsys cgroup.FS, path string) (int64, error) {
+	b, err := fsys.ReadFile(path)
 	if err != nil {
 		return 0, err
 	}
@@ -135,8 +160,8 @@ func readInt(path string) (int64, error) {
 	return v, nil
 }
 
-func statValue(path, key string) (int64, error) {
-	b, err := os.ReadFile(path)
+func statValue(fsys cgroup.FS, path, key string) (int64, error) {
+	b, err := fsys.ReadFile(path)
 	if err != nil {
 		return 0, err
 	}
@@ -225,6 +250,6 @@ func readOOMKills(r MemoryReader) (int64, bool) {
 	if c.V2 {
 		file = "memory.events"
 	}
-	n, err := statValue(filepath.Join(c.Dir, file), "oom_kill")
+	n, err := statValue(c.files(), filepath.Join(c.Dir, file), "oom_kill")
 	return n, err == nil
 }

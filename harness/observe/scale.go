@@ -2,7 +2,6 @@ package observe
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"sync"
 
@@ -76,21 +75,18 @@ func (f Families) series(name string, labels map[string]string) []*dto.Metric {
 // heap, stacks and runtime, without page cache.
 func (c *CgroupMemory) ReadRSS() (int64, error) {
 	if c.V2 {
-		return statValue(c.Dir+"/memory.stat", "anon")
+		return statValue(c.files(), c.Dir+"/memory.stat", "anon")
 	}
-	if v, err := statValue(c.Dir+"/memory.stat", "total_rss"); err == nil {
+	if v, err := statValue(c.files(), c.Dir+"/memory.stat", "total_rss"); err == nil {
 		return v, nil
 	}
-	return statValue(c.Dir+"/memory.stat", "rss")
+	return statValue(c.files(), c.Dir+"/memory.stat", "rss")
 }
 
 // CaptureHeap takes a heap profile after a forced GC now and returns it (its in-use total and
 // top allocation sites).
 func (p *Profiles) CaptureHeap(ctx context.Context, reason string) (results.Profile, error) {
-	if p.p == nil {
-		return results.Profile{}, fmt.Errorf("profiles not started")
-	}
-	return p.p.Capture(ctx, Heap, reason)
+	return p.Capture(ctx, Heap, reason)
 }
 
 // ScaleSteps is a scale experiment's step record (results.Scale) as a measurement: the

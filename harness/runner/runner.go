@@ -143,6 +143,17 @@ func Execute(ctx context.Context, exp Experiment, o Options) (results.Summary, e
 		}
 	}
 	cancel()
+	// An interrupted run (even in its teardown) is not a clean result, whatever its checks said:
+	// verdict error, and the summary says which signal came in which phase.
+	if in, ok := AsInterrupt(context.Cause(ctx)); ok {
+		r.interrupted(in)
+		if _, wraps := AsInterrupt(runErr); runErr == nil {
+			runErr = in
+		} else if !wraps {
+			// The step the signal cut short failed in its own words: say why first.
+			runErr = fmt.Errorf("%s: %w", in.Error(), runErr)
+		}
+	}
 	r.flush()
 	s, err := rec.Finish(runErr)
 	if err != nil {
@@ -153,6 +164,35 @@ func Execute(ctx context.Context, exp Experiment, o Options) (results.Summary, e
 	}
 	r.Logf("verdict %s — %s", s.Verdict, filepath.Join(o.Dir, results.HTMLFile))
 	return s, nil
+}
+
+// Interrupt is the cause a run's context is cancelled with when a signal stops it (the CLI's
+// signal handler sets it): the run records it in summary.interrupted.
+type Interrupt struct {
+	Signal string
+	At     time.Time
+}
+
+func (i *Interrupt) Error() string { return "interrupted by " + i.Signal }
+
+// AsInterrupt finds an Interrupt in err.
+func AsInterrupt(err error) (*Interrupt, bool) {
+	var in *Interrupt
+	ok := errors.As(err, &in)
+	return in, ok
+}
+
+// interrupted records the interruption with the phase that was running when it came.
+func (r *Run) interrupted(in *Interrupt) {
+	_ = r.rec.Update(func(s *results.Summary) {
+		x := &results.Interruption{Signal: in.Signal, At: in.At.UTC()}
+		for _, p := range s.Phases {
+			if !p.StartedAt.After(in.At) {
+				x.Phase = p.Name
+			}
+		}
+		s.Interrupted = x
+	})
 }
 
 // phase runs one lifecycle step with its timeline entries and profile captures; a panic in it
@@ -232,6 +272,13 @@ func (r *Run) RecordEvent(e results.Event) {
 		r.Logf("%s", msg)
 	}
 	if err := r.rec.Update(func(s *results.Summary) { s.Events = append(s.Events, e) }); err != nil {
+		r.Logf("write summary: %v", err)
+	}
+}
+
+// RecordFault lists an injected fault and its implementation in the summary.
+func (r *Run) RecordFault(f results.Fault) {
+	if err := r.rec.Update(func(s *results.Summary) { s.Faults = append(s.Faults, f) }); err != nil {
 		r.Logf("write summary: %v", err)
 	}
 }

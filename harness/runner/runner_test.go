@@ -114,7 +114,7 @@ func TestExecuteOOMIncidentRunDir(t *testing.T) {
 			}
 			prof := &observe.Profiles{BaseURL: "http://" + cpAddr, RunDir: r.Dir()}
 			return r.Measure(prof, &observe.Memory{Reader: mem, Fraction: 0.8, BeforeOOM: func(ctx context.Context) {
-				if err := prof.Capture(ctx, observe.Heap, "before-oom"); err != nil {
+				if _, err := prof.Capture(ctx, observe.Heap, "before-oom"); err != nil {
 					r.Logf("heap profile before OOM: %v", err)
 				}
 			}})
@@ -300,6 +300,47 @@ func TestExecuteInterruptedLeavesErrorVerdictAndTearsDown(t *testing.T) {
 	assert.Equal(t, results.VerdictError, got.Verdict)
 	assert.Empty(t, got.Checks, "checks are not evaluated on an interrupted run")
 	assert.Len(t, got.Phases, 2, "long and teardown")
+}
+
+// TestExecuteRecordsTheSignal: a run cancelled with an Interrupt (the CLI's signal handler)
+// says which signal came in which phase; one that comes during the teardown still makes the
+// verdict error, though the checks had passed.
+func TestExecuteRecordsTheSignal(t *testing.T) {
+	for _, tc := range []struct{ during, want string }{{"chaos", "chaos"}, {"teardown", "teardown"}} {
+		t.Run(tc.during, func(t *testing.T) {
+			dir := t.TempDir()
+			ctx, cancel := context.WithCancelCause(context.Background())
+			sig := func() { cancel(&Interrupt{Signal: "terminated", At: time.Now()}) }
+			exp := quickExperiment(Phase{Name: "chaos", Do: func(ctx context.Context, r *Run) error {
+				if tc.during == "chaos" {
+					sig()
+					<-ctx.Done()
+					return context.Cause(ctx)
+				}
+				return nil
+			}})
+			exp.Checks = []Check{func(*results.Summary) (results.Check, error) {
+				return results.Check{Name: "x", Op: results.LE, Pass: true}, nil
+			}}
+			exp.Teardown = func(ctx context.Context, r *Run) error {
+				if tc.during == "teardown" {
+					sig()
+				}
+				return ctx.Err()
+			}
+			s, err := Execute(ctx, exp, Options{Dir: dir, Progress: NewProgress(&bytes.Buffer{})})
+			require.NoError(t, err)
+			got, err := results.Read(dir)
+			require.NoError(t, err)
+			for _, x := range []results.Summary{s, *got} {
+				assert.Equal(t, results.VerdictError, x.Verdict)
+				assert.Contains(t, x.Error, "interrupted by terminated")
+				require.NotNil(t, x.Interrupted)
+				assert.Equal(t, "terminated", x.Interrupted.Signal)
+				assert.Equal(t, tc.want, x.Interrupted.Phase)
+			}
+		})
+	}
 }
 
 func TestExecuteSetupFailureSkipsPhasesButTearsDown(t *testing.T) {

@@ -11,10 +11,10 @@ import (
 )
 
 // placementMutators turn a Placement into Apply mutators on a control plane's Deployment whose
-// pods carry the label app=app and whose serving container is container: where the pods may
+// pods carry the labels match and whose serving container is container: where the pods may
 // run, how many, their QoS class and priority. The node pin and CPU limit stay with the
 // caller's existing mutators.
-func placementMutators(p Placement, app, container string) ([]kube.Mutator, error) {
+func placementMutators(p Placement, match map[string]string, container string) ([]kube.Mutator, error) {
 	var muts []kube.Mutator
 	switch p.QoS {
 	case "":
@@ -45,7 +45,7 @@ func placementMutators(p Placement, app, container string) ([]kube.Mutator, erro
 			deploymentField(map[string]any{"preferredDuringSchedulingIgnoredDuringExecution": []any{map[string]any{
 				"weight": int64(100),
 				"podAffinityTerm": map[string]any{
-					"labelSelector": map[string]any{"matchLabels": map[string]any{"app": app}},
+					"labelSelector": map[string]any{"matchLabels": stringMap(match)},
 					"topologyKey":   "kubernetes.io/hostname",
 				},
 			}}}, "spec", "template", "spec", "affinity", "podAntiAffinity"))
@@ -138,4 +138,13 @@ func resources(container string, res map[string]any) kube.Mutator {
 		}
 		return unstructured.SetNestedSlice(o.Object, cs, path...)
 	}
+}
+
+// stringMap is m as an unstructured object's map.
+func stringMap(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }

@@ -18,7 +18,7 @@ func deployment(t *testing.T, p Placement) *unstructured.Unstructured {
 	require.NoError(t, err)
 	objs, err := kube.Decode(y)
 	require.NoError(t, err)
-	muts, err := placementMutators(p, refName, "controlplane")
+	muts, err := placementMutators(p, map[string]string{"app": refName}, "controlplane")
 	require.NoError(t, err)
 	for _, o := range objs {
 		if o.GetKind() != "Deployment" {
@@ -53,9 +53,9 @@ func TestPlacementQoS(t *testing.T) {
 		assert.Equal(t, map[string]string{"cpu": "500m", "memory": "512Mi"}, res, kind)
 	}
 
-	_, err := placementMutators(Placement{QoS: QoSGuaranteed, MemoryLimit: "1Gi"}, refName, "controlplane")
+	_, err := placementMutators(Placement{QoS: QoSGuaranteed, MemoryLimit: "1Gi"}, map[string]string{"app": refName}, "controlplane")
 	assert.ErrorContains(t, err, "needs a CPU and a memory limit")
-	_, err = placementMutators(Placement{QoS: "Gold"}, refName, "controlplane")
+	_, err = placementMutators(Placement{QoS: "Gold"}, map[string]string{"app": refName}, "controlplane")
 	assert.ErrorContains(t, err, `QoS "Gold"`)
 }
 

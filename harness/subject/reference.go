@@ -77,7 +77,7 @@ func (r *Reference) Deploy(ctx context.Context, c cluster.Cluster, p Placement) 
 	if p.Node > 0 && len(p.Nodes) == 0 {
 		muts = append(muts, kube.PinToNode(cluster.NodeLabel, fmt.Sprint(p.Node)))
 	}
-	more, err := placementMutators(p, refName, r.Container())
+	more, err := placementMutators(p, map[string]string{"app": refName}, r.Container())
 	if err != nil {
 		return fmt.Errorf("control plane placement: %w", err)
 	}
@@ -141,6 +141,7 @@ func (r *Reference) Metrics() map[Measure]Metric {
 		XDSPushes:        {Name: "pilot_xds_pushes"},
 		PushTriggers:     {Name: "pilot_push_triggers"},
 		CPUSeconds:       {Name: "process_cpu_seconds_total"},
+		XDSRejects:       {Name: "pilot_total_xds_rejects"},
 		// The admission webhook's, under istiod's names (controlplane/webhook).
 		SidecarInjections:        {Name: "sidecar_injection_success_total"},
 		SidecarInjectionFailures: {Name: "sidecar_injection_failure_total"},

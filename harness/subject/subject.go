@@ -47,6 +47,9 @@ const (
 	XDSPushes Measure = "xds-pushes"
 	// PushTriggers counts push triggers, labelled by reason (istiod's pilot_push_triggers{type}).
 	PushTriggers Measure = "push-triggers"
+	// XDSRejects counts configuration the proxies rejected (NACKs), labelled by xDS type
+	// (istiod's pilot_total_xds_rejects{type}).
+	XDSRejects Measure = "xds-rejects"
 	// CPUSeconds counts the process's CPU time in seconds.
 	CPUSeconds Measure = "cpu-seconds"
 	// SidecarInjections counts pods the control plane's injection webhook gave a sidecar.
@@ -55,11 +58,15 @@ const (
 	SidecarInjectionFailures Measure = "sidecar-injection-failures"
 )
 
+// Measures lists every measure, in the order documentation shows them.
+var Measures = []Measure{FullPushes, EDSPushes, StreamsRefused, ConnectedProxies, HeapInUse, TimeToReady, HeapLive,
+	FullPushTime, PushTime, XDSPushes, PushTriggers, XDSRejects, CPUSeconds, SidecarInjections, SidecarInjectionFailures}
+
 // Metric locates a measure among a control plane's Prometheus metrics: the family's name and
 // the labels a series must carry (other labels are summed over).
 type Metric struct {
-	Name   string
-	Labels map[string]string
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Matches reports whether a series with these labels belongs to the metric.
@@ -133,10 +140,19 @@ type Ballaster interface {
 	BallastURL(pod *corev1.Pod, mib int) string
 }
 
-// Parse turns --cp into a control plane: "reference" or "reference:<switch>[,<switch>…]".
+// Remover is a control plane that removes itself from the cluster (what an external
+// descriptor's remove says); the mesh calls it before the cluster goes down.
+type Remover interface {
+	Remove(ctx context.Context, c cluster.Cluster) error
+}
+
+// Parse turns --cp into a control plane: "reference", "reference:<switch>[,<switch>…]" or
+// "external:FILE" (a descriptor, see external.go).
 func Parse(name string) (ControlPlane, error) {
 	kind, rest, _ := strings.Cut(name, ":")
 	switch kind {
+	case "external":
+		return LoadExternal(rest)
 	case "reference":
 		var sw []string
 		for _, s := range strings.Split(rest, ",") {
@@ -146,5 +162,5 @@ func Parse(name string) (ControlPlane, error) {
 		}
 		return NewReference(sw)
 	}
-	return nil, fmt.Errorf("--cp %q: unknown control plane; use reference or reference:<switch>[,<switch>] ('meshchaos controlplane --help' lists the switches)", name)
+	return nil, fmt.Errorf("--cp %q: unknown control plane; use reference, reference:<switch>[,<switch>] or external:FILE ('meshchaos controlplane --help' lists the switches)", name)
 }

@@ -26,7 +26,7 @@ func TestParse(t *testing.T) {
 	_, err = Parse("reference:nope")
 	assert.ErrorContains(t, err, `unknown regression switch "nope"`)
 	_, err = Parse("istiod")
-	assert.ErrorContains(t, err, "use reference or reference:<switch>")
+	assert.ErrorContains(t, err, "use reference, reference:<switch>[,<switch>] or external:FILE")
 }
 
 func TestMetricMatches(t *testing.T) {
@@ -55,6 +55,7 @@ func TestReferenceMetricsExist(t *testing.T) {
 	m.PushTime.WithLabelValues("eds").Observe(0)
 	m.XDSPushes.WithLabelValues("eds").Add(0)
 	m.PushTriggers.WithLabelValues("endpoint").Add(0)
+	m.Rejects.WithLabelValues("cds").Add(0)
 	fams, err := m.Registry.Gather()
 	require.NoError(t, err)
 	names := map[string]bool{}

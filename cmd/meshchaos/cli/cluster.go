@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
+	"slices"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
+	"github.com/meshchaos/meshchaos/harness/cluster/kind"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 	"github.com/meshchaos/meshchaos/harness/kube"
 	"github.com/meshchaos/meshchaos/harness/runner"
@@ -56,7 +56,7 @@ func newClusterUpCmd() *cobra.Command {
 			if err != nil {
 				return WithExitCode(2, err)
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), "cluster "+name)
 			defer stop()
 			p := runner.NewProgress(cmd.ErrOrStderr())
 			p.Phase("cluster up " + name)
@@ -125,35 +125,66 @@ func showCluster(ctx context.Context, cmd *cobra.Command, c *local.Cluster) {
 }
 
 func newClusterDownCmd() *cobra.Command {
-	var name string
+	var name, substrate, prefix string
 	var all bool
 	cmd := &cobra.Command{
-		Use:   "down (--name N | --all)",
-		Short: "Remove everything a cluster left (also after a crash): processes, namespaces, mounts, cgroups, state",
-		Args:  cobra.NoArgs,
+		Use:   "down (--name N [--substrate local|kind] | --all [--prefix P])",
+		Short: "Remove everything a cluster left (also after a crash): processes, namespaces, mounts, cgroups, kind containers, state",
+		Long: "Remove a cluster. --all removes every local cluster on this host and every kind cluster\n" +
+			"meshchaos created (kind clusters named " + kind.Prefix + "*); on a shared host narrow it with --prefix.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if (name == "") == !all {
 				return Usagef("give exactly one of --name N or --all")
 			}
-			if os.Geteuid() != 0 {
-				return Usagef("cluster down needs root (it removes network namespaces, mounts and cgroups)")
+			if substrate != "local" && substrate != "kind" {
+				return Usagef("--substrate %s: local or kind", substrate)
 			}
-			names := []string{name}
+			if prefix != "" && !all {
+				return Usagef("--prefix narrows --all; with --name give the whole name")
+			}
+			type target struct{ substrate, name string }
+			targets := []target{{substrate, name}}
 			if all {
-				names = local.List("")
-				if len(names) == 0 {
-					fmt.Fprintln(cmd.OutOrStdout(), "no clusters on this host")
+				targets = nil
+				if os.Geteuid() == 0 {
+					for _, n := range local.List("") {
+						targets = append(targets, target{"local", n})
+					}
+				}
+				kinds, err := kind.List()
+				if err != nil {
+					return WithExitCode(2, fmt.Errorf("list kind clusters: %w", err))
+				}
+				for _, n := range kinds {
+					targets = append(targets, target{"kind", n})
+				}
+				targets = slices.DeleteFunc(targets, func(t target) bool { return !strings.HasPrefix(t.name, prefix) })
+				if len(targets) == 0 {
+					if prefix != "" {
+						fmt.Fprintf(cmd.OutOrStdout(), "no clusters named %s… on this host\n", prefix)
+					} else {
+						fmt.Fprintln(cmd.OutOrStdout(), "no clusters on this host")
+					}
 					return nil
 				}
 			}
 			var errs []error
-			for _, n := range names {
+			for _, t := range targets {
 				start := time.Now()
-				if err := local.Down(cmd.Context(), "", n, nil); err != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", n, err))
+				var err error
+				if t.substrate == "kind" {
+					err = kind.Down(t.name, nil)
+				} else if os.Geteuid() != 0 {
+					return Usagef("cluster down of a local cluster needs root (it removes network namespaces, mounts and cgroups)")
+				} else {
+					err = local.Down(cmd.Context(), "", t.name, nil)
+				}
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", t.name, err))
 					continue
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "removed %s in %s\n", n, time.Since(start).Round(10*time.Millisecond))
+				fmt.Fprintf(cmd.OutOrStdout(), "removed %s (%s) in %s\n", t.name, t.substrate, time.Since(start).Round(10*time.Millisecond))
 			}
 			if err := errors.Join(errs...); err != nil {
 				if !all && strings.Contains(err.Error(), "no cluster named") {
@@ -165,7 +196,9 @@ func newClusterDownCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "cluster name")
-	cmd.Flags().BoolVar(&all, "all", false, "every meshchaos cluster on this host")
+	cmd.Flags().StringVar(&substrate, "substrate", "local", "the cluster's substrate with --name: local or kind")
+	cmd.Flags().BoolVar(&all, "all", false, "every meshchaos cluster on this host, local and kind (other users' too: narrow it with --prefix)")
+	cmd.Flags().StringVar(&prefix, "prefix", "", "with --all: only the clusters whose names start with this")
 	return cmd
 }
 

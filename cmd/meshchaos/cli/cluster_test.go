@@ -172,36 +172,25 @@ func TestClusterCrashRecovery(t *testing.T) {
 	require.True(t, strings.HasPrefix(line, "kubeconfig: "), line)
 	assert.FileExists(t, strings.TrimSpace(strings.TrimPrefix(line, "kubeconfig: ")))
 
-	cli := func(args ...string) (int, string) {
-		c := exec.CommandContext(ctx, bin, args...)
-		c.Env = env
-		out, err := c.CombinedOutput()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return ee.ExitCode(), string(out)
-		}
-		require.NoError(t, err)
-		return 0, string(out)
-	}
-	code, out := cli("cluster", "up", "--name", name, "--images", imagesDir)
+	code, out := cli(t, bin, env, "cluster", "up", "--name", name, "--images", imagesDir)
 	assert.Equal(t, 2, code, out)
 	assert.Contains(t, out, "is running")
 
-	code, out = cli("cluster", "exec", "--name", name, "--node", "1", "--", "ip", "-br", "addr", "show", "eth0")
+	code, out = cli(t, bin, env, "cluster", "exec", "--name", name, "--node", "1", "--", "ip", "-br", "addr", "show", "eth0")
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "10.200.0.11/24")
-	code, out = cli("cluster", "load", "--name", name, filepath.Join(imagesDir, "echo.tar"))
+	code, out = cli(t, bin, env, "cluster", "load", "--name", name, filepath.Join(imagesDir, "echo.tar"))
 	assert.Equal(t, 0, code, out)
 
 	require.NoError(t, up.Process.Signal(syscall.SIGKILL))
 	_ = up.Wait() // after Wait the stderr copy is complete
 	assert.Contains(t, stderr.String(), "ready in", "progress as plain lines in CI")
 	assert.NotEmpty(t, local.Leftovers(home, name), "a killed cluster leaves its components running")
-	code, out = cli("cluster", "up", "--name", name, "--images", imagesDir)
+	code, out = cli(t, bin, env, "cluster", "up", "--name", name, "--images", imagesDir)
 	assert.Equal(t, 2, code, out)
 	assert.Contains(t, out, "cluster down --name "+name)
 
-	code, out = cli("cluster", "down", "--name", name)
+	code, out = cli(t, bin, env, "cluster", "down", "--name", name)
 	assert.Equal(t, 0, code, out)
 	assert.Empty(t, local.Leftovers(home, name))
 }

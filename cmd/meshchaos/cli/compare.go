@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,25 +15,60 @@ import (
 
 func init() { register(newCompareCmd) }
 
+// statsFlags are the statistics settings compare and upgrade-check share.
+type statsFlags struct {
+	alpha         float64
+	seed          uint64
+	maxRegression float64
+}
+
+func (f *statsFlags) register(cmd *cobra.Command) {
+	cmd.Flags().Float64Var(&f.alpha, "alpha", 0.05, "one-sided significance level of the Mann-Whitney U test, per direction")
+	cmd.Flags().Uint64Var(&f.seed, "seed", 1, "bootstrap seed (the same runs and seed give the same intervals)")
+	cmd.Flags().Float64Var(&f.maxRegression, "max-regression", 0, "replace every gated measure's relative minimum effect by this percentage (default: each measure's own)")
+}
+
+// options checks the flags and turns them into comparison options.
+func (f *statsFlags) options(cmd *cobra.Command) (results.CompareOptions, error) {
+	var o results.CompareOptions
+	if !(f.alpha > 0 && f.alpha < 0.5) {
+		return o, Usagef("--alpha %g: want a significance level between 0 and 0.5 (e.g. 0.05)", f.alpha)
+	}
+	o.Stats.Alpha, o.Stats.Seed = f.alpha, f.seed
+	if cmd.Flags().Changed("max-regression") {
+		if f.maxRegression < 0 {
+			return o, Usagef("--max-regression %g must be ≥ 0 (a percentage)", f.maxRegression)
+		}
+		rel := f.maxRegression / 100
+		o.MinRel = &rel
+	}
+	return o, nil
+}
+
 func newCompareCmd() *cobra.Command {
-	var maxRegression float64
+	var sf statsFlags
+	var out string
 	cmd := &cobra.Command{
 		Use:   "compare BASE CAND",
-		Short: "Compare a candidate run with a base run and fail on a regression",
-		Long: `Prints the runs' metrics side by side (error rate, error window, latency, pushes, peak heap,
-restarts, OOM kills) and their checks. BASE and CAND are run directories, or directories whose
-subdirectories are repeat runs of one experiment (each side then counts with the mean).
+		Short: "Compare candidate runs with base runs, measure by measure, and fail on a regression",
+		Long: `BASE and CAND are run directories, or directories whose subdirectories are run directories
+(repeat runs, several experiments: runs are grouped by experiment and parameters).
 
-A gated metric regresses when the candidate is worse by more than --max-regression percent (and
-by more than a small absolute floor for latency and heap); a check that passed in the base and
-fails in the candidate is a regression too.
+For every measure (error rate, error window, latency, pushes, push time, heap, CPU, convergence,
+availability …) it shows both distributions, the difference of the medians with a bootstrap
+confidence interval, the one-sided Mann-Whitney U p-value, and a verdict: regression,
+improvement or no evidence. A measure regresses when the change is beyond its minimum practical
+effect and the test is significant at --alpha — or, with too few runs for the test to ever reach
+--alpha (fewer than 3 a side), when every candidate run is worse than every base run by more than
+that effect. A check that passed in every base run and fails in a candidate run is a regression.
 
-Exit code: 0 no regression, 1 a regression, 2 bad input (missing or invalid run directory, runs
-of different experiments, a run with verdict error).`,
+Exit code: 0 no regression, 1 a regression, 2 bad input (missing or invalid run directory, an
+experiment on one side only, a run with verdict error).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if maxRegression < 0 {
-				return Usagef("--max-regression %g must be ≥ 0 (a percentage)", maxRegression)
+			o, err := sf.options(cmd)
+			if err != nil {
+				return err
 			}
 			base, err := loadRuns(args[0])
 			if err != nil {
@@ -42,34 +78,44 @@ of different experiments, a run with verdict error).`,
 			if err != nil {
 				return err
 			}
-			c, err := results.Compare(base, cand, maxRegression)
+			c, err := results.Compare(base, cand, o)
 			if err != nil {
 				return Usagef("%v", err)
 			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "%s: base %s (%d run(s)) vs candidate %s (%d run(s))\n\n", base[0].Experiment, args[0], len(base), args[1], len(cand))
-			if err := c.WriteTable(out); err != nil {
-				return err
-			}
-			if c.Regressed() {
-				return WithExitCode(1, fmt.Errorf("the candidate regressed (max regression %g %%)", maxRegression))
-			}
-			fmt.Fprintln(out, "\nno regression")
-			return nil
+			c.Base, c.Candidate = args[0], args[1]
+			return finishComparison(cmd.OutOrStdout(), c, out)
 		},
 	}
-	cmd.Flags().Float64Var(&maxRegression, "max-regression", 10, "largest tolerated worsening of a gated metric, in percent")
+	sf.register(cmd)
+	cmd.Flags().StringVar(&out, "out", "", "also write comparison.md and comparison.json into this directory")
 	return cmd
 }
 
-// loadRuns reads one run directory, or every run directory directly under path.
-func loadRuns(path string) ([]*results.Summary, error) {
-	if _, err := os.Stat(filepath.Join(path, results.SummaryFile)); err == nil {
-		s, err := results.Read(path)
-		if err != nil {
-			return nil, Usagef("%v", err)
+// finishComparison prints the comparison, writes it into dir (when given) and turns it into the
+// exit code: 1 on a regression, 2 when a group could not be compared.
+func finishComparison(w io.Writer, c *results.Comparison, dir string) error {
+	if err := c.WriteTable(w); err != nil {
+		return err
+	}
+	if dir != "" {
+		if err := results.WriteComparison(dir, c); err != nil {
+			return WithExitCode(2, err)
 		}
-		return checkUsable(path, s)
+		fmt.Fprintf(w, "report: %s\n", filepath.Join(dir, results.ComparisonMarkdownFile))
+	}
+	if c.Regressed() {
+		return WithExitCode(1, errors.New("the candidate regressed: "+c.Outcome()))
+	}
+	if inc := c.Incomplete(); len(inc) > 0 {
+		return Usagef("not every experiment could be compared (%s): give both sides runs of the same experiments and parameters", inc[0])
+	}
+	return nil
+}
+
+// loadRuns reads one run directory, or every run directory directly under path.
+func loadRuns(path string) ([]results.Run, error) {
+	if _, err := os.Stat(filepath.Join(path, results.SummaryFile)); err == nil {
+		return readUsable([]string{path})
 	}
 	entries, err := os.ReadDir(path)
 	if err != nil {
@@ -87,24 +133,22 @@ func loadRuns(path string) ([]*results.Summary, error) {
 		return nil, Usagef("%s holds no summary.json, nor subdirectories with one: is it a meshchaos run directory?", path)
 	}
 	sort.Strings(dirs)
-	var out []*results.Summary
+	return readUsable(dirs)
+}
+
+// readUsable reads run directories and refuses runs that could not be carried out: their
+// numbers are partial.
+func readUsable(dirs []string) ([]results.Run, error) {
+	var out []results.Run
 	for _, d := range dirs {
 		s, err := results.Read(d)
 		if err != nil {
 			return nil, Usagef("%v", err)
 		}
-		if _, err := checkUsable(d, s); err != nil {
-			return nil, err
+		if s.Verdict == results.VerdictError {
+			return nil, WithExitCode(2, errors.New(d+": the run could not be carried out ("+s.Error+"); re-run it or move it away before comparing"))
 		}
-		out = append(out, s)
+		out = append(out, results.Run{Dir: d, Summary: s})
 	}
 	return out, nil
-}
-
-// checkUsable refuses runs that could not be carried out: their numbers are partial.
-func checkUsable(dir string, s *results.Summary) ([]*results.Summary, error) {
-	if s.Verdict == results.VerdictError {
-		return nil, WithExitCode(2, errors.New(dir+": the run could not be carried out ("+s.Error+"); re-run it before comparing"))
-	}
-	return []*results.Summary{s}, nil
 }

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshchaos/meshchaos/controlplane"
+	"github.com/meshchaos/meshchaos/controlplane/manifests"
 	"github.com/meshchaos/meshchaos/controlplane/regress"
 	"github.com/meshchaos/meshchaos/controlplane/webhook"
 	"github.com/meshchaos/meshchaos/controlplane/xds"
@@ -92,6 +95,7 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 			return nil
 		},
 	}
+	cmd.AddCommand(newControlPlaneManifestsCmd())
 	f := cmd.Flags()
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config, then $KUBECONFIG)")
 	f.StringVar(&xdsAddr, "xds-addr", "127.0.0.1:15010", "xDS (gRPC) listen address; in a pod give the pod IP, e.g. $(POD_IP):15010")
@@ -118,6 +122,56 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 	f.StringVar(&wh.Sidecar.PullPolicy, "inject-pull-policy", "IfNotPresent", "pull policy of the injected sidecar")
 	f.StringVar(&wh.Sidecar.XDSAddress, "inject-xds-address", "", "xDS address HOST:PORT the injected sidecars dial")
 	f.StringVar(&injectMode, "inject-default-mode", "none", "sidecar start mode of pods without the "+webhook.StartAnnotation+" annotation: none, hold or native")
+	return cmd
+}
+
+// newControlPlaneManifestsCmd renders the reference control plane's manifests into a directory,
+// so it can be deployed as an external control plane (examples/controlplanes/reference.yaml) or
+// by hand.
+func newControlPlaneManifestsCmd() *cobra.Command {
+	var (
+		out      string
+		p        manifests.Params
+		switches []string
+	)
+	cmd := &cobra.Command{
+		Use:   "manifests --out DIR",
+		Short: "Write the reference control plane's manifests (CRDs, control plane) to a directory",
+		Long: `Write what the harness applies for --cp reference into DIR: crds.yaml (the Istio ServiceEntry,
+WorkloadEntry and Sidecar CRDs) and controlplane.yaml (Namespace, RBAC, Deployment, Service,
+webhook configurations). A descriptor's install.manifests can point at DIR
+(examples/controlplanes/reference.yaml), or apply it with kubectl apply --server-side -f DIR.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out == "" {
+				return Usagef("--out DIR is required")
+			}
+			if _, err := regress.Parse(switches); err != nil {
+				return Usagef("%v", err)
+			}
+			p.Regress = switches
+			p.SyncGate = !slices.Contains(switches, string(regress.Ungated))
+			y, err := manifests.ControlPlane(p)
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return fmt.Errorf("create %s: %w", out, err)
+			}
+			for name, data := range map[string][]byte{"crds.yaml": manifests.CRDs, "controlplane.yaml": y} {
+				if err := os.WriteFile(filepath.Join(out, name), data, 0o644); err != nil {
+					return fmt.Errorf("write %s: %w", name, err)
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s and %s\n", filepath.Join(out, "crds.yaml"), filepath.Join(out, "controlplane.yaml"))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&out, "out", "", "directory to write crds.yaml and controlplane.yaml into (created if needed)")
+	f.StringVar(&p.Namespace, "namespace", "", "namespace of the control plane (default meshchaos-system)")
+	f.StringVar(&p.MemoryLimit, "memory-limit", "", "the control plane container's memory limit (default 1Gi; experiments set their own)")
+	f.StringArrayVar(&switches, "regress", nil, "enable a regression switch (repeatable): "+fmt.Sprint(regress.Names()))
 	return cmd
 }
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
@@ -32,6 +34,8 @@ func TestControlPlaneBadInputIsExit2(t *testing.T) {
 		{"controlplane", "--log-level", "loud"},
 		{"controlplane", "--debounce", "-1s"},
 		{"controlplane", "--kubeconfig", "/nonexistent/kubeconfig"},
+		{"controlplane", "manifests"},
+		{"controlplane", "manifests", "--out", "x", "--regress", "no-such-bug"},
 	} {
 		err := runCLI(context.Background(), io.Discard, args...)
 		var ec ExitCoder
@@ -78,4 +82,20 @@ func TestControlPlaneCommandServes(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("controlplane did not stop on cancel")
 	}
+}
+
+// TestControlPlaneManifestsRendersWhatReferenceApplies: the rendered directory is the reference's
+// manifests (with the sync gate off for the ungated build), ready for a descriptor.
+func TestControlPlaneManifestsRendersWhatReferenceApplies(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, runCLI(context.Background(), io.Discard, "controlplane", "manifests", "--out", dir, "--regress", "ungated"))
+	want, err := manifests.ControlPlane(manifests.Params{Regress: []string{"ungated"}})
+	require.NoError(t, err)
+	got, err := os.ReadFile(filepath.Join(dir, "controlplane.yaml"))
+	require.NoError(t, err)
+	require.Equal(t, string(want), string(got))
+	require.Contains(t, string(got), "--sync-gate=false")
+	crds, err := os.ReadFile(filepath.Join(dir, "crds.yaml"))
+	require.NoError(t, err)
+	require.Equal(t, string(manifests.CRDs), string(crds))
 }

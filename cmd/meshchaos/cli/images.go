@@ -6,6 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/meshchaos/meshchaos/harness/cluster/kind"
+	"github.com/meshchaos/meshchaos/harness/cluster/kind/nodeimage"
 	"github.com/meshchaos/meshchaos/images"
 )
 
@@ -42,7 +44,39 @@ func newImagesCmd() *cobra.Command {
 	}
 	build.Flags().StringVar(&out, "out", "bin/images", "output directory")
 	build.Flags().StringVar(&binDir, "bin-dir", "", "directory with the pause and coredns binaries (default: the parent of --out)")
-	cmd.AddCommand(build)
+	cmd.AddCommand(build, newKindNodeImageCmd())
+	return cmd
+}
+
+func newKindNodeImageCmd() *cobra.Command {
+	var rootfs, binDir, out, work, inputs string
+	var printRef bool
+	cmd := &cobra.Command{
+		Use:   "kind-node --rootfs ROOTFS.tar --bin-dir DIR --out IMAGE.tar",
+		Short: "Build the kind node image (" + kind.LocalImage + ") as a Docker-loadable tarball, no registry ('make kind-node-image')",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if printRef {
+				fmt.Fprintln(cmd.OutOrStdout(), kind.LocalImage)
+				return nil
+			}
+			if rootfs == "" || binDir == "" || out == "" {
+				return Usagef("--rootfs, --bin-dir and --out are required (see 'make kind-node-image')")
+			}
+			if work == "" {
+				work = filepath.Join(filepath.Dir(out), "work")
+			}
+			logf := func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) }
+			return nodeimage.Build(nodeimage.Config{Rootfs: rootfs, BinDir: binDir, Version: kind.KubernetesVersion,
+				Ref: kind.LocalImage, WorkDir: work, Inputs: inputs, Logf: logf}, out)
+		},
+	}
+	cmd.Flags().StringVar(&rootfs, "rootfs", "", "Debian root filesystem tarball (hack/kindnode/rootfs.sh)")
+	cmd.Flags().StringVar(&binDir, "bin-dir", "", "directory with the Kubernetes binaries, etcd, coredns, pause and runcwrap")
+	cmd.Flags().StringVar(&out, "out", "", "image tarball to write")
+	cmd.Flags().StringVar(&inputs, "inputs", "", "a digest of the inputs, kept as a label so a rebuild can be skipped")
+	cmd.Flags().BoolVar(&printRef, "print-ref", false, "print the image's reference and exit")
+	cmd.Flags().StringVar(&work, "work", "", "directory for intermediate files (default: work/ beside --out)")
 	return cmd
 }
 

@@ -83,24 +83,32 @@ func TestCompareCLI(t *testing.T) {
 	code, out := run(t, "compare", base, same)
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "no regression")
-	assert.Regexp(t, `error rate\s+1 %\s+1.05 %\s+\+5.0 %\s+ok`, out)
+	assert.Regexp(t, `error rate\s+lower\s+1 % \(1\)\s+1.05 % \(1.05\)\s+\+0.05 \[\+0.05, \+0.05\]\s+1.05 \[1.05, 1.05\]\s+0.5\s+no evidence`, out)
 
 	code, out = run(t, "compare", base, worse)
 	assert.Equal(t, 1, code)
-	assert.Contains(t, out, "REGRESSION")
-	assert.Contains(t, out, "the candidate regressed")
+	assert.Contains(t, out, "REGRESSION (separated)")
+	assert.Contains(t, out, "the candidate regressed: REGRESSION in x (error rate)")
 
 	code, out = run(t, "compare", base, worse, "--max-regression", "150")
 	assert.Equal(t, 0, code, out)
 
-	// Repeat runs: a directory of run directories.
+	// Repeat runs: a directory of run directories; --out writes the report.
 	repeats := t.TempDir()
 	for i, d := range []string{base, same} {
 		require.NoError(t, os.Rename(d, filepath.Join(repeats, []string{"r1", "r2"}[i])))
 	}
-	code, out = run(t, "compare", repeats, worse)
+	report := filepath.Join(t.TempDir(), "cmp")
+	code, out = run(t, "compare", repeats, worse, "--out", report)
 	assert.Equal(t, 1, code, out)
-	assert.Contains(t, out, "(2 run(s))")
+	assert.Contains(t, out, "base 2 run(s)")
+	assert.FileExists(t, filepath.Join(report, results.ComparisonJSONFile))
+	assert.FileExists(t, filepath.Join(report, results.ComparisonMarkdownFile))
+
+	// Experiments on one side only: bad input.
+	code, out = run(t, "compare", repeats, runDir(t, "y", 0, 0))
+	assert.Equal(t, 2, code, out)
+	assert.Contains(t, out, "no usable candidate run")
 }
 
 func TestCompareBadInput(t *testing.T) {
@@ -110,6 +118,7 @@ func TestCompareBadInput(t *testing.T) {
 		"empty dir":    {"compare", good, t.TempDir()},
 		"other exp":    {"compare", good, runDir(t, "y", 0, 0)},
 		"negative":     {"compare", good, good, "--max-regression", "-1"},
+		"alpha":        {"compare", good, good, "--alpha", "0.7"},
 		"not a number": {"compare", good, good, "--max-regression", "ten"},
 		"one argument": {"compare", good},
 	} {

@@ -7,10 +7,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/meshchaos/meshchaos/experiments"
 	"github.com/meshchaos/meshchaos/harness/cluster"
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
+	"github.com/meshchaos/meshchaos/harness/cluster/kind"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 	"github.com/meshchaos/meshchaos/harness/experiment"
 	"github.com/meshchaos/meshchaos/harness/runner"
@@ -79,7 +78,7 @@ func newRunCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), "run "+j.Experiment)
 			defer stop()
 			s, err := p.execute(ctx, runner.NewProgress(cmd.ErrOrStderr()))
 			if err != nil && s.Verdict == "" {
@@ -112,7 +111,7 @@ func newRunCmd() *cobra.Command {
 type job struct {
 	Experiment string
 	Sets       []string
-	// Substrate names the cluster provider: local (kind and existing come later).
+	// Substrate names the cluster provider: local, kind or existing.
 	Substrate string
 	// CP is the control plane under test as --cp spells it.
 	CP string
@@ -120,13 +119,24 @@ type job struct {
 	Out string
 	// Images is the image tarball directory (--images).
 	Images string
+	// Name is the cluster's name (--name); empty: the experiment's short name and the pid.
+	Name string
+	// Existing is the existing substrate's flags (--kubeconfig, --context, --allow-node-chaos).
+	Existing existingFlags
 }
 
-// flags registers the flags every command that runs experiments shares.
+// flags registers the flags every command that runs experiments against one control plane shares.
 func (j *job) flags(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&j.Substrate, "substrate", "local", "where to run: local (kind and existing come later)")
+	j.substrateFlags(cmd)
 	cmd.Flags().StringVar(&j.CP, "cp", "reference", "control plane under test: reference, or reference:<switch>[,<switch>] to re-create a historical bug")
+}
+
+// substrateFlags registers where experiments run: every command that runs them has these.
+func (j *job) substrateFlags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&j.Substrate, "substrate", "local", "where to run: local (network namespaces on this host, root), kind (Docker) or existing (a cluster you have: --kubeconfig)")
 	cmd.Flags().StringVar(&j.Images, "images", "", "image tarballs (from 'make images'; "+imagesDefault+")")
+	cmd.Flags().StringVar(&j.Name, "name", "", "the cluster's name, unique on this host (default: the experiment's first letters and the process id)")
+	j.Existing.flags(cmd)
 }
 
 // prepared is a job whose every input was checked and whose run directory is claimed; nothing
@@ -156,7 +166,10 @@ func (j job) prepare() (*prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	exp, err := def.Build(experiment.Env{Substrate: sub, ControlPlane: sut}, vals)
+	if err := checkNodeAccess(sub, def); err != nil {
+		return nil, err
+	}
+	exp, err := def.Build(experiment.Env{Substrate: sub, ControlPlane: sut, ClusterName: j.Name}, vals)
 	if err != nil {
 		return nil, Usagef("%v", err)
 	}
@@ -174,17 +187,45 @@ func (j job) provider() (cluster.Provider, error) {
 		if err := local.Preflight(); err != nil {
 			return nil, WithExitCode(2, err)
 		}
-		images, err := bins.ImagesDir(j.Images)
+		images, err := j.imagesDir()
 		if err != nil {
-			return nil, WithExitCode(2, err)
+			return nil, err
 		}
-		if missing := imgs.Missing(images); len(missing) > 0 {
-			return nil, WithExitCode(2, fmt.Errorf("images directory %s lacks %s: run 'make images' (or pass --images DIR)", images, strings.Join(missing, ", ")))
+		if j.Name != "" {
+			// A name in use is refused before anything starts; the bring-up claims it for good.
+			if err := local.CheckName("", j.Name); err != nil {
+				return nil, Usagef("--name: %v", err)
+			}
 		}
 		return local.Substrate{Home: local.Home(), ImagesDir: images}, nil
+	case "kind":
+		// Docker missing or stopped: exit 2 with what to do (install/start Docker, or
+		// 'sudo hack/docker.sh' on a machine like our CI).
+		if err := kind.Preflight(); err != nil {
+			return nil, WithExitCode(2, err)
+		}
+		images, err := j.imagesDir()
+		if err != nil {
+			return nil, err
+		}
+		return kind.Substrate{ImagesDir: images}, nil
+	case "existing":
+		return j.Existing.provider()
 	default:
-		return nil, Usagef("--substrate %s: only the local substrate runs experiments today (kind and existing clusters are coming)", j.Substrate)
+		return nil, Usagef("--substrate %s: choose local, kind or existing", j.Substrate)
 	}
+}
+
+// imagesDir is the directory of image tarballs every substrate loads, complete.
+func (j job) imagesDir() (string, error) {
+	images, err := bins.ImagesDir(j.Images)
+	if err != nil {
+		return "", WithExitCode(2, err)
+	}
+	if missing := imgs.Missing(images); len(missing) > 0 {
+		return "", WithExitCode(2, fmt.Errorf("images directory %s lacks %s: run 'make images' (or pass --images DIR)", images, strings.Join(missing, ", ")))
+	}
+	return images, nil
 }
 
 // execute runs the prepared experiment into its directory. The summary's verdict is empty only
@@ -206,7 +247,7 @@ func claimRunDir(out, experiment, cp string) (string, error) {
 		}
 		return out, writable(out)
 	}
-	base := filepath.Join("runs", fmt.Sprintf("%s-%s-%s", experiment, strings.ReplaceAll(cp, ":", "-"), time.Now().Format("20060102-150405")))
+	base := filepath.Join("runs", fmt.Sprintf("%s-%s-%s", experiment, strings.NewReplacer(":", "-", "/", "-").Replace(cp), time.Now().Format("20060102-150405")))
 	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
 		return "", fmt.Errorf("create run directory: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -164,7 +165,9 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		// The hub runs no kube-proxy, so a ClusterIP means nothing here: the apiserver reaches
 		// admission webhooks (and aggregated APIs) behind a Service at a ready endpoint's pod IP,
 		// which the hub routes to its node. TLS is still checked against the Service's name.
-		ExtraArgs: []string{"--enable-aggregator-routing=true"},
+		// The hub resolves no node names: reach kubelets (pod exec, logs, port-forward) at
+		// their node IPs, which it routes.
+		ExtraArgs: []string{"--enable-aggregator-routing=true", "--kubelet-preferred-address-types=InternalIP,Hostname"},
 	})
 	if err != nil {
 		return c, fmt.Errorf("start control plane: %w", err)
@@ -405,16 +408,8 @@ type owner struct {
 }
 
 func claim(l layout) error {
-	f := filepath.Join(l.dir(), "owner.json")
-	if b, err := os.ReadFile(f); err == nil {
-		var o owner
-		if json.Unmarshal(b, &o) == nil && o.Pid > 0 && processStartTime(o.Pid) == o.StartTime {
-			return fmt.Errorf("%w: cluster %q is running (pid %d); choose another --name or run 'meshchaos cluster down --name %s'", ErrNameInUse, l.name, o.Pid, l.name)
-		}
-		return fmt.Errorf("%w: cluster %q was left behind by a process that is gone; run 'meshchaos cluster down --name %s' first", ErrNameInUse, l.name, l.name)
-	}
-	if ns := clusterNetns(l); len(ns) > 0 {
-		return fmt.Errorf("%w: network namespaces %v exist; run 'meshchaos cluster down --name %s' first", ErrNameInUse, ns, l.name)
+	if err := free(l); err != nil {
+		return err
 	}
 	// The state directory holds the admin kubeconfig, keys and logs: only its owner may enter.
 	if err := os.MkdirAll(l.dir(), 0o700); err != nil {
@@ -426,8 +421,50 @@ func claim(l layout) error {
 	if err := os.MkdirAll(l.logDir(), 0o755); err != nil {
 		return err
 	}
+	// O_EXCL: of two processes that found the name free at once, one wins.
+	f, err := os.OpenFile(filepath.Join(l.dir(), "owner.json"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%w: cluster %q is being brought up by another process; choose another --name", ErrNameInUse, l.name)
+	}
+	if err != nil {
+		return err
+	}
 	b, _ := json.Marshal(owner{Pid: os.Getpid(), StartTime: processStartTime(os.Getpid()), Nodes: l.nodes})
-	return os.WriteFile(f, b, 0o644)
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// free says whether a cluster may take l's name: no live cluster has it and none left anything
+// behind under it.
+func free(l layout) error {
+	f := filepath.Join(l.dir(), "owner.json")
+	if b, err := os.ReadFile(f); err == nil {
+		var o owner
+		if json.Unmarshal(b, &o) == nil && o.Pid > 0 && processStartTime(o.Pid) == o.StartTime {
+			return fmt.Errorf("%w: cluster %q is running (pid %d); choose another --name or run 'meshchaos cluster down --name %s'", ErrNameInUse, l.name, o.Pid, l.name)
+		}
+		return fmt.Errorf("%w: cluster %q was left behind by a process that is gone; run 'meshchaos cluster down --name %s' first", ErrNameInUse, l.name, l.name)
+	}
+	if ns := clusterNetns(l); len(ns) > 0 {
+		return fmt.Errorf("%w: network namespaces %v exist; run 'meshchaos cluster down --name %s' first", ErrNameInUse, ns, l.name)
+	}
+	return nil
+}
+
+// CheckName says, before anything starts, whether a new cluster may be called name: a valid
+// name that no running cluster has and no crashed one left behind (ErrNameInUse). Up checks
+// again when it claims the name.
+func CheckName(home, name string) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	if home == "" {
+		home = Home()
+	}
+	return free(layout{name: name, home: home})
 }
 
 // processStartTime is field 22 of /proc/PID/stat: with the pid it identifies a process.

@@ -11,24 +11,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/meshchaos/meshchaos/harness/cluster"
 	"github.com/meshchaos/meshchaos/images"
 )
 
-// corefile serves cluster.local from the API and nothing else: pods have no outside network,
-// so there is nowhere to forward to, and other names get REFUSED at once instead of a timeout.
-const corefile = `.:53 {
-    errors
-    health :8080
-    ready :8181
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
-        pods insecure
-        fallthrough in-addr.arpa ip6.arpa
-        ttl 5
-    }
-    cache 5
-    loadbalance
-}
-`
+// corefile is the one every substrate running our CoreDNS build uses.
+const corefile = cluster.Corefile
 
 // deployDNS creates CoreDNS (ConfigMap, Deployment, the kube-dns Service at DNSServiceIP).
 func deployDNS(ctx context.Context, cs kubernetes.Interface) error {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -132,7 +133,7 @@ func teardown(ctx context.Context, l layout, logf func(string, ...any)) error {
 // pods: those of its bridge networks (named after the nodes) and containerd's loopback entries,
 // which are keyed by pod sandbox id.
 func removeCNICache(l layout, sandboxes map[string]bool) error {
-	files, _ := filepath.Glob("/var/lib/cni/results/*")
+	files, _ := filepath.Glob(filepath.Join(cniResultsDir, "*"))
 	var errs []error
 	for _, f := range files {
 		base := filepath.Base(f)
@@ -258,8 +259,11 @@ func removeEmptyParentCgroup() {
 	}
 }
 
-// Leftovers lists anything cluster name still has on the host: processes, namespaces, mounts,
-// cgroups, state. Empty means clean; tests assert it after teardown.
+// Leftovers lists anything cluster name still has on the host: processes, network namespaces
+// (with them their veths, bridges, routes and iptables rules, which live nowhere else), mounts
+// (pod namespaces, rootfs, volumes), cgroups, CNI state, the state directory, and iptables
+// rules in the host's own namespace that name the cluster (the cluster never adds any: one
+// would be a leak out of its namespaces). Empty means clean; tests assert it after teardown.
 func Leftovers(home, name string) []string {
 	if home == "" {
 		home = Home()
@@ -280,6 +284,31 @@ func Leftovers(home, name string) []string {
 	}
 	if _, err := os.Stat(l.dir()); err == nil {
 		out = append(out, "state directory "+l.dir())
+	}
+	if m, _ := filepath.Glob(filepath.Join(cniResultsDir, l.hubNetns()+"-n*")); len(m) > 0 {
+		out = append(out, fmt.Sprintf("CNI results %v", m))
+	}
+	if rules := hostRulesNaming(l.hubNetns() + "-n"); len(rules) > 0 {
+		out = append(out, fmt.Sprintf("host iptables rules naming the cluster %q", rules))
+	}
+	return out
+}
+
+// cniResultsDir is where the CNI library caches results (keyed by network name).
+const cniResultsDir = "/var/lib/cni/results"
+
+// hostRulesNaming returns the host namespace's iptables rules that mention s (read only, with
+// iptables-save; none when iptables is not installed).
+func hostRulesNaming(s string) []string {
+	b, err := exec.Command("iptables-save").Output()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, s) {
+			out = append(out, line)
+		}
 	}
 	return out
 }

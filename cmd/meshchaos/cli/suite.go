@@ -1,0 +1,320 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/meshchaos/meshchaos/experiments"
+	"github.com/meshchaos/meshchaos/harness/runner"
+	"github.com/meshchaos/meshchaos/harness/subject"
+	"github.com/meshchaos/meshchaos/harness/suite"
+	"github.com/meshchaos/meshchaos/results"
+)
+
+func init() { register(newSuiteCmd) }
+
+// suiteOpts are the suite command's inputs besides the shared job flags.
+type suiteOpts struct {
+	Out     string
+	History string
+	Nights  int
+	Sets    []string
+}
+
+func newSuiteCmd() *cobra.Command {
+	var (
+		j job
+		o suiteOpts
+	)
+	cmd := &cobra.Command{
+		Use:   "suite NAME|FILE [--out DIR] [--history DIR] [--set k=v]… [--substrate local]",
+		Short: "Run a suite of experiments one after another: combined junit.xml and index.html (exit 0 every run gave its expected verdict, 1 not, 2 bad input)",
+		Long: `Run a suite: experiments × control planes × parameters × repeats, one run after another on this
+machine, each with the verdict it is expected to give. NAME is a built-in suite (see below) or FILE a
+YAML file:
+
+  name: mine
+  entries:
+  - experiment: cp-oom-restart
+    controlPlane: reference:ungated   # default: --cp
+    set: [rate=50, duration=40s]
+    repeats: 2
+    expect: fail                      # default: pass
+
+Every entry is checked before the first run starts. The output directory holds each run's
+directory, a combined junit.xml, suite.json and index.html. With --history DIR the suite's result
+is appended to DIR/NAME.jsonl and index.html shows each main measure's trend over the last
+--nights executions, flagging a change beyond the noise seen so far.`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				printSuites(cmd.ErrOrStderr())
+				return Usagef("give one suite: a built-in name or a YAML file")
+			}
+			s, err := suite.Load(args[0])
+			if err != nil {
+				printSuites(cmd.ErrOrStderr())
+				return Usagef("%v", err)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runSuite(ctx, s, j, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	j.flags(cmd)
+	cmd.Flags().StringVar(&o.Out, "out", "", "output directory (default runs/suite-NAME-TIME)")
+	cmd.Flags().StringVar(&o.History, "history", "", "history directory: append this execution and show trends across nights")
+	cmd.Flags().IntVar(&o.Nights, "nights", 30, "how many executions of the history the trends show")
+	cmd.Flags().StringArrayVar(&o.Sets, "set", nil, "parameter name=value for every entry whose experiment has it (after the entry's own)")
+	return cmd
+}
+
+func printSuites(w io.Writer) {
+	fmt.Fprintln(w, "built-in suites:")
+	for _, s := range suite.Builtins() {
+		fmt.Fprintf(w, "  %-12s %d runs  %s\n", s.Name, s.Runs(), s.Summary)
+	}
+}
+
+// plannedRun is one run of a suite, prepared (every input checked, its directory claimed).
+type plannedRun struct {
+	entry, repeat, repeats int
+	expect                 results.Verdict
+	set                    []string
+	p                      *prepared
+}
+
+// planSuite checks every entry and prepares every run before anything starts; on bad input it
+// returns an exit-2 error naming the entry.
+func planSuite(s suite.Suite, j job, o suiteOpts, out string) ([]plannedRun, error) {
+	// A --set must mean something to at least one experiment of the suite.
+	for _, kv := range o.Sets {
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, Usagef("--set %q: use name=value", kv)
+		}
+		known := false
+		for _, e := range s.Entries {
+			if d, ok := experiments.Lookup(e.Experiment); ok {
+				if _, has := d.Params.Lookup(name); has {
+					known = true
+				}
+			}
+		}
+		if !known {
+			return nil, Usagef("--set %s: no experiment of suite %s has parameter %q", kv, s.Name, name)
+		}
+	}
+	// First what the suite says, for every entry, so a bad file is reported whole and whatever
+	// the machine; then what the machine needs (prepare: the substrate, the run directories).
+	sets := make([][]string, len(s.Entries))
+	cps := make([]string, len(s.Entries))
+	for i, e := range s.Entries {
+		d, ok := experiments.Lookup(e.Experiment)
+		if !ok {
+			return nil, Usagef("suite %s entry %d: unknown experiment %q (see 'meshchaos list')", s.Name, i+1, e.Experiment)
+		}
+		sets[i] = append([]string{}, e.Set...)
+		for _, kv := range o.Sets {
+			name, _, _ := strings.Cut(kv, "=")
+			if _, has := d.Params.Lookup(name); has {
+				sets[i] = append(sets[i], kv)
+			}
+		}
+		cps[i] = e.ControlPlane
+		if cps[i] == "" {
+			cps[i] = j.CP
+		}
+		if _, err := d.Resolve(sets[i]); err != nil {
+			return nil, Usagef("suite %s entry %d (%s, %s): %v", s.Name, i+1, e.Experiment, cps[i], err)
+		}
+		if _, err := subject.Parse(cps[i]); err != nil {
+			return nil, Usagef("suite %s entry %d (%s, %s): %v", s.Name, i+1, e.Experiment, cps[i], err)
+		}
+	}
+	var runs []plannedRun
+	for i, e := range s.Entries {
+		sets, cp := sets[i], cps[i]
+		expect := e.Expect
+		if expect == "" {
+			expect = results.VerdictPass
+		}
+		n := max(e.Repeats, 1)
+		for r := 1; r <= n; r++ {
+			rj := j
+			rj.Experiment, rj.Sets, rj.CP = e.Experiment, sets, cp
+			name := fmt.Sprintf("%02d-%s-%s", i+1, e.Experiment, strings.NewReplacer(":", "-", ",", "+").Replace(cp))
+			if n > 1 {
+				name += fmt.Sprintf("-r%d", r)
+			}
+			rj.Out = filepath.Join(out, name)
+			p, err := rj.prepare()
+			if err != nil {
+				var ec ExitCoder
+				if errors.As(err, &ec) && ec.ExitCode() == 2 {
+					return nil, Usagef("suite %s entry %d (%s, %s): %v", s.Name, i+1, e.Experiment, cp, err)
+				}
+				return nil, err
+			}
+			runs = append(runs, plannedRun{entry: i, repeat: r, repeats: n, expect: expect, set: sets, p: p})
+		}
+	}
+	return runs, nil
+}
+
+// claimSuiteDir creates the suite's output directory; one that already holds a suite is
+// refused (its evidence would be overwritten).
+func claimSuiteDir(out, name string) (string, error) {
+	if out == "" {
+		out = filepath.Join("runs", fmt.Sprintf("suite-%s-%s", filepath.Base(name), time.Now().Format("20060102-150405")))
+	}
+	if _, err := os.Stat(filepath.Join(out, results.SuiteFile)); err == nil {
+		return "", Usagef("--out %s already holds a suite (%s): choose another directory or remove it", out, results.SuiteFile)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return "", WithExitCode(2, fmt.Errorf("create suite directory: %w", err))
+	}
+	return out, nil
+}
+
+func runSuite(ctx context.Context, s suite.Suite, j job, o suiteOpts, stdout, stderr io.Writer) error {
+	if o.Nights < 2 {
+		return Usagef("--nights %d: at least 2 (a trend needs two nights)", o.Nights)
+	}
+	var past []results.SuiteResult
+	if o.History != "" {
+		var err error
+		if past, err = results.ReadHistory(o.History, s.Name, o.Nights-1); err != nil {
+			return Usagef("%v", err)
+		}
+	}
+	_, statErr := os.Stat(o.Out)
+	created := o.Out == "" || statErr != nil
+	out, err := claimSuiteDir(o.Out, s.Name)
+	if err != nil {
+		return err
+	}
+	runs, err := planSuite(s, j, o, out)
+	if err != nil {
+		if created {
+			os.RemoveAll(out) // nothing ran: leave no empty run directories behind
+		}
+		return err
+	}
+
+	res := &results.SuiteResult{Schema: results.SuiteSchema, Suite: s.Name, Summary: s.Summary,
+		Substrate: j.Substrate, StartedAt: time.Now().UTC(), Planned: len(runs)}
+	eta := newSuiteETA(past)
+	fmt.Fprintf(stderr, "suite %s: %d runs into %s\n", s.Name, len(runs), out)
+	for i, r := range runs {
+		if ctx.Err() != nil {
+			fmt.Fprintf(stderr, "suite %s: interrupted; %d of %d runs did not run\n", s.Name, len(runs)-i, len(runs))
+			break
+		}
+		key := results.SuiteRun{Experiment: r.p.Experiment, ControlPlane: r.p.CP, Set: r.set}.Key()
+		fmt.Fprintf(stderr, "suite %s: run %d/%d %s (expect %s) · elapsed %s · %s\n", s.Name, i+1, len(runs), key,
+			r.expect, time.Since(res.StartedAt).Round(time.Second), eta.remaining(runs[i:]))
+		start := time.Now()
+		sum, err := r.p.execute(ctx, runner.NewProgress(stderr))
+		secs := time.Since(start).Seconds()
+		eta.done(key, secs)
+		rel, _ := filepath.Rel(out, r.p.Dir)
+		var sp *results.Summary
+		if sum.Verdict != "" {
+			sp = &sum
+		}
+		sr := results.NewSuiteRun(sp, r.entry, r.repeat, r.p.Experiment, r.p.CP, r.set, r.expect, rel, secs, err)
+		res.Runs = append(res.Runs, sr)
+		mark := "ok"
+		if !sr.AsExpected() {
+			mark = "UNEXPECTED"
+		}
+		fmt.Fprintf(stderr, "suite %s: run %d/%d %s: %s (expected %s) %s in %s\n", s.Name, i+1, len(runs), key, sr.Verdict, sr.Expect, mark, time.Duration(secs*float64(time.Second)).Round(time.Second))
+		// Written after every run, so an interrupted suite still leaves its junit and index.
+		res.FinishedAt = time.Now().UTC()
+		if err := results.WriteSuite(out, res, nil); err != nil {
+			return WithExitCode(2, err)
+		}
+	}
+	res.FinishedAt = time.Now().UTC()
+	var nights []results.SuiteResult
+	if o.History != "" {
+		if err := results.AppendHistory(o.History, res); err != nil {
+			return WithExitCode(2, err)
+		}
+		nights = append(past, *res)
+	}
+	if err := results.WriteSuite(out, res, nights); err != nil {
+		return WithExitCode(2, err)
+	}
+
+	bad := 0
+	fmt.Fprintf(stdout, "suite %s (%s, %s):\n", s.Name, j.Substrate, res.FinishedAt.Sub(res.StartedAt).Round(time.Second))
+	for _, r := range res.Runs {
+		status := "ok"
+		if !r.AsExpected() {
+			status = "FAIL"
+			bad++
+		}
+		fmt.Fprintf(stdout, "  %-4s  %s #%d: %s (expected %s)\n", status, r.Key(), r.Repeat, r.Verdict, r.Expect)
+		for _, f := range r.Failed {
+			fmt.Fprintf(stdout, "          %s\n", f)
+		}
+	}
+	fmt.Fprintf(stdout, "junit: %s\nindex: %s\n", filepath.Join(out, results.JUnitFile), filepath.Join(out, results.SuiteIndexFile))
+	if res.OK() {
+		return nil
+	}
+	missing := res.Planned - len(res.Runs)
+	return WithExitCode(1, fmt.Errorf("suite %s: %d of %d runs did not give their expected verdict, %d did not run", s.Name, bad, res.Planned, missing))
+}
+
+// suiteETA estimates the time left: a run takes what the same entry took last night, else the
+// mean of this execution's finished runs.
+type suiteETA struct {
+	last     map[string]float64
+	sum      float64
+	finished int
+}
+
+func newSuiteETA(past []results.SuiteResult) *suiteETA {
+	e := &suiteETA{last: map[string]float64{}}
+	if len(past) > 0 {
+		for _, r := range past[len(past)-1].Runs {
+			e.last[r.Key()] = r.Seconds
+		}
+	}
+	return e
+}
+
+func (e *suiteETA) done(key string, secs float64) {
+	e.sum += secs
+	e.finished++
+	e.last[key] = secs
+}
+
+func (e *suiteETA) remaining(left []plannedRun) string {
+	total := 0.0
+	for _, r := range left {
+		key := results.SuiteRun{Experiment: r.p.Experiment, ControlPlane: r.p.CP, Set: r.set}.Key()
+		switch {
+		case e.last[key] > 0:
+			total += e.last[key]
+		case e.finished > 0:
+			total += e.sum / float64(e.finished)
+		default:
+			return "ETA after the first run"
+		}
+	}
+	return "ETA " + time.Duration(total*float64(time.Second)).Round(time.Second).String()
+}

@@ -1,0 +1,135 @@
+package cli
+
+import (
+	"encoding/json"
+	"encoding/xml"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshchaos/meshchaos/experiments"
+	"github.com/meshchaos/meshchaos/harness/cluster/local"
+	"github.com/meshchaos/meshchaos/harness/subject"
+	"github.com/meshchaos/meshchaos/harness/suite"
+	"github.com/meshchaos/meshchaos/results"
+)
+
+// Every built-in suite and example file names real experiments, parameters and control planes.
+func TestBuiltinSuitesResolve(t *testing.T) {
+	all := suite.Builtins()
+	files, _ := filepath.Glob("../../../examples/suites/*.yaml")
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		s, err := suite.Load(f)
+		require.NoError(t, err, f)
+		all = append(all, s)
+	}
+	for _, s := range all {
+		for i, e := range s.Entries {
+			d, ok := experiments.Lookup(e.Experiment)
+			require.True(t, ok, "%s entry %d: %s", s.Name, i+1, e.Experiment)
+			_, err := d.Resolve(e.Set)
+			assert.NoError(t, err, "%s entry %d", s.Name, i+1)
+			cp := e.ControlPlane
+			if cp == "" { // the suite's default: --cp, or upgrade-check's base and candidate
+				cp = "reference"
+			}
+			_, err = subject.Parse(cp)
+			assert.NoError(t, err, "%s entry %d", s.Name, i+1)
+		}
+	}
+}
+
+// TestSuiteBadInputExitsTwo: every entry is checked before the first run; a bad one is exit 2
+// naming the entry, and no output directory is left behind.
+func TestSuiteBadInputExitsTwo(t *testing.T) {
+	dir := t.TempDir()
+	good := "- {experiment: serviceentry-scale, set: [\"steps=50,100\"]}\n"
+	for name, tc := range map[string]struct{ entries, want string }{
+		"unknown experiment":    {good + "- {experiment: nope}\n", `entry 2: unknown experiment "nope"`},
+		"bad parameter value":   {good + "- {experiment: endpoint-flap, set: [proxies=0]}\n", `entry 2 (endpoint-flap, reference): --set proxies="0": want a whole number from 1 to 5000`},
+		"unknown parameter":     {good + "- {experiment: endpoint-flap, set: [steps=5]}\n", "unknown parameter"},
+		"unknown control plane": {good + "- {experiment: endpoint-flap, controlPlane: \"reference:nope\"}\n", `unknown regression switch "nope"`},
+		"bad expect":            {good + "- {experiment: endpoint-flap, expect: maybe}\n", "want pass or fail"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".yaml")
+			require.NoError(t, os.WriteFile(f, []byte("name: bad\nentries:\n"+tc.entries), 0o644))
+			out := filepath.Join(dir, "out-"+filepath.Base(f))
+			code, msg := run(t, "suite", f, "--out", out)
+			assert.Equal(t, 2, code, msg)
+			assert.Contains(t, msg, tc.want)
+			assert.NoDirExists(t, out, "nothing ran, nothing left")
+		})
+	}
+	code, msg := run(t, "suite", "nightly", "--set", "bogus=1", "--out", filepath.Join(dir, "x"))
+	assert.Equal(t, 2, code)
+	assert.Contains(t, msg, `no experiment of suite nightly has parameter "bogus"`)
+	code, msg = run(t, "suite", "no-such-suite")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, msg, "neither a built-in (capacity, honesty, nightly")
+}
+
+// TestSuiteTinyBothWays is the small honesty run `make test` makes through the suite runner:
+// serviceentry-scale at tiny steps passes on the reference and is failed by se-endpoint-port,
+// and the suite (exit 0: both as expected) leaves each run's directory, a combined junit.xml,
+// suite.json, index.html and a history line.
+func TestSuiteTinyBothWays(t *testing.T) {
+	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
+		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
+	}
+	require.NoError(t, local.Preflight())
+	t.Setenv("MESHCHAOS_HOME", t.TempDir())
+	out := filepath.Join(t.TempDir(), "suite")
+	history := t.TempDir()
+	code, msg := run(t, "suite", "../../../examples/suites/tiny.yaml", "--out", out, "--history", history)
+	t.Log(msg)
+	require.Equal(t, 0, code, "every run gave its expected verdict")
+
+	res := readSuite(t, out)
+	require.Len(t, res.Runs, 2)
+	assert.Equal(t, results.VerdictPass, res.Runs[0].Verdict)
+	assert.Equal(t, results.VerdictFail, res.Runs[1].Verdict, "the switch is caught")
+	assert.Contains(t, strings.Join(res.Runs[1].Failed, "\n"), "endpoint-port oracle mismatches", "on the check that names it")
+	for _, r := range res.Runs {
+		s, err := results.Read(filepath.Join(out, r.Dir))
+		require.NoError(t, err, "each run's directory is complete")
+		assert.Equal(t, r.Verdict, s.Verdict)
+		assert.Contains(t, r.Measures, "heap growth exponent", "the checks' figures are the main measures")
+	}
+
+	b, err := os.ReadFile(filepath.Join(out, results.JUnitFile))
+	require.NoError(t, err)
+	var doc struct {
+		Suites []struct {
+			Tests    int `xml:"tests,attr"`
+			Failures int `xml:"failures,attr"`
+			Errors   int `xml:"errors,attr"`
+		} `xml:"testsuite"`
+	}
+	require.NoError(t, xml.Unmarshal(b, &doc))
+	require.Len(t, doc.Suites, 1)
+	assert.Equal(t, 2, doc.Suites[0].Tests)
+	assert.Zero(t, doc.Suites[0].Failures+doc.Suites[0].Errors)
+
+	page, err := os.ReadFile(filepath.Join(out, results.SuiteIndexFile))
+	require.NoError(t, err)
+	assert.Contains(t, string(page), `href="`+res.Runs[1].Dir+"/"+results.HTMLFile+`"`)
+	nights, err := results.ReadHistory(history, "tiny", 10)
+	require.NoError(t, err)
+	require.Len(t, nights, 1)
+	assert.Equal(t, res.Runs[1].Measures, nights[0].Runs[1].Measures)
+}
+
+func readSuite(t *testing.T, dir string) *results.SuiteResult {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, results.SuiteFile))
+	require.NoError(t, err)
+	var s results.SuiteResult
+	require.NoError(t, json.Unmarshal(b, &s))
+	return &s
+}

@@ -1,0 +1,247 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/meshchaos/meshchaos/experiments"
+	"github.com/meshchaos/meshchaos/harness/runner"
+	"github.com/meshchaos/meshchaos/harness/subject"
+	"github.com/meshchaos/meshchaos/harness/suite"
+	"github.com/meshchaos/meshchaos/results"
+)
+
+func init() { register(newUpgradeCheckCmd) }
+
+// upgradeCheck is what `meshchaos upgrade-check` was asked to do.
+type upgradeCheck struct {
+	job          // substrate and images; Experiment, Sets, CP and Out are set per run
+	base, cand   string
+	suite        string
+	repeats      int
+	sets         []string
+	out          string
+	stats        statsFlags
+	startedAt    time.Time
+	runs         []upgradeRun
+	compareOpts  results.CompareOptions
+	suiteEntries int
+}
+
+// upgradeRun is one run of the plan: an entry's repeat on one side.
+type upgradeRun struct {
+	entry, repeat, repeats int
+	side                   string // "base" or "candidate"
+	p                      *prepared
+}
+
+func newUpgradeCheckCmd() *cobra.Command {
+	var u upgradeCheck
+	cmd := &cobra.Command{
+		Use:   "upgrade-check --base CP_A --candidate CP_B [--suite pre-upgrade] [--repeats N] [--out DIR] [--set [EXPERIMENT.]k=v]…",
+		Short: "Run a suite against two control planes, alternating, and report every measure's regression with statistics (exit 1 on a regression)",
+		Long: `Does control plane B behave as well as A? For every entry of the suite (default: the built-in
+pre-upgrade suite; or a suite YAML file) upgrade-check runs the experiment against the base and the
+candidate alternately — A B A B … — so that machine noise spreads over both, then compares the
+two sets of runs measure by measure as 'meshchaos compare' does: both distributions, the
+difference of the medians with a bootstrap confidence interval, a one-sided Mann-Whitney U test,
+and a verdict (regression / improvement / no evidence) that takes each measure's direction and
+minimum practical effect. A check that passes in the base and fails in the candidate is a
+regression too.
+
+DIR gets base/ and candidate/ (one run directory per run; 'meshchaos compare DIR/base
+DIR/candidate' redoes the comparison) and comparison.md and comparison.json.
+
+--repeats overrides every entry's repeats; the test can only reach α = 0.05 from 3 runs a side.
+--set name=value applies to every entry whose experiment has that parameter, --set
+EXPERIMENT.name=value to that experiment's entries only; it wins over the suite's own values.
+
+Exit code: 0 no regression, 1 a regression, 2 bad input, or runs that could not be carried out
+(the report lists them).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := u.prepare(cmd); err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return u.execute(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	u.substrateFlags(cmd)
+	cmd.Flags().StringVar(&u.base, "base", "", "the control plane today, as --cp spells it (e.g. reference)")
+	cmd.Flags().StringVar(&u.cand, "candidate", "", "the control plane to upgrade to, as --cp spells it (e.g. reference:ungated)")
+	cmd.Flags().StringVar(&u.suite, "suite", "pre-upgrade", "a built-in suite's name or a suite YAML file")
+	cmd.Flags().IntVar(&u.repeats, "repeats", 0, "runs per entry and side (default: the suite's)")
+	cmd.Flags().StringArrayVar(&u.sets, "set", nil, "[EXPERIMENT.]name=value for the suite's experiments (repeatable)")
+	cmd.Flags().StringVar(&u.out, "out", "", "output directory (default runs/upgrade-check-BASE-vs-CANDIDATE-TIME)")
+	u.stats.register(cmd)
+	return cmd
+}
+
+// prepare checks every input and prepares every run before anything starts: bad input costs a
+// fraction of a second, not a half-finished suite.
+func (u *upgradeCheck) prepare(cmd *cobra.Command) error {
+	if u.base == "" || u.cand == "" {
+		return Usagef("give both --base and --candidate (control planes as --cp spells them, e.g. --base reference --candidate reference:ungated)")
+	}
+	if u.repeats < 0 || u.repeats > 100 {
+		return Usagef("--repeats %d: want 1–100 (or 0 for the suite's own)", u.repeats)
+	}
+	var err error
+	if u.compareOpts, err = u.stats.options(cmd); err != nil {
+		return err
+	}
+	s, err := suite.Load(u.suite)
+	if err != nil {
+		return Usagef("%v", err)
+	}
+	u.suite, u.suiteEntries = s.Name, len(s.Entries)
+	if u.out == "" {
+		u.out = filepath.Join("runs", fmt.Sprintf("upgrade-check-%s-vs-%s-%s", dirName(u.base), dirName(u.cand), time.Now().Format("20060102-150405")))
+	}
+	for i, e := range s.Entries {
+		if _, ok := experiments.Lookup(e.Experiment); !ok {
+			return Usagef("suite %s entry %d: unknown experiment %q (see 'meshchaos list')", s.Name, i+1, e.Experiment)
+		}
+		if e.ControlPlane != "" {
+			return Usagef("suite %s entry %d (%s) names control plane %q: upgrade-check runs every entry against --base and --candidate; leave controlPlane empty", s.Name, i+1, e.Experiment, e.ControlPlane)
+		}
+	}
+	entrySets, err := applySets(s, u.sets)
+	if err != nil {
+		return err
+	}
+	// Every parameter and both control planes first, so that no substrate check hides them.
+	for _, cp := range []string{u.base, u.cand} {
+		if _, err := subject.Parse(cp); err != nil {
+			return Usagef("%v", err)
+		}
+	}
+	for i, e := range s.Entries {
+		def, _ := experiments.Lookup(e.Experiment)
+		if _, err := def.Resolve(entrySets[i]); err != nil {
+			return Usagef("suite %s entry %d (%s): %v", s.Name, i+1, e.Experiment, err)
+		}
+	}
+	for i, e := range s.Entries {
+		n := max(e.Repeats, 1)
+		if u.repeats > 0 {
+			n = u.repeats
+		}
+		for r := 1; r <= n; r++ {
+			for _, side := range []string{"base", "candidate"} {
+				j := u.job
+				j.Experiment, j.Sets, j.CP = e.Experiment, entrySets[i], map[string]string{"base": u.base, "candidate": u.cand}[side]
+				j.Out = filepath.Join(u.out, side, fmt.Sprintf("%02d-%s-r%d", i+1, e.Experiment, r))
+				p, err := j.prepare()
+				if err != nil {
+					return fmt.Errorf("suite %s entry %d (%s, %s %s): %w", s.Name, i+1, e.Experiment, side, j.CP, err)
+				}
+				u.runs = append(u.runs, upgradeRun{entry: i + 1, repeat: r, repeats: n, side: side, p: p})
+			}
+		}
+	}
+	return nil
+}
+
+func dirName(cp string) string { return strings.NewReplacer(":", "-", ",", "+", "/", "-").Replace(cp) }
+
+// applySets merges --set [EXPERIMENT.]name=value into each entry's own sets (later ones win when
+// the experiment resolves them); a name no entry's experiment has is bad input.
+func applySets(s suite.Suite, sets []string) ([][]string, error) {
+	out := make([][]string, len(s.Entries))
+	for i, e := range s.Entries {
+		out[i] = append([]string{}, e.Set...)
+	}
+	for _, kv := range sets {
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, Usagef("--set %q: want [EXPERIMENT.]name=value", kv)
+		}
+		only := ""
+		if exp, param, scoped := strings.Cut(name, "."); scoped {
+			only, name, kv = exp, param, kv[len(exp)+1:]
+			if _, ok := experiments.Lookup(only); !ok {
+				return nil, Usagef("--set %s: unknown experiment %q (see 'meshchaos list')", kv, only)
+			}
+		}
+		used := false
+		for i, e := range s.Entries {
+			def, _ := experiments.Lookup(e.Experiment)
+			if _, has := def.Params.Lookup(name); has && (only == "" || only == e.Experiment) {
+				out[i], used = append(out[i], kv), true
+			}
+		}
+		if !used {
+			return nil, Usagef("--set %s: no experiment of suite %s has a parameter %q (see 'meshchaos list')", kv, s.Name, name)
+		}
+	}
+	return out, nil
+}
+
+// execute runs the plan in order (A B A B … per entry), with progress and an ETA, then compares
+// and writes the report.
+func (u *upgradeCheck) execute(ctx context.Context, stdout, stderr io.Writer) error {
+	u.startedAt = time.Now()
+	fmt.Fprintf(stderr, "upgrade-check: suite %s (%d entries), %d runs, base %s, candidate %s, into %s\n", u.suite, u.suiteEntries, len(u.runs), u.base, u.cand, u.out)
+	var base, cand []results.Run
+	var errored []string
+	var spent time.Duration
+	for k, r := range u.runs {
+		if ctx.Err() != nil {
+			errored = append(errored, fmt.Sprintf("%d runs not made: interrupted", len(u.runs)-k))
+			break
+		}
+		eta := "unknown until the first run ends"
+		if k > 0 {
+			eta = (spent / time.Duration(k) * time.Duration(len(u.runs)-k)).Round(time.Second).String()
+		}
+		fmt.Fprintf(stderr, "\n[%d/%d] entry %d %s, %s %s, repeat %d/%d — elapsed %s, ETA %s\n", k+1, len(u.runs), r.entry, r.p.Experiment,
+			r.side, r.p.CP, r.repeat, r.repeats, time.Since(u.startedAt).Round(time.Second), eta)
+		start := time.Now()
+		s, err := r.p.execute(ctx, runner.NewProgress(stderr))
+		spent += time.Since(start)
+		if s.Verdict == "" {
+			// Nothing could be written: keep the run as errored so the comparison shows it.
+			s = results.Summary{Experiment: r.p.Experiment, ControlPlane: r.p.CP, Verdict: results.VerdictError, Error: fmt.Sprint(err)}
+		}
+		if s.Verdict == results.VerdictError && s.Error == "" && err != nil {
+			s.Error = err.Error()
+		}
+		fmt.Fprintf(stderr, "[%d/%d] %s %s: %s in %s\n", k+1, len(u.runs), r.p.Experiment, r.p.CP, s.Verdict, time.Since(start).Round(time.Second))
+		if s.Verdict == results.VerdictError {
+			errored = append(errored, fmt.Sprintf("%s (%s): %s", r.p.Dir, r.side, s.Error))
+		}
+		run := results.Run{Dir: r.p.Dir, Summary: &s}
+		if r.side == "base" {
+			base = append(base, run)
+		} else {
+			cand = append(cand, run)
+		}
+	}
+	if len(base) == 0 || len(cand) == 0 {
+		return WithExitCode(2, fmt.Errorf("no comparison: %s", strings.Join(errored, "; ")))
+	}
+	c, err := results.Compare(base, cand, u.compareOpts)
+	if err != nil {
+		return WithExitCode(2, err)
+	}
+	finished := time.Now()
+	c.Base, c.Candidate, c.Suite, c.StartedAt, c.FinishedAt = u.base, u.cand, u.suite, &u.startedAt, &finished
+	fmt.Fprintln(stdout)
+	err = finishComparison(stdout, c, u.out)
+	if err == nil && len(errored) > 0 {
+		err = WithExitCode(2, fmt.Errorf("no regression among the runs made, but %d could not be carried out (%s): the comparison rests on fewer runs; re-run", len(errored), errored[0]))
+	}
+	return err
+}

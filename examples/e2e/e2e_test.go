@@ -1,0 +1,48 @@
+// Package e2e_test is an example of meshchaos experiments in your own e2e-framework suite: the
+// environment's cluster comes from meshchaos's local provider, and each experiment is a
+// feature whose assessment is the experiment's checks. It runs in `make test` at a tiny scale.
+//
+//	MESHCHAOS_BIN_DIR=bin MESHCHAOS_IMAGES=bin/images go test ./examples/e2e/
+package e2e_test
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"sigs.k8s.io/e2e-framework/pkg/env"
+
+	"github.com/meshchaos/meshchaos/e2e"
+	"github.com/meshchaos/meshchaos/harness/cluster/local"
+)
+
+var testenv env.Environment
+
+func TestMain(m *testing.M) {
+	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
+		os.Exit(m.Run()) // the tests skip themselves
+	}
+	// A short state root keeps the cluster's unix socket paths under the kernel's limit.
+	home, err := os.MkdirTemp("", "mc")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	name := fmt.Sprintf("ex%d", os.Getpid()%100000)
+	testenv = env.New()
+	testenv.Setup(e2e.CreateCluster(name, 1, local.WithHome(home))).Finish(e2e.DestroyCluster(name))
+	code := testenv.Run(m)
+	os.RemoveAll(home)
+	os.Exit(code)
+}
+
+// TestServiceEntryScale runs serviceentry-scale at tiny steps on the environment's 1-node
+// cluster against the reference control plane: every step reaches the oracle client, memory grows
+// no faster than the checks allow. (e2e.FeatureWith runs a regression switch expecting fail; an
+// environment's cluster holds one experiment.)
+func TestServiceEntryScale(t *testing.T) {
+	if testenv == nil {
+		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
+	}
+	testenv.Test(t, e2e.Feature("serviceentry-scale", "steps=50,100", "convergeTimeout=60s", "maxBytesPerEndpoint=16384", "maxExponent=2"))
+}

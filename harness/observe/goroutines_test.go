@@ -1,0 +1,67 @@
+package observe
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshchaos/meshchaos/results"
+)
+
+// parkForever is a goroutine leak with a recognisable stack.
+func parkForever(started *sync.WaitGroup, stop <-chan struct{}) {
+	started.Done()
+	<-stop
+}
+
+func TestCompareGoroutinesFindsTheLeakedStack(t *testing.T) {
+	dir := t.TempDir()
+	start, err := SaveOwnGoroutines(dir, "start")
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	defer close(stop)
+	var started sync.WaitGroup
+	started.Add(5)
+	for range 5 {
+		go parkForever(&started, stop)
+	}
+	started.Wait()
+	end, err := SaveOwnGoroutines(dir, "end")
+	require.NoError(t, err)
+	d, err := CompareGoroutines(dir, start, end)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, d.End-d.Start, 5)
+	require.NotEmpty(t, d.Grown)
+	assert.Equal(t, 5, d.Grown[0].Delta)
+	assert.True(t, strings.Contains(d.Grown[0].Stack, "parkForever"), d.Grown[0].Stack)
+
+	_, err = CompareGoroutines(dir, start, "pprof/missing.pb.gz")
+	assert.Error(t, err)
+}
+
+func TestSoakTrendsSegmentsTheControlPlaneByProcess(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var settled []results.SoakSample
+	for i := range 8 {
+		start, heap := 1000.0, 50+i // MiB, 1 MiB per 5 minutes = 12 MiB/h
+		if i >= 4 {
+			start, heap = 2000, 30+i
+		}
+		settled = append(settled, results.SoakSample{At: t0.Add(time.Duration(i) * 5 * time.Minute), ControlPlaneOK: i != 2,
+			ControlPlaneStart: start, ControlPlaneHeapBytes: int64(heap) << 20, HarnessHeapBytes: 10 << 20})
+	}
+	cp, h := SoakTrends(settled)
+	require.NotNil(t, cp)
+	require.NotNil(t, h)
+	assert.InDelta(t, 12, cp.SlopePerHour/(1<<20), 1e-6)
+	assert.Equal(t, 2, cp.Segments)
+	assert.Equal(t, 7, cp.Points) // the unread sample is left out
+	assert.InDelta(t, 0, h.SlopePerHour, 1e-6)
+	cp, h = SoakTrends(settled[:2])
+	assert.Nil(t, cp)
+	assert.Nil(t, h)
+}

@@ -1,0 +1,184 @@
+package observe
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/meshchaos/meshchaos/results"
+)
+
+// Control-plane metric names the soak reads: the Go runtime's and the process collector's,
+// which every Go control plane built on the Prometheus client exports.
+const (
+	metricHeapAlloc    = "go_memstats_heap_alloc_bytes"
+	metricGoroutines   = "go_goroutines"
+	metricProcessStart = "process_start_time_seconds"
+)
+
+// RoleHarness is the harness's own process.
+const RoleHarness Role = "harness"
+
+// SoakRecorder follows the memory and goroutines of the control plane (through its metrics) and
+// of the harness's own process over a long run, keeps the faults the experiment reports, and
+// fits the trends when gathered into the summary (results.Soak).
+type SoakRecorder struct {
+	// MetricsURL is the control plane's Prometheus endpoint; Dial reaches it.
+	MetricsURL string
+	Dial       DialContext
+	// Interval is the sampling period (default 10 s).
+	Interval time.Duration
+	// FaultEvery is the fault cycle's period, for the report.
+	FaultEvery time.Duration
+
+	scraper *Scraper
+	mu      sync.Mutex
+	soak    results.Soak
+	reads   int
+	fails   int
+	lastErr error
+}
+
+// Name implements Measurement.
+func (r *SoakRecorder) Name() string { return "soak" }
+
+// Role implements Measurement.
+func (r *SoakRecorder) Role() Role { return RoleHarness }
+
+// Start implements Measurement: a sample now and then every Interval.
+func (r *SoakRecorder) Start(ctx context.Context, sink Sink) error {
+	r.scraper = NewScraper(r.MetricsURL, r.Dial)
+	r.scraper.Keep = func(name string) bool {
+		return name == metricHeapAlloc || name == metricGoroutines || name == metricProcessStart
+	}
+	r.soak.FaultEverySeconds = r.FaultEvery.Seconds()
+	iv := r.Interval
+	if iv <= 0 {
+		iv = 10 * time.Second
+	}
+	r.add(&r.soak.Samples, r.sample(ctx, false))
+	sink.Background(func(ctx context.Context) {
+		t := time.NewTicker(iv)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				r.add(&r.soak.Samples, r.sample(ctx, false))
+			}
+		}
+	})
+	return nil
+}
+
+// Settle takes a sample of what is live: the control plane is made to collect first (the caller
+// passes collect, e.g. a heap profile with ?gc=1, which runs a GC in the control plane), and the
+// harness runs a GC itself. The trends are fitted to these samples. It also keeps the traffic's
+// last minute (the steady state before the next fault).
+func (r *SoakRecorder) Settle(ctx context.Context, collect func(ctx context.Context) error, traffic *results.Traffic) results.SoakSample {
+	var collectErr error
+	if collect != nil {
+		collectErr = collect(ctx)
+	}
+	x := r.sample(ctx, true)
+	x.RecentRequests, x.RecentErrors = results.RecentTraffic(traffic, 60)
+	if collectErr != nil {
+		// Without the collection the control plane's heap holds garbage: not a settled figure.
+		x.ControlPlaneOK = false
+	}
+	r.add(&r.soak.Settled, x)
+	return x
+}
+
+// Fault records a fault of the cycle.
+func (r *SoakRecorder) Fault(f results.SoakFault) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.soak.Faults = append(r.soak.Faults, f)
+}
+
+// Goroutines records the comparison of the goroutine profiles of the control plane and of the
+// harness (either may be nil).
+func (r *SoakRecorder) Goroutines(cp, harness *results.GoroutineDelta) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.soak.ControlPlaneGoroutines, r.soak.HarnessGoroutines = cp, harness
+}
+
+func (r *SoakRecorder) add(to *[]results.SoakSample, x results.SoakSample) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	*to = append(*to, x)
+}
+
+// sample reads both processes now.
+func (r *SoakRecorder) sample(ctx context.Context, gc bool) results.SoakSample {
+	x := results.SoakSample{At: time.Now().UTC()}
+	heap, g := OwnMemory(gc)
+	x.HarnessHeapBytes, x.HarnessGoroutines = heap, g
+	err := r.scraper.Scrape(ctx)
+	if err == nil {
+		h, okH := r.scraper.Last(metricHeapAlloc, nil)
+		n, okG := r.scraper.Last(metricGoroutines, nil)
+		st, okS := r.scraper.Last(metricProcessStart, nil)
+		if okH && okG && okS {
+			x.ControlPlaneOK = true
+			x.ControlPlaneHeapBytes, x.ControlPlaneGoroutines, x.ControlPlaneStart = int64(h), int(n), st
+		} else {
+			err = fmt.Errorf("%s lacks %s, %s or %s", r.MetricsURL, metricHeapAlloc, metricGoroutines, metricProcessStart)
+		}
+	}
+	r.mu.Lock()
+	r.reads++
+	if err != nil {
+		r.fails++
+		r.lastErr = err
+	}
+	r.mu.Unlock()
+	return x
+}
+
+// Gather implements Measurement: the samples, the faults, and the trends fitted to the settled
+// samples (the control plane's by process lifetime).
+func (r *SoakRecorder) Gather(s *results.Summary) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := results.Measurement{Name: r.Name(), Role: string(r.Role()), Samples: r.reads, Failures: r.fails, OK: r.reads > r.fails}
+	if r.lastErr != nil {
+		st.Error = r.lastErr.Error()
+	}
+	status(s, st)
+	out := r.soak
+	out.Faults = append([]results.SoakFault(nil), r.soak.Faults...)
+	out.Samples = append([]results.SoakSample(nil), r.soak.Samples...)
+	out.Settled = append([]results.SoakSample(nil), r.soak.Settled...)
+	out.ControlPlaneHeap, out.HarnessHeap = SoakTrends(out.Settled)
+	s.Soak = &out
+}
+
+// SoakTrends fits the live heaps of settled samples against time: the control plane's over the
+// samples where it was read, one segment per process lifetime; the harness's over all, one
+// segment. nil where too few points remain.
+func SoakTrends(settled []results.SoakSample) (cp, harness *results.Growth) {
+	if len(settled) == 0 {
+		return nil, nil
+	}
+	t0 := settled[0].At
+	var cx, cy, cseg, hx, hy, hseg []float64
+	for _, x := range settled {
+		h := x.At.Sub(t0).Hours()
+		hx, hy, hseg = append(hx, h), append(hy, float64(x.HarnessHeapBytes)), append(hseg, 0)
+		if x.ControlPlaneOK {
+			cx, cy, cseg = append(cx, h), append(cy, float64(x.ControlPlaneHeapBytes)), append(cseg, x.ControlPlaneStart)
+		}
+	}
+	if t, err := results.FitGrowth(cx, cy, cseg); err == nil {
+		cp = &t
+	}
+	if t, err := results.FitGrowth(hx, hy, hseg); err == nil {
+		harness = &t
+	}
+	return cp, harness
+}

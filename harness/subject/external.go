@@ -1,0 +1,401 @@
+package subject
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/meshchaos/meshchaos/harness/cluster"
+	"github.com/meshchaos/meshchaos/harness/kube"
+)
+
+// Descriptor is an external control plane's descriptor file (--cp external:FILE): everything
+// the harness needs to install, find, reach, measure and remove a control plane it knows
+// nothing else about. docs/controlplane-descriptor.md is its schema; examples/controlplanes
+// holds examples.
+type Descriptor struct {
+	// Install renders the control plane's objects; they are applied server-side.
+	Install Install `json:"install"`
+	// Remove is "delete" (default: delete what Install rendered, in reverse order) or "keep"
+	// (leave it; e.g. the cluster is thrown away anyway).
+	Remove string `json:"remove,omitempty"`
+	// Namespace holds its pods; Selector (equality-based, "app=istiod") finds them; Deployment
+	// is the Deployment the harness places (node, limits, replicas) and waits for; Container
+	// serves xDS.
+	Namespace  string `json:"namespace"`
+	Selector   string `json:"selector"`
+	Deployment string `json:"deployment"`
+	Container  string `json:"container"`
+	// XDS is where our proxies dial: a Service's port (plaintext gRPC).
+	XDS ServicePort `json:"xds"`
+	// Admin is the pods' HTTP port for metrics and pprof.
+	Admin Admin `json:"admin"`
+	// Ready bounds the wait for the Deployment to be available (default 3m).
+	Ready *Ready `json:"ready,omitempty"`
+	// Ballast, when the control plane has a hook that grows its own heap, lets memory faults
+	// use it instead of the generic memory hog.
+	Ballast *BallastHook `json:"ballast,omitempty"`
+	// Metrics maps measures (subject.Measures, e.g. full-pushes) to its metric names and labels;
+	// an unmapped measure is not measured (checks that need it give verdict error).
+	Metrics map[Measure]Metric `json:"metrics"`
+}
+
+// Install is one way to render the control plane's objects.
+type Install struct {
+	// Manifests is a directory of YAML/JSON files (recursively, in lexical order), relative to
+	// the descriptor's directory.
+	Manifests string `json:"manifests,omitempty"`
+	// Command is an argv run in the descriptor's directory whose standard output is the YAML
+	// (helm template …, kustomize build …).
+	Command []string `json:"command,omitempty"`
+}
+
+// ServicePort is a port of a Service in the control plane's namespace.
+type ServicePort struct {
+	Service string `json:"service"`
+	Port    int    `json:"port"`
+}
+
+// Admin is a pod's HTTP admin endpoint.
+type Admin struct {
+	Port        int    `json:"port"`
+	MetricsPath string `json:"metricsPath"`
+	// PprofPath is the pprof base under the same port ("" none).
+	PprofPath string `json:"pprofPath,omitempty"`
+}
+
+// Ready is how long the control plane may take to become available.
+type Ready struct {
+	Timeout string `json:"timeout"`
+}
+
+// BallastHook is a control plane's own memory-growth hook: Path, under the admin port, with
+// {mib} standing for the size to grow to, is POSTed.
+type BallastHook struct {
+	Path string `json:"path"`
+}
+
+// External is a control plane described by a descriptor file.
+type External struct {
+	file    string // as given to --cp
+	dir     string // the descriptor's directory
+	d       Descriptor
+	match   map[string]string
+	timeout time.Duration
+	xds     string
+	applied []byte // what Install rendered, for Remove
+}
+
+// externalBallaster is an External whose descriptor names a ballast hook: only then is it a
+// Ballaster, so chaos falls back to the generic memory hog for the others.
+type externalBallaster struct{ *External }
+
+var (
+	_ ControlPlane = (*External)(nil)
+	_ Remover      = (*External)(nil)
+	_ Ballaster    = externalBallaster{}
+)
+
+// metricName is a Prometheus metric name.
+var metricName = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*$`)
+
+// LoadExternal reads and checks a descriptor: a strict parse (unknown or repeated fields are
+// errors) and every rule of the schema, each error one line naming the field.
+func LoadExternal(file string) (ControlPlane, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("--cp external:%s: %s", file, fmt.Sprintf(format, args...))
+	}
+	if file == "" {
+		return nil, errors.New("--cp external: name the descriptor file, e.g. --cp external:examples/controlplanes/reference.yaml")
+	}
+	if i := strings.LastIndex(file, ":"); i >= 0 {
+		return nil, fmt.Errorf("--cp external:%s: regression switches (%q) belong to the reference control plane; an external control plane has none: use --cp external:FILE", file, file[i+1:])
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, bad("%v", err)
+	}
+	var d Descriptor
+	if err := yaml.UnmarshalStrict(b, &d); err != nil {
+		msg := err.Error()
+		// sigs.k8s.io/yaml goes through JSON: its wrapping says nothing to a user.
+		for _, p := range []string{"error unmarshaling JSON: ", "while decoding JSON: ", "json: "} {
+			msg = strings.TrimPrefix(msg, p)
+		}
+		return nil, bad("%s (schema: docs/controlplane-descriptor.md)", strings.ReplaceAll(msg, "\n", "; "))
+	}
+	e := &External{file: file, dir: filepath.Dir(file), d: d, timeout: 3 * time.Minute}
+	if err := e.check(); err != nil {
+		return nil, bad("%v", err)
+	}
+	if d.Ballast != nil {
+		return externalBallaster{e}, nil
+	}
+	return e, nil
+}
+
+// check enforces the schema's rules beyond the field types.
+func (e *External) check() error {
+	d := &e.d
+	switch {
+	case d.Install.Manifests == "" && len(d.Install.Command) == 0:
+		return errors.New("install: give manifests (a directory) or command (an argv whose output is YAML)")
+	case d.Install.Manifests != "" && len(d.Install.Command) > 0:
+		return errors.New("install: give manifests or command, not both")
+	case d.Remove != "" && d.Remove != "delete" && d.Remove != "keep":
+		return fmt.Errorf("remove %q: use delete (the default) or keep", d.Remove)
+	case d.Namespace == "":
+		return errors.New("namespace: required (where the control plane's pods run)")
+	case d.Deployment == "":
+		return errors.New("deployment: required (the Deployment the harness places and waits for)")
+	case d.Container == "":
+		return errors.New("container: required (the container that serves xDS)")
+	case d.XDS.Service == "":
+		return errors.New("xds.service: required (the Service our proxies dial)")
+	case !validPort(d.XDS.Port):
+		return fmt.Errorf("xds.port %d: want 1-65535", d.XDS.Port)
+	case !validPort(d.Admin.Port):
+		return fmt.Errorf("admin.port %d: want 1-65535", d.Admin.Port)
+	case !strings.HasPrefix(d.Admin.MetricsPath, "/"):
+		return fmt.Errorf("admin.metricsPath %q: want a path starting with /, e.g. /metrics", d.Admin.MetricsPath)
+	case d.Admin.PprofPath != "" && !strings.HasPrefix(d.Admin.PprofPath, "/"):
+		return fmt.Errorf("admin.pprofPath %q: want a path starting with /, or leave it out", d.Admin.PprofPath)
+	case d.Ballast != nil && (!strings.HasPrefix(d.Ballast.Path, "/") || !strings.Contains(d.Ballast.Path, "{mib}")):
+		return fmt.Errorf("ballast.path %q: want a path starting with / holding {mib} (the size to grow to)", d.Ballast.Path)
+	}
+	if d.Install.Manifests != "" {
+		if fi, err := os.Stat(filepath.Join(e.dir, d.Install.Manifests)); err != nil || !fi.IsDir() {
+			return fmt.Errorf("install.manifests %q: not a directory beside the descriptor (render the reference's with 'meshchaos controlplane manifests --out DIR')", d.Install.Manifests)
+		}
+	}
+	sel, err := labels.ConvertSelectorToLabelsMap(d.Selector)
+	if err != nil || len(sel) == 0 {
+		return fmt.Errorf("selector %q: want equality-based labels, e.g. app=istiod", d.Selector)
+	}
+	e.match = sel
+	if d.Ready != nil {
+		t, err := time.ParseDuration(d.Ready.Timeout)
+		if err != nil || t <= 0 {
+			return fmt.Errorf("ready.timeout %q: want a duration, e.g. 3m", d.Ready.Timeout)
+		}
+		e.timeout = t
+	}
+	known := map[Measure]bool{}
+	for _, m := range Measures {
+		known[m] = true
+	}
+	for _, m := range sortedMeasures(d.Metrics) {
+		if !known[m] {
+			return fmt.Errorf("metrics: unknown measure %q; known: %s", m, joinMeasures(Measures))
+		}
+		if !metricName.MatchString(d.Metrics[m].Name) {
+			return fmt.Errorf("metrics.%s.name %q: want a Prometheus metric name", m, d.Metrics[m].Name)
+		}
+	}
+	return nil
+}
+
+func validPort(p int) bool { return p > 0 && p < 65536 }
+
+func sortedMeasures(m map[Measure]Metric) []Measure {
+	out := make([]Measure, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+func joinMeasures(ms []Measure) string {
+	s := make([]string, len(ms))
+	for i, m := range ms {
+		s[i] = string(m)
+	}
+	return strings.Join(s, ", ")
+}
+
+// Name implements ControlPlane: as --cp named it, so a summary's controlPlane runs it again.
+func (e *External) Name() string { return "external:" + e.file }
+
+// Render returns the objects Install describes, as YAML.
+func (e *External) Render(ctx context.Context) ([]byte, error) {
+	if len(e.d.Install.Command) > 0 {
+		cmd := exec.CommandContext(ctx, e.d.Install.Command[0], e.d.Install.Command[1:]...)
+		cmd.Dir = e.dir
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("install command %s: %w: %s", strings.Join(e.d.Install.Command, " "), err, strings.TrimSpace(stderr.String()))
+		}
+		return out, nil
+	}
+	root := filepath.Join(e.dir, e.d.Install.Manifests)
+	var files []string
+	err := filepath.WalkDir(root, func(path string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		switch filepath.Ext(path) {
+		case ".yaml", ".yml", ".json":
+			if !de.IsDir() {
+				files = append(files, path)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("install manifests %s: %w", root, err)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("install manifests %s: no .yaml, .yml or .json file", root)
+	}
+	sort.Strings(files) // WalkDir's order is lexical already; say so
+	var all bytes.Buffer
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		all.WriteString("\n---\n")
+		all.Write(b)
+	}
+	return all.Bytes(), nil
+}
+
+// Deploy implements ControlPlane: render, place the Deployment as asked, apply, wait until it
+// is available, find the xDS Service's address.
+func (e *External) Deploy(ctx context.Context, c cluster.Cluster, p Placement) error {
+	y, err := e.Render(ctx)
+	if err != nil {
+		return err
+	}
+	objs, err := kube.Decode(y)
+	if err != nil {
+		return fmt.Errorf("install of %s: %w", e.file, err)
+	}
+	found := false
+	for _, o := range objs {
+		found = found || (o.GetKind() == "Deployment" && o.GetName() == e.d.Deployment && o.GetNamespace() == e.d.Namespace)
+	}
+	if !found {
+		return fmt.Errorf("%s: install renders no Deployment %s/%s (the descriptor's namespace and deployment)", e.file, e.d.Namespace, e.d.Deployment)
+	}
+	place, err := e.placement(p)
+	if err != nil {
+		return err
+	}
+	if p.PriorityClass != "" {
+		y = append(append(priorityClassYAML(p.PriorityClass), "---\n"...), y...)
+	}
+	e.applied = y
+	if err := kube.Apply(ctx, c.RESTConfig(), y, place); err != nil {
+		return fmt.Errorf("deploy %s: %w", e.file, err)
+	}
+	cs, err := kubernetes.NewForConfig(c.RESTConfig())
+	if err != nil {
+		return err
+	}
+	if err := kube.WaitDeploymentReady(ctx, cs, e.d.Namespace, e.d.Deployment, e.timeout); err != nil {
+		return err
+	}
+	svc, err := cs.CoreV1().Services(e.d.Namespace).Get(ctx, e.d.XDS.Service, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("%s: the xDS Service (xds.service): %w", e.file, err)
+	}
+	e.xds = net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(e.d.XDS.Port))
+	return nil
+}
+
+// placement is the Apply mutator that places the descriptor's Deployment as p asks: node,
+// limits, QoS, replicas, priority.
+func (e *External) placement(p Placement) (kube.Mutator, error) {
+	muts := []kube.Mutator{kube.CPULimit(e.d.Container, p.CPULimit), kube.MemoryLimit(e.d.Container, p.MemoryLimit)}
+	if p.Node > 0 && len(p.Nodes) == 0 {
+		muts = append(muts, kube.PinToNode(cluster.NodeLabel, fmt.Sprint(p.Node)))
+	}
+	more, err := placementMutators(p, e.match, e.d.Container)
+	if err != nil {
+		return nil, fmt.Errorf("control plane placement: %w", err)
+	}
+	return onlyDeployment(e.d.Namespace, e.d.Deployment, append(muts, more...)), nil
+}
+
+// onlyDeployment applies muts to the named Deployment alone: a chart's other workloads (a
+// gateway, a job) keep their own placement.
+func onlyDeployment(ns, name string, muts []kube.Mutator) kube.Mutator {
+	return func(o *unstructured.Unstructured) error {
+		if o.GetKind() != "Deployment" || o.GetName() != name || o.GetNamespace() != ns {
+			return nil
+		}
+		for _, m := range muts {
+			if err := m(o); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// Remove implements Remover: delete what Deploy applied, unless the descriptor says keep.
+func (e *External) Remove(ctx context.Context, c cluster.Cluster) error {
+	if e.d.Remove == "keep" || e.applied == nil {
+		return nil
+	}
+	return kube.Delete(ctx, c.RESTConfig(), e.applied)
+}
+
+// Namespace implements ControlPlane.
+func (e *External) Namespace() string { return e.d.Namespace }
+
+// Selector implements ControlPlane.
+func (e *External) Selector() string { return e.d.Selector }
+
+// Container implements ControlPlane.
+func (e *External) Container() string { return e.d.Container }
+
+// XDSAddress implements ControlPlane.
+func (e *External) XDSAddress() string { return e.xds }
+
+// AdminURL implements ControlPlane.
+func (e *External) AdminURL(pod *corev1.Pod) string {
+	return "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(e.d.Admin.Port))
+}
+
+// MetricsPath implements ControlPlane.
+func (e *External) MetricsPath() string { return e.d.Admin.MetricsPath }
+
+// PprofPath implements ControlPlane.
+func (e *External) PprofPath() string { return e.d.Admin.PprofPath }
+
+// Metrics implements ControlPlane.
+func (e *External) Metrics() map[Measure]Metric {
+	out := make(map[Measure]Metric, len(e.d.Metrics))
+	for k, v := range e.d.Metrics {
+		out[k] = v
+	}
+	return out
+}
+
+// BallastURL implements Ballaster with the descriptor's hook.
+func (e externalBallaster) BallastURL(pod *corev1.Pod, mib int) string {
+	return e.AdminURL(pod) + strings.ReplaceAll(e.d.Ballast.Path, "{mib}", strconv.Itoa(mib))
+}

@@ -1,0 +1,340 @@
+package results
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Files a suite's output directory holds besides each run's directory.
+const (
+	SuiteFile      = "suite.json"
+	SuiteIndexFile = "index.html"
+	// SuiteSchema versions suite.json and the history lines.
+	SuiteSchema = "meshchaos-suite/v1"
+)
+
+// SuiteResult is one execution of a suite: every run it made, in order. It is suite.json in the
+// output directory and one line of the history.
+type SuiteResult struct {
+	Schema     string     `json:"schema"`
+	Suite      string     `json:"suite"`
+	Summary    string     `json:"summary,omitempty"`
+	Substrate  string     `json:"substrate"`
+	StartedAt  time.Time  `json:"startedAt"`
+	FinishedAt time.Time  `json:"finishedAt"`
+	Runs       []SuiteRun `json:"runs"`
+	// Planned is how many runs the suite meant to make (fewer ran when it was interrupted).
+	Planned int `json:"planned"`
+}
+
+// SuiteRun is one run of a suite entry.
+type SuiteRun struct {
+	// Entry is the entry's index in the suite (0-based); Repeat counts from 1.
+	Entry        int      `json:"entry"`
+	Repeat       int      `json:"repeat"`
+	Experiment   string   `json:"experiment"`
+	ControlPlane string   `json:"controlPlane"`
+	Set          []string `json:"set,omitempty"`
+	Expect       Verdict  `json:"expect"`
+	Verdict      Verdict  `json:"verdict"`
+	// Dir is the run directory relative to the suite's output directory.
+	Dir     string  `json:"dir"`
+	Seconds float64 `json:"seconds"`
+	// Failed are the failed checks as "name: observed …, want …".
+	Failed []string `json:"failedChecks,omitempty"`
+	Error  string   `json:"error,omitempty"`
+	// Measures are the run's main measures: every check's observed value (what the experiment
+	// judges) and the run's wall time.
+	Measures map[string]RunMeasure `json:"measures,omitempty"`
+}
+
+// RunMeasure is one number of a suite run with its unit.
+type RunMeasure struct {
+	Value float64 `json:"value"`
+	Unit  string  `json:"unit,omitempty"`
+}
+
+// MeasureWallTime is the measure every run has: how long it took.
+const MeasureWallTime = "wall time"
+
+// NewSuiteRun records what a finished run gave; s may be nil when the run wrote no summary.
+func NewSuiteRun(s *Summary, entry, repeat int, experiment, cp string, set []string, expect Verdict, dir string, seconds float64, runErr error) SuiteRun {
+	r := SuiteRun{Entry: entry, Repeat: repeat, Experiment: experiment, ControlPlane: cp, Set: set,
+		Expect: expect, Verdict: VerdictError, Dir: dir, Seconds: seconds,
+		Measures: map[string]RunMeasure{MeasureWallTime: {Value: math.Round(seconds), Unit: "s"}}}
+	if s != nil && s.Verdict != "" {
+		r.Verdict = s.Verdict
+		r.Error = s.Error
+		for _, c := range s.Checks {
+			if !c.Pass {
+				r.Failed = append(r.Failed, c.String())
+			}
+			// JSON has no infinities; a check that observed one (never recovered) is in Failed.
+			if !math.IsInf(c.Observed, 0) && !math.IsNaN(c.Observed) {
+				r.Measures[c.Name] = RunMeasure{Value: c.Observed, Unit: c.Unit}
+			}
+		}
+	}
+	if r.Error == "" && runErr != nil && r.Verdict == VerdictError {
+		r.Error = runErr.Error()
+	}
+	return r
+}
+
+// AsExpected reports whether the run gave the verdict its entry expects.
+func (r SuiteRun) AsExpected() bool { return r.Verdict == r.Expect }
+
+// Key names the entry across nights: experiment, control plane and parameters.
+func (r SuiteRun) Key() string {
+	k := r.Experiment + " [" + r.ControlPlane + "]"
+	if len(r.Set) > 0 {
+		k += " " + strings.Join(r.Set, " ")
+	}
+	return k
+}
+
+// Name names the run in reports: its key and, when the entry repeats, which repeat.
+func (r SuiteRun) Name(repeats int) string {
+	if repeats > 1 {
+		return fmt.Sprintf("%s #%d", r.Key(), r.Repeat)
+	}
+	return r.Key()
+}
+
+// OK reports whether every planned run ran and gave its expected verdict.
+func (s *SuiteResult) OK() bool {
+	if len(s.Runs) < s.Planned {
+		return false
+	}
+	for _, r := range s.Runs {
+		if !r.AsExpected() {
+			return false
+		}
+	}
+	return true
+}
+
+// repeats counts the runs of each entry.
+func (s *SuiteResult) repeats() map[int]int {
+	n := map[int]int{}
+	for _, r := range s.Runs {
+		n[r.Entry]++
+	}
+	return n
+}
+
+// WriteSuiteResult writes suite.json into dir.
+func WriteSuiteResult(dir string, s *SuiteResult) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", SuiteFile, err)
+	}
+	return WriteFileAtomic(filepath.Join(dir, SuiteFile), append(b, '\n'))
+}
+
+// historyFile is the suite's history in dir: one JSON line per execution, oldest first.
+func historyFile(dir, suite string) string { return filepath.Join(dir, suite+".jsonl") }
+
+// AppendHistory adds the suite's result as one line to dir/SUITE.jsonl.
+func AppendHistory(dir string, s *SuiteResult) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("history: %w", err)
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("history: encode: %w", err)
+	}
+	f, err := os.OpenFile(historyFile(dir, s.Suite), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("history: %w", err)
+	}
+	_, err = f.Write(append(b, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("history %s: %w", f.Name(), err)
+	}
+	return nil
+}
+
+// ReadHistory returns the last n executions of suite recorded in dir, oldest first; none when
+// there is no history yet. A line that does not parse is an error naming it (the file is the
+// user's record; it is not silently skipped).
+func ReadHistory(dir, suite string, n int) ([]SuiteResult, error) {
+	f, err := os.Open(historyFile(dir, suite))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("history: %w", err)
+	}
+	defer f.Close()
+	var out []SuiteResult
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for line := 1; sc.Scan(); line++ {
+		if len(strings.TrimSpace(sc.Text())) == 0 {
+			continue
+		}
+		var s SuiteResult
+		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
+			return nil, fmt.Errorf("history %s line %d: %w (fix or remove the line)", f.Name(), line, err)
+		}
+		out = append(out, s)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("history %s: %w", f.Name(), err)
+	}
+	if n > 0 && len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return out, nil
+}
+
+// The rule a trend's last value is judged by: it is a change beyond the noise when it lies
+// outside median ± max(TrendK · 1.4826 · MAD, TrendFloorPct % of |median|) of the earlier nights'
+// values, with at least TrendMinNights earlier nights. 1.4826·MAD estimates the standard
+// deviation of normal noise robustly (one odd night does not widen it); the floor keeps a
+// history of identical values (MAD 0) from flagging a change in the last digit.
+const (
+	TrendK         = 3.0
+	TrendFloorPct  = 5.0
+	TrendMinNights = 3
+)
+
+// Trend is one main measure of one suite entry across nights.
+type Trend struct {
+	Key     string
+	Measure string
+	Unit    string
+	Points  []TrendPoint
+	// Median and Band describe the earlier nights (all but the last point): noise is
+	// median ± Band. Judged is false while there are fewer than TrendMinNights of them.
+	Median, Band float64
+	Judged       bool
+	// Changed: the last night is outside the noise.
+	Changed bool
+}
+
+// TrendPoint is one night's value: the median of the entry's repeats that night.
+type TrendPoint struct {
+	At    time.Time
+	Value float64
+}
+
+// Trends computes every entry × measure seen in the nights (oldest first; the last is the
+// current one), for the entries of the last night.
+func Trends(nights []SuiteResult) []Trend {
+	if len(nights) == 0 {
+		return nil
+	}
+	type id struct{ key, measure string }
+	last := nights[len(nights)-1]
+	var order []id
+	seen := map[id]bool{}
+	units := map[id]string{}
+	for _, r := range last.Runs {
+		names := make([]string, 0, len(r.Measures))
+		for m := range r.Measures {
+			names = append(names, m)
+		}
+		sort.Strings(names)
+		for _, m := range names {
+			k := id{r.Key(), m}
+			if !seen[k] {
+				seen[k] = true
+				order = append(order, k)
+				units[k] = r.Measures[m].Unit
+			}
+		}
+	}
+	var out []Trend
+	for _, k := range order {
+		t := Trend{Key: k.key, Measure: k.measure, Unit: units[k]}
+		for _, n := range nights {
+			var vs []float64
+			for _, r := range n.Runs {
+				if m, ok := r.Measures[k.measure]; ok && r.Key() == k.key {
+					vs = append(vs, m.Value)
+				}
+			}
+			if len(vs) > 0 {
+				t.Points = append(t.Points, TrendPoint{At: n.StartedAt, Value: median(vs)})
+			}
+		}
+		if len(t.Points) > TrendMinNights {
+			earlier := make([]float64, 0, len(t.Points)-1)
+			for _, p := range t.Points[:len(t.Points)-1] {
+				earlier = append(earlier, p.Value)
+			}
+			t.Median = median(earlier)
+			dev := make([]float64, len(earlier))
+			for i, v := range earlier {
+				dev[i] = math.Abs(v - t.Median)
+			}
+			t.Band = math.Max(TrendK*1.4826*median(dev), TrendFloorPct/100*math.Abs(t.Median))
+			t.Judged = true
+			t.Changed = math.Abs(t.Points[len(t.Points)-1].Value-t.Median) > t.Band
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// Spread is one measure over an entry's repeats in one execution.
+type Spread struct {
+	Measure          string
+	Unit             string
+	N                int
+	Min, Median, Max float64
+}
+
+// Spreads returns, per entry that ran more than once, the spread of each measure.
+func (s *SuiteResult) Spreads() map[int][]Spread {
+	byEntry := map[int][]SuiteRun{}
+	for _, r := range s.Runs {
+		byEntry[r.Entry] = append(byEntry[r.Entry], r)
+	}
+	out := map[int][]Spread{}
+	for e, runs := range byEntry {
+		if len(runs) < 2 {
+			continue
+		}
+		vals := map[string][]float64{}
+		units := map[string]string{}
+		for _, r := range runs {
+			for m, v := range r.Measures {
+				vals[m] = append(vals[m], v.Value)
+				units[m] = v.Unit
+			}
+		}
+		for _, m := range SortedKeys(vals) {
+			vs := vals[m]
+			sort.Float64s(vs)
+			out[e] = append(out[e], Spread{Measure: m, Unit: units[m], N: len(vs), Min: vs[0], Median: median(vs), Max: vs[len(vs)-1]})
+		}
+	}
+	return out
+}
+
+func median(vs []float64) float64 {
+	if len(vs) == 0 {
+		return math.NaN()
+	}
+	s := append([]float64(nil), vs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
