@@ -109,6 +109,7 @@ type Server struct {
 	m      *metrics.Metrics
 	grpc   *grpc.Server
 	sends  *throttle
+	conns  *conns
 	limits Limits
 	accept *rate.Limiter // new streams (nil: no bound)
 	active atomic.Int64  // streams past the gate, counted against MaxStreams
@@ -176,7 +177,8 @@ func NewServerLimited(ctx context.Context, caches *Caches, pusher *Pusher, gate 
 	}
 	limits = limits.withDefaults()
 	s := &Server{caches: caches, pusher: pusher, gate: gate, log: log, m: m, streams: map[int64]*streamState{},
-		sends: newThrottle(limits.PushThrottle, limits.SlotHold, limits.SendTimeout, limits.MaxStalledSends, m), limits: limits}
+		conns: newConns(), limits: limits}
+	s.sends = newThrottle(limits.PushThrottle, limits.SlotHold, limits.SendTimeout, limits.MaxStalledSends, s.conns, m)
 	if limits.NewStreamsPerSecond > 0 && limits.NewStreamBurst > 0 {
 		s.accept = rate.NewLimiter(rate.Limit(limits.NewStreamsPerSecond), limits.NewStreamBurst)
 	}
@@ -197,7 +199,7 @@ func NewServerLimited(ctx context.Context, caches *Caches, pusher *Pusher, gate 
 }
 
 // Serve serves on l until Stop.
-func (s *Server) Serve(l net.Listener) error { return s.grpc.Serve(l) }
+func (s *Server) Serve(l net.Listener) error { return s.grpc.Serve(s.conns.listener(l)) }
 
 // Stop closes every stream and the listener.
 func (s *Server) Stop() { s.grpc.Stop() }

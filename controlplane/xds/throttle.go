@@ -35,13 +35,15 @@ const DefaultPushThrottle = 100
 // 1 MiB for responses over 32 KiB). So at most maxStalled sends may be stalled at once; when
 // one more stalls, the send stalled longest ends its stream (ResourceExhausted): it is the
 // likeliest to be a proxy that does not read, where the newest may be a good proxy slowed for a
-// moment. The memory slow consumers can pin is maxStalled × 2 × the largest response, however
-// many of them connect.
+// moment. A stream given up on (stalled or timed out) ends its connection too (see conns):
+// otherwise gRPC would keep its queued responses until the proxy reads or leaves. So the memory
+// slow consumers can pin is maxStalled × 2 × the largest response, however many of them connect.
 type throttle struct {
 	slots       chan struct{}
 	hold        time.Duration
 	timeout     time.Duration
 	maxStalled  int
+	conns       *conns // where a stream given up on ends its connection (nil: not tracked)
 	stallMu     sync.Mutex
 	stalled     *list.List // of chan struct{}: the stalled sends' abort channels, oldest first
 	m           *metrics.Metrics
@@ -49,11 +51,11 @@ type throttle struct {
 	maxInFlight atomic.Int64
 }
 
-func newThrottle(n int, hold, timeout time.Duration, maxStalled int, m *metrics.Metrics) *throttle {
+func newThrottle(n int, hold, timeout time.Duration, maxStalled int, conns *conns, m *metrics.Metrics) *throttle {
 	if n <= 0 {
 		n = DefaultPushThrottle
 	}
-	return &throttle{slots: make(chan struct{}, n), hold: hold, timeout: timeout, maxStalled: maxStalled, stalled: list.New(), m: m}
+	return &throttle{slots: make(chan struct{}, n), hold: hold, timeout: timeout, maxStalled: maxStalled, conns: conns, stalled: list.New(), m: m}
 }
 
 // throttledStream is a server stream whose sends go through the throttle.
@@ -113,11 +115,21 @@ func (s throttledStream) SendMsg(msg any) error {
 			}
 		case <-abort:
 			s.t.m.XDSLimited.WithLabelValues("stalled").Inc()
+			s.t.drop(s)
 			return status.Errorf(codes.ResourceExhausted, "proxy reads too slowly and %d others stall too: closing its stream (reconnect and read)", s.t.maxStalled)
 		case <-timeoutC:
 			s.t.m.XDSLimited.WithLabelValues("send-timeout").Inc()
+			s.t.drop(s)
 			return status.Errorf(codes.DeadlineExceeded, "proxy read nothing for %s: closing its stream (reconnect and read)", s.t.timeout)
 		}
+	}
+}
+
+// drop ends the connection of a stream given up on. The status the handler returns cannot
+// reach the proxy anyway: it would be queued behind the data the proxy does not read.
+func (t *throttle) drop(s throttledStream) {
+	if t.conns != nil {
+		t.conns.closeOf(s.Context())
 	}
 }
 
