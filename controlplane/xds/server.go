@@ -191,6 +191,7 @@ func NewServerLimited(ctx context.Context, caches *Caches, pusher *Pusher, gate 
 		grpc.StreamInterceptor(s.refuseUntilReady),
 		grpc.MaxConcurrentStreams(limits.MaxStreamsPerConn),
 		grpc.MaxRecvMsgSize(limits.MaxRecvMsgSize),
+		grpc.ForceServerCodecV2(newCodec()),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
