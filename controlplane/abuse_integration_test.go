@@ -232,8 +232,15 @@ func TestAbuseGoodProxiesConverge(t *testing.T) {
 							lag = append(lag, fmt.Sprintf("client %d holds %d since %s", i, last.Endpoints, last.At.Sub(start)))
 						}
 					}
-					t.Fatalf("%s, round %d: the good proxies did not all get %d endpoints within %s (%d/%d connected, streams %d; limits hit %s): %s",
-						mode, r, n, abuseBound, load.Stats().Connected, good, load.Stats().Streams,
+					if dir := os.Getenv("MESHCHAOS_ABUSE_PROFILE_DIR"); dir != "" {
+						// What every goroutine waits on when the good proxies are late.
+						if f, err := os.Create(filepath.Join(dir, mode+".late.goroutines.txt")); err == nil {
+							_ = pprof.Lookup("goroutine").WriteTo(f, 2)
+							f.Close()
+						}
+					}
+					t.Fatalf("%s, round %d: the good proxies did not all get %d endpoints within %s (%d/%d connected, streams %d; %d scopes; limits hit %s): %s",
+						mode, r, n, abuseBound, load.Stats().Connected, good, load.Stats().Streams, len(cp.Caches.Scopes()),
 						metricText(cp.Metrics.XDSLimited), strings.Join(lag, "; "))
 				}
 				time.Sleep(5 * time.Millisecond)

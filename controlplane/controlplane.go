@@ -183,11 +183,13 @@ func (cp *ControlPlane) waitSync(ctx context.Context) {
 		// The initial full push, synchronously: the gate opens only once the caches hold the
 		// complete config.
 		cp.Pusher.Push(model.Change{Full: true, Reasons: []string{"initial"}})
+		cp.Server.Synced()
 		cp.openGate("informers synced and initial events processed", false)
 	case <-maxWait.C:
 		cp.log.Error("SYNC GATE FORCED OPEN: informers did not sync within the max wait; serving a possibly incomplete config",
 			"maxWait", cp.opts.MaxWait, "eventsApplied", cp.source.Applied())
 		cp.Pusher.Push(model.Change{Full: true, Reasons: []string{"max-wait"}})
+		cp.Server.Synced()
 		cp.openGate("max wait elapsed", true)
 	}
 }

@@ -122,7 +122,7 @@ func New() *Metrics {
 		StreamsRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshchaos_controlplane_xds_streams_refused_total",
 			Help: "xDS streams refused with Unavailable while the sync gate was closed."}),
 		XDSLimited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshchaos_controlplane_xds_limited_total",
-			Help: "xDS streams closed or refused by the server's limits, by reason (send-timeout, stalled, streams, new-streams, requests, scopes)."}, []string{"reason"}),
+			Help: "xDS streams closed or refused by the server's limits, by reason (send-timeout, unanswered, stalled, streams, new-streams, requests, scopes, names)."}, []string{"reason"}),
 		InputSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshchaos_controlplane_input_skipped_total",
 			Help: "Input objects or parts of them skipped by the conversion."}, []string{"kind", "reason"}),
 		InvalidResources: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshchaos_controlplane_invalid_resources_total",

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -42,6 +43,9 @@ type Caches struct {
 	MaxScopes int
 	// OnScopeLimit, if set, is called for every watch refused by MaxScopes.
 	OnScopeLimit func()
+	// mostServed is the most ClusterLoadAssignments the Endpoints cache has held (see
+	// MostServed).
+	mostServed atomic.Int64
 
 	prefix string
 	mu     sync.Mutex
@@ -176,6 +180,20 @@ func (c *Caches) scope(ns string, gateway bool, selected string) *ScopeCaches {
 	sc.mu.Unlock()
 	close(sc.ready)
 	return sc
+}
+
+// MostServed is the most ClusterLoadAssignments (one per cluster) this control plane has
+// served at once: what a subscription's names are measured against (Limits.NameSlack).
+func (c *Caches) MostServed() int { return int(c.mostServed.Load()) }
+
+// noteServed records that the Endpoints cache holds n assignments now.
+func (c *Caches) noteServed(n int) {
+	for {
+		cur := c.mostServed.Load()
+		if int64(n) <= cur || c.mostServed.CompareAndSwap(cur, int64(n)) {
+			return
+		}
+	}
 }
 
 // HoldKey names what a stream of node holds (Acquire): its namespace's scopes, sidecar or

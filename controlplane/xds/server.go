@@ -33,7 +33,8 @@ type Limits struct {
 	// PushThrottle bounds the responses sent at once (istiod's PILOT_PUSH_THROTTLE).
 	PushThrottle int
 	// SlotHold is how long a blocked send keeps its throttle slot; SendTimeout how long a
-	// proxy may read nothing before its stream is closed (see throttle).
+	// proxy may read nothing (a send blocked, see throttle) or leave a response unanswered
+	// (see closeUnanswered) before its connection is closed.
 	SlotHold, SendTimeout time.Duration
 	// MaxStalledSends bounds the sends blocked past SlotHold at once (see throttle).
 	MaxStalledSends int
@@ -51,6 +52,17 @@ type Limits struct {
 	RequestBurst      int
 	// MaxScopes bounds the proxy scopes (namespaces with their own generated config).
 	MaxScopes int
+	// NameSlack bounds the names one subscription may hold: twice the most clusters this
+	// server has served, plus NameSlack. A proxy names only resources it learned from the
+	// control plane (clusters from CDS, then their EDS; listener and route names), so twice the
+	// most ever served covers a whole config replaced in one push, and the slack a proxy still
+	// naming an old config's resources. The caches track a watch per name under a lock every
+	// stream shares: a subscription to 100 000 names that do not exist held it for O(names)
+	// when opened and again when cancelled, and clients that gave up and asked again queued
+	// ever more of them in front of the good proxies' watches. Names are not bounded before
+	// Synced: a proxy reconnecting to a restarted control plane names its whole config before
+	// the caches hold it.
+	NameSlack int
 	// NewStreamsPerSecond and NewStreamBurst bound how fast streams are accepted (istiod's
 	// PILOT_MAX_REQUESTS_PER_SECOND): every new stream costs a full initial fetch, so clients
 	// reconnecting in a loop could take the CPU the pushes need. A stream waits up to a second
@@ -62,7 +74,7 @@ type Limits struct {
 // DefaultLimits are the limits a zero Limits field takes.
 var DefaultLimits = Limits{PushThrottle: DefaultPushThrottle, SlotHold: 200 * time.Millisecond,
 	SendTimeout: 30 * time.Second, MaxStalledSends: 100, MaxStreams: 10000, MaxStreamsPerConn: 100, MaxRecvMsgSize: 16 << 20,
-	RequestsPerSecond: 100, RequestBurst: 1000, MaxScopes: 1000, NewStreamsPerSecond: 200, NewStreamBurst: 1000}
+	RequestsPerSecond: 100, RequestBurst: 1000, MaxScopes: 1000, NameSlack: 1024, NewStreamsPerSecond: 200, NewStreamBurst: 1000}
 
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits
@@ -77,6 +89,7 @@ func (l Limits) withDefaults() Limits {
 	pick(&l.RequestBurst, d.RequestBurst)
 	pick(&l.MaxScopes, d.MaxScopes)
 	pick(&l.MaxStalledSends, d.MaxStalledSends)
+	pick(&l.NameSlack, d.NameSlack)
 	pick(&l.NewStreamBurst, d.NewStreamBurst)
 	if l.NewStreamsPerSecond == 0 {
 		l.NewStreamsPerSecond = d.NewStreamsPerSecond
@@ -113,12 +126,14 @@ type Server struct {
 	limits Limits
 	accept *rate.Limiter // new streams (nil: no bound)
 	active atomic.Int64  // streams past the gate, counted against MaxStreams
+	synced atomic.Bool   // the caches hold the complete config (Synced): names are bounded
 
 	mu      sync.Mutex
 	streams map[int64]*streamState
 }
 
 type streamState struct {
+	ctx    context.Context // the stream's: names its connection (conns)
 	id     int64
 	delta  bool
 	node   *core.Node
@@ -151,6 +166,9 @@ type typeState struct {
 	nackedNonce  string // the latest nonce NACKed: repeats are neither counted nor logged
 	sentVersion  string
 	sentNonce    string
+	// unanswered: since when a response of this type has had no ACK or NACK (zero: none
+	// waits). See unansweredTimeout.
+	unanswered time.Time
 	ackedNonce   string
 	ackedVersion string
 	sentSeq      uint64 // the latest push whose response of this type was sent
@@ -186,6 +204,9 @@ func NewServerLimited(ctx context.Context, caches *Caches, pusher *Pusher, gate 
 		caches.MaxScopes = limits.MaxScopes
 	}
 	caches.OnScopeLimit = func() { m.XDSLimited.WithLabelValues("scopes").Inc() }
+	if limits.SendTimeout > 0 {
+		go s.closeUnanswered(ctx, limits.SendTimeout)
+	}
 	xs := serverv3.NewServer(ctx, caches, s.callbacks())
 	s.grpc = grpc.NewServer(
 		grpc.StreamInterceptor(s.refuseUntilReady),
@@ -233,18 +254,21 @@ func (s *Server) refuseUntilReady(srv any, ss grpc.ServerStream, info *grpc.Stre
 
 func (s *Server) callbacks() serverv3.Callbacks {
 	return serverv3.CallbackFuncs{
-		StreamOpenFunc: func(_ context.Context, id int64, _ string) error {
-			s.open(id, false)
+		StreamOpenFunc: func(ctx context.Context, id int64, _ string) error {
+			s.open(ctx, id, false)
 			return nil
 		},
 		StreamClosedFunc: func(id int64, _ *core.Node) { s.close(id) },
-		DeltaStreamOpenFunc: func(_ context.Context, id int64, _ string) error {
-			s.open(id, true)
+		DeltaStreamOpenFunc: func(ctx context.Context, id int64, _ string) error {
+			s.open(ctx, id, true)
 			return nil
 		},
 		DeltaStreamClosedFunc: func(id int64, _ *core.Node) { s.close(id) },
 		StreamRequestFunc: func(id int64, r *discovery.DiscoveryRequest) error {
 			if err := s.allow(id); err != nil {
+				return err
+			}
+			if err := s.checkNames(id, r.GetTypeUrl(), len(r.GetResourceNames()), false); err != nil {
 				return err
 			}
 			rejected := s.request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), r.GetVersionInfo(), r.GetErrorDetail(), r.GetResourceNames(), nil, false)
@@ -264,6 +288,9 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			if err := s.allow(id); err != nil {
 				return err
 			}
+			if err := s.checkNames(id, r.GetTypeUrl(), len(r.GetResourceNamesSubscribe()), true); err != nil {
+				return err
+			}
 			s.request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), "", r.GetErrorDetail(),
 				r.GetResourceNamesSubscribe(), r.GetResourceNamesUnsubscribe(), true)
 			return nil
@@ -274,8 +301,8 @@ func (s *Server) callbacks() serverv3.Callbacks {
 	}
 }
 
-func (s *Server) open(id int64, delta bool) {
-	st := &streamState{id: id, delta: delta, opened: time.Now(), types: map[string]*typeState{},
+func (s *Server) open(ctx context.Context, id int64, delta bool) {
+	st := &streamState{ctx: ctx, id: id, delta: delta, opened: time.Now(), types: map[string]*typeState{},
 		pending: map[uint64]*pendingPush{}}
 	if s.limits.RequestsPerSecond > 0 && s.limits.RequestBurst > 0 {
 		st.requests = rate.NewLimiter(rate.Limit(s.limits.RequestsPerSecond), s.limits.RequestBurst)
@@ -307,6 +334,67 @@ func (s *Server) allow(id int64) error {
 	}
 	s.m.XDSLimited.WithLabelValues("requests").Inc()
 	return status.Errorf(codes.ResourceExhausted, "more than %g requests a second on one xDS stream: closing it", s.limits.RequestsPerSecond)
+}
+
+// closeUnanswered ends, every quarter of timeout, the connections of streams with a response
+// neither ACKed nor NACKed for timeout. A proxy that reads nothing is caught by the send timeout
+// only once a send blocks, and a send blocks only once gRPC's 64 KiB write quota is spent: until
+// the next push, what was sent before (up to a response past the quota) stays queued for a
+// proxy that may never read it. Every proxy answers each response (Envoy and gRPC ACK or NACK
+// it once applied), so one that answers none for timeout is not reading.
+func (s *Server) closeUnanswered(ctx context.Context, timeout time.Duration) {
+	tick := time.NewTicker(max(timeout/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			var late []context.Context
+			s.mu.Lock()
+			for _, st := range s.streams {
+				for _, ts := range st.types {
+					if !ts.unanswered.IsZero() && now.Sub(ts.unanswered) > timeout {
+						late = append(late, st.ctx)
+						break
+					}
+				}
+			}
+			s.mu.Unlock()
+			for _, c := range late {
+				if s.conns.closeOf(c) {
+					s.m.XDSLimited.WithLabelValues("unanswered").Inc()
+				}
+			}
+		}
+	}
+}
+
+// Synced tells the server that the caches hold the complete config (the initial full push is
+// done): from now on a subscription's names are measured against what was served (NameSlack).
+func (s *Server) Synced() { s.synced.Store(true) }
+
+// checkNames refuses a subscription of more names than NameSlack allows (see Limits), before
+// any watch is made: n names in a SotW request, or n more for a Delta subscription.
+func (s *Server) checkNames(id int64, typeURL string, n int, delta bool) error {
+	if s.limits.NameSlack < 0 || n == 0 || !s.synced.Load() {
+		return nil
+	}
+	if delta {
+		s.mu.Lock()
+		if st := s.streams[id]; st != nil {
+			if ts := st.types[typeURL]; ts != nil {
+				n += len(ts.subscribed)
+			}
+		}
+		s.mu.Unlock()
+	}
+	most := 2*s.caches.MostServed() + s.limits.NameSlack
+	if n <= most {
+		return nil
+	}
+	s.m.XDSLimited.WithLabelValues("names").Inc()
+	return status.Errorf(codes.ResourceExhausted, "subscription to %d names: at most %d (twice the most clusters served, plus %d): subscribe to what CDS gave you", n, most, s.limits.NameSlack)
 }
 
 func (st *streamState) typ(t string) *typeState {
@@ -359,6 +447,12 @@ func (s *Server) request(id int64, node *core.Node, typeURL, nonce, version stri
 	} else {
 		ts.names = names
 	}
+	switch {
+	case nonce != "" && nonce == ts.sentNonce:
+		ts.unanswered = time.Time{} // the latest response answered
+	case nonce != "" && !ts.unanswered.IsZero():
+		ts.unanswered = time.Now() // an earlier one answered: the proxy reads, the latest waits from now
+	}
 	if nonce == "" || nonce != ts.sentNonce {
 		return ""
 	}
@@ -406,6 +500,9 @@ func (s *Server) response(id int64, typeURL, version, nonce string, size int) {
 	}
 	ts := st.typ(typeURL)
 	ts.sentVersion, ts.sentNonce = version, nonce
+	if ts.unanswered.IsZero() {
+		ts.unanswered = now
+	}
 	// Pushes only, not a proxy's initial fetch; each push once per type.
 	if rec == nil || !rec.start.After(st.opened) || rec.seq <= ts.sentSeq {
 		return

@@ -98,6 +98,7 @@ func (r *rig) apply(t testing.TB, name string, addrs ...string) {
 
 func (r *rig) start(t testing.TB) {
 	r.pusher.Push(model.Change{Full: true, Reasons: []string{"initial"}})
+	r.server.Synced()
 	r.gate.Open("test", false)
 }
 
