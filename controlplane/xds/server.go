@@ -162,13 +162,13 @@ type typeState struct {
 	// subscribed is a Delta stream's subscription as a set (names is derived from it): a
 	// subscription is changed by name, and a huge one must not cost O(n²) under the lock every
 	// stream shares.
-	subscribed   map[string]struct{}
-	nackedNonce  string // the latest nonce NACKed: repeats are neither counted nor logged
-	sentVersion  string
-	sentNonce    string
+	subscribed  map[string]struct{}
+	nackedNonce string // the latest nonce NACKed: repeats are neither counted nor logged
+	sentVersion string
+	sentNonce   string
 	// unanswered: since when a response of this type has had no ACK or NACK (zero: none
 	// waits). See unansweredTimeout.
-	unanswered time.Time
+	unanswered   time.Time
 	ackedNonce   string
 	ackedVersion string
 	sentSeq      uint64 // the latest push whose response of this type was sent
