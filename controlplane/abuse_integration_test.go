@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/bits"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,10 +18,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 	apinet "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -40,6 +44,15 @@ const (
 	envAbuseClients = "MESHCHAOS_ABUSE_CLIENTS"
 )
 
+// The abuse test's server limits (lower than the defaults, so a short test reaches them) and
+// how often a slow consumer reopens its stream.
+const (
+	maxStreams  = 600
+	maxStalled  = 20
+	sendTimeout = 3 * time.Second
+	slowPeriod  = 8 * time.Second
+)
+
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(envAbuseMode); mode != "" {
 		os.Exit(runAbuser(mode))
@@ -53,7 +66,7 @@ func runAbuser(mode string) int {
 	var clients int
 	fmt.Sscan(os.Getenv(envAbuseClients), &clients)
 	a, err := adsload.NewAbuser(adsload.AbuseOptions{XDSAddress: os.Getenv(envAbuseXDS), Mode: mode, Clients: clients,
-		Period: 8 * time.Second})
+		Period: slowPeriod})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -153,12 +166,6 @@ func TestAbuseGoodProxiesConverge(t *testing.T) {
 		good       = 20
 		rounds     = 10
 		abuseBound = 10 * time.Second
-		maxStreams = 600
-		maxStalled = 20
-		// abuseHeap bounds the heap an abuser may cost while it runs: maxStalled blocked sends
-		// pin two 1 MiB buffers each (see xds.throttle), and the heap swings by ~30 MiB
-		// between pushes without any abuse.
-		abuseHeap = maxStalled*2<<20 + 64<<20
 	)
 	c := startCluster(t)
 	kc, err := kubernetes.NewForConfig(c.cfg)
@@ -178,7 +185,7 @@ func TestAbuseGoodProxiesConverge(t *testing.T) {
 	require.NoError(t, err)
 
 	cp := startCPWith(t, c.cfg, func(o *controlplane.Options) {
-		o.XDSLimits = xds.Limits{SendTimeout: 3 * time.Second, MaxStreams: maxStreams, MaxStalledSends: maxStalled}
+		o.XDSLimits = xds.Limits{SendTimeout: sendTimeout, MaxStreams: maxStreams, MaxStalledSends: maxStalled}
 	})
 	waitFor(t, time.Minute, "the sync gate", func() bool { return readyStatus(t, cp) == 200 })
 
@@ -278,7 +285,7 @@ func TestAbuseGoodProxiesConverge(t *testing.T) {
 			before := heap()
 			limited := func(reason string) float64 { return testutil.ToFloat64(cp.Metrics.XDSLimited.WithLabelValues(reason)) }
 			rejects := sumCounter(cp.Metrics.Rejects)
-			timeouts, refused := limited("send-timeout"), limited("streams")
+			timeouts, unanswered, refused := limited("send-timeout"), limited("unanswered"), limited("streams")
 			a := startAbuser(t, cp.XDSAddr(), mode, clients[mode])
 			// Measure only once the abuse is in full swing (the abuser says so).
 			waitFor(t, time.Minute, mode+" abuse under way", func() bool {
@@ -298,8 +305,16 @@ func TestAbuseGoodProxiesConverge(t *testing.T) {
 			})
 			lat := measure(t, mode)
 			if mode == adsload.AbuseSlow {
-				// The slow consumers' streams were closed by the send timeout, not left to block.
-				waitFor(t, 30*time.Second, "a send timeout", func() bool { return limited("send-timeout") > timeouts })
+				// The slow consumers' streams were closed by the send timeout (a blocked send, or
+				// responses left unanswered), not left to block; and the server holds no more of
+				// them than were opened within one timeout (see abuseHeap).
+				waitFor(t, 30*time.Second, "a send timeout", func() bool {
+					return limited("send-timeout") > timeouts || limited("unanswered") > unanswered
+				})
+				most := good + clients[mode]*int(sendTimeout)/int(slowPeriod) + 1
+				waitFor(t, 30*time.Second, fmt.Sprintf("at most %d streams open", most), func() bool {
+					return testutil.ToFloat64(cp.Metrics.ConnectedProxies) <= float64(most)
+				})
 			}
 			p := record(mode, lat, before, heap())
 			if dir := os.Getenv("MESHCHAOS_ABUSE_PROFILE_DIR"); dir != "" {
@@ -328,7 +343,8 @@ func TestAbuseGoodProxiesConverge(t *testing.T) {
 			waitFor(t, 30*time.Second, "the control plane's goroutines back to their count before the abuse",
 				func() bool { return runtime.NumGoroutine() <= baseG+20 })
 			p.heapAfter, p.goroutines = heap(), runtime.NumGoroutine()
-			require.Less(t, p.heapDuring, before+abuseHeap, "live heap during %s abuse", mode)
+			bound := abuseHeap(mode, clients[mode], largestResponse(cp))
+			require.Less(t, p.heapDuring, before+bound, "live heap during %s abuse (bound %d MiB over %d MiB before)", mode, bound>>20, before>>20)
 			require.Less(t, p.heapAfter, before+32<<20, "live heap once the %s abusers are gone", mode)
 		})
 	}
@@ -347,6 +363,57 @@ func TestAbuseGoodProxiesConverge(t *testing.T) {
 	for _, p := range phases {
 		require.LessOrEqual(t, p.p99, abuseBound, "good proxies' convergence P99 with %s abuse", p.mode)
 	}
+}
+
+// abuseHeap bounds the heap an abuser of mode with clients clients may cost while it runs, from
+// the server's limits and what gRPC holds per stream; largest is the largest response's size.
+func abuseHeap(mode string, clients, largest int) uint64 {
+	// gRPC keeps what a stream was given until the proxy has read it: past the 64 KiB write
+	// quota one more response is taken, so at most two encoded responses, each in a buffer of
+	// less than twice its size (the server's codec uses power-of-two classes), plus the
+	// connection's read and write buffers (32 KiB each).
+	class := uint64(1) << bits.Len(uint(largest-1))
+	perStream := 2*class + 64<<10
+	streams := uint64(clients) // streams that read hold only their in-flight responses
+	switch mode {
+	case adsload.AbuseSlow:
+		// A stream that answers no response is closed sendTimeout after its first one
+		// (unanswered), or sooner by the stalled-send budget: only the streams opened in the
+		// last sendTimeout hold data, clients × sendTimeout / slowPeriod; and at most
+		// maxStalled sends are blocked, each with one more response.
+		streams = uint64(clients)*uint64(sendTimeout)/uint64(slowPeriod) + 1
+		return streams*perStream + maxStalled*class + abuseSlack
+	case adsload.AbuseFlood:
+		streams = maxStreams // beyond, refused before any response
+	case adsload.AbuseMalformed:
+		// Requests of up to MaxRecvMsgSize, refused or answered at once: what is being
+		// received and decoded.
+		return uint64(clients)*uint64(xds.DefaultLimits.MaxRecvMsgSize) + abuseSlack
+	}
+	return streams*perStream + abuseSlack
+}
+
+// abuseSlack: without any abuse the live heap swings by up to ~10 MiB between pushes (the
+// "none" row), plus requests being decoded.
+const abuseSlack = 24 << 20
+
+// largestResponse is the size of the largest response the control plane serves now: every
+// assignment (EDS wildcard) or a scope's clusters, listeners or routes, each resource in an Any.
+func largestResponse(cp *controlplane.ControlPlane) int {
+	size := func(rs map[string]types.Resource) int {
+		n := 100 // the response's own fields
+		for _, r := range rs {
+			n += proto.Size(r) + 64 // the Any's type URL and framing
+		}
+		return n
+	}
+	largest := size(cp.Caches.Endpoints.GetResources())
+	for _, sc := range cp.Caches.Scopes() {
+		for _, lc := range []*cachev3.LinearCache{sc.Clusters, sc.Listeners, sc.APIListeners, sc.Routes} {
+			largest = max(largest, size(lc.GetResources()))
+		}
+	}
+	return largest
 }
 
 // metricText is a counter vector's series, for failure messages.
