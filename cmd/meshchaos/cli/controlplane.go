@@ -110,6 +110,7 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 	f.IntVar(&limits.MaxStreams, "xds-max-streams", xds.DefaultLimits.MaxStreams, "most open xDS streams; more are refused with ResourceExhausted")
 	f.Float64Var(&limits.RequestsPerSecond, "xds-max-request-rate", xds.DefaultLimits.RequestsPerSecond, fmt.Sprintf("most requests a second on one xDS stream (bursts of up to %d); a stream beyond is closed", xds.DefaultLimits.RequestBurst))
 	f.IntVar(&limits.MaxScopes, "xds-max-scopes", xds.DefaultLimits.MaxScopes, "most proxy scopes (namespaces with their own generated config)")
+	f.IntVar(&limits.NameSlack, "xds-name-slack", xds.DefaultLimits.NameSlack, "a subscription may name at most twice the most clusters served plus this many")
 	f.BoolVar(&noRouteDefaults, "no-route-defaults", false, "leave istiod's default retry policy (2 retries on connect-failure,refused-stream,unavailable,cancelled,503) and route timeout 0 out of generated routes")
 	f.StringVar(&domain, "domain-suffix", "cluster.local", "cluster DNS domain")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
