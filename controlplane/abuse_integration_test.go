@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshchaos/meshchaos/controlplane"
+	"github.com/meshchaos/meshchaos/controlplane/internal/heapstat"
 	"github.com/meshchaos/meshchaos/controlplane/xds"
 	"github.com/meshchaos/meshchaos/workloads/adsload"
 )
@@ -256,14 +257,7 @@ func TestAbuseGoodProxiesConverge(t *testing.T) {
 		}
 		return all
 	}
-	heap := func() uint64 {
-		// Twice: what sync.Pools hold survives one collection.
-		runtime.GC()
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return ms.HeapAlloc
-	}
+	heap := heapstat.Live // after two collections: what sync.Pools hold survives one
 
 	var phases []abusePhase
 	record := func(mode string, lat []time.Duration, before, during uint64) *abusePhase {

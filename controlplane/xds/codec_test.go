@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"runtime"
 	"strings"
 	"testing"
 
@@ -10,15 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/types/known/anypb"
-)
 
-func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
+	"github.com/meshchaos/meshchaos/controlplane/internal/heapstat"
+)
 
 // TestEncodedResponsesCostTheirSize: a response waits in its encoded buffer until the proxy has
 // read it, so a push to n proxies holds n of them. Fifty 100 KB responses held take less than
@@ -41,13 +34,13 @@ func TestEncodedResponsesCostTheirSize(t *testing.T) {
 
 	const n = 50
 	held := make([]mem.BufferSlice, 0, n)
-	before := liveHeap()
+	before := heapstat.Live()
 	for range n {
 		b, err := c.Marshal(resp)
 		require.NoError(t, err)
 		held = append(held, b)
 	}
-	grown := liveHeap() - before
+	grown := heapstat.Live() - before
 	assert.Less(t, grown, uint64(2*n*size), "%d responses of %d bytes held take %d bytes", n, size, grown)
 	for _, b := range held {
 		b.Free()
