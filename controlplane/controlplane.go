@@ -52,6 +52,9 @@ type Options struct {
 	Regress                    regress.Set
 	// PushThrottle bounds the responses sent at once (istiod's PILOT_PUSH_THROTTLE; default 100).
 	PushThrottle int
+	// XDSLimits bound what one xDS client can take (zero fields: xds.DefaultLimits); its
+	// PushThrottle is PushThrottle when that is set.
+	XDSLimits xds.Limits
 	// NoRouteDefaults leaves istiod's default retry policy and route timeout 0 out of routes.
 	NoRouteDefaults bool
 	DomainSuffix    string
@@ -135,7 +138,11 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		return nil, fmt.Errorf("start control plane: listen for admin on %s: %w", opts.AdminAddr, err)
 	}
 	ctx, cp.cancel = context.WithCancel(ctx)
-	cp.Server = xds.NewServerThrottled(ctx, cp.Caches, cp.Pusher, cp.Gate, cp.Metrics, opts.Logger, opts.PushThrottle)
+	limits := opts.XDSLimits
+	if opts.PushThrottle != 0 {
+		limits.PushThrottle = opts.PushThrottle
+	}
+	cp.Server = xds.NewServerLimited(ctx, cp.Caches, cp.Pusher, cp.Gate, cp.Metrics, opts.Logger, limits)
 	if opts.Webhook != nil {
 		if err := cp.startWebhook(ctx); err != nil {
 			cp.cancel()
@@ -176,11 +183,13 @@ func (cp *ControlPlane) waitSync(ctx context.Context) {
 		// The initial full push, synchronously: the gate opens only once the caches hold the
 		// complete config.
 		cp.Pusher.Push(model.Change{Full: true, Reasons: []string{"initial"}})
+		cp.Server.Synced()
 		cp.openGate("informers synced and initial events processed", false)
 	case <-maxWait.C:
 		cp.log.Error("SYNC GATE FORCED OPEN: informers did not sync within the max wait; serving a possibly incomplete config",
 			"maxWait", cp.opts.MaxWait, "eventsApplied", cp.source.Applied())
 		cp.Pusher.Push(model.Change{Full: true, Reasons: []string{"max-wait"}})
+		cp.Server.Synced()
 		cp.openGate("max wait elapsed", true)
 	}
 }
@@ -329,6 +338,9 @@ func (cp *ControlPlane) configDump(w http.ResponseWriter, r *http.Request) {
 	res := map[string][]json.RawMessage{}
 	for short, t := range map[string]string{"cds": typeCluster, "eds": typeEndpoint, "lds": typeListener, "rds": typeRoute} {
 		c := cp.Caches.ForNode(t, node)
+		if c == nil {
+			continue // its scope was refused (MaxScopes)
+		}
 		all := c.GetResources()
 		var names []string
 		if ts, ok := status.Types[short]; ok && len(ts.Subscribed) > 0 && !(len(ts.Subscribed) == 1 && ts.Subscribed[0] == "*") {

@@ -1,10 +1,13 @@
 package controlplane_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,7 +48,18 @@ func TestAdmissionWebhooks(t *testing.T) {
 	ic, err := istioclient.NewForConfig(cfg)
 	require.NoError(t, err)
 
+	// Everything the control plane logs, at debug level, is kept: the webhook's keys must never
+	// be in it (checked at the end).
+	var logs lockedBuffer
+	defer func() {
+		out := logs.String()
+		require.Contains(t, out, "control plane started", "the log was captured")
+		for _, secret := range []string{"PRIVATE KEY", "BEGIN EC", "PrivateKey", "\"D\":"} {
+			require.NotContains(t, out, secret, "key material in the control plane's log")
+		}
+	}()
 	cp, err := controlplane.Start(ctx, controlplane.Options{Kube: cfg, XDSAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", SyncGate: true,
+		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Webhook: &webhook.Options{Addr: "127.0.0.1:0", IPs: []net.IP{net.IPv4(127, 0, 0, 1)},
 			Sidecar:        webhook.Sidecar{Image: "meshchaos.local/xdsproxy:dev", PullPolicy: "Never", XDSAddress: "cp.test.svc:15010"},
 			MutatingConfig: "meshchaos-sidecar-injector", ValidatingConfig: "meshchaos-validation"}})
@@ -210,4 +224,22 @@ func counter(t *testing.T, cp *controlplane.ControlPlane, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// lockedBuffer is a bytes.Buffer safe for the control plane's goroutines to log into.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -28,7 +28,7 @@ func TestResolveParams(t *testing.T) {
 		"cpCPULimit=abc":     "cpCPULimit=\"abc\": want a quantity from 10m to 64",
 		"duration=-1s":       "duration=\"-1s\": want a duration from 5s to 2h0m0s",
 		"duration=1":         "want a duration",
-		"cpMemoryLimit=lots": "want a quantity from 32Mi to 64Gi",
+		"cpMemoryLimit=lots": "want a quantity from 128Mi to 64Gi",
 		"kubeProxyCPU=-1":    "want a number from 0.001 to 4 CPUs",
 		"nodes=9":            "want a whole number from 1 to 8",
 		"bogus=1":            "unknown parameter; known parameters: rate",

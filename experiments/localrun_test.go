@@ -1,8 +1,16 @@
 package experiments
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"fmt"
+	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,7 +104,54 @@ func (l *localRunner) run(name, cp string, sets []string, timeout time.Duration)
 	}
 	require.NotEmpty(t, cluster, "the timeline names the cluster")
 	assert.Empty(t, l.leftovers(cluster), "teardown left no process, namespace, mount, cgroup, container or state")
+	assert.Empty(t, secretsIn(t, dir), "the run directory (summary, report, logs, profiles) holds no key or token")
 	return s, dir
+}
+
+// secretPatterns are what must never be in a run directory: PEM private keys, kubeconfig
+// credentials, bearer tokens (service account JWTs).
+var secretPatterns = regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY-----|client-key-data|(?i)bearer [A-Za-z0-9._-]{20,}|eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.`)
+
+// secretsIn lists "file: match" for every secret-looking string under dir (gzipped profiles
+// are read uncompressed).
+func secretsIn(t *testing.T, dir string) []string {
+	var found []string
+	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if strings.HasSuffix(path, ".gz") {
+			if zr, err := gzip.NewReader(bytes.NewReader(b)); err == nil {
+				if u, err := io.ReadAll(zr); err == nil {
+					b = u
+				}
+			}
+		}
+		for _, m := range secretPatterns.FindAll(b, 3) {
+			found = append(found, fmt.Sprintf("%s: %.40s", path, m))
+		}
+		return nil
+	}))
+	return found
+}
+
+// TestSecretsInFindsKeysAndTokens: the scan run on every local run's directory finds what it
+// looks for.
+func TestSecretsInFindsKeysAndTokens(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "summary.json"), []byte(`{"verdict":"pass"}`), 0o600))
+	assert.Empty(t, secretsIn(t, dir))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "log.txt"), []byte("-----BEGIN EC PRIVATE KEY-----\nMHc\n"), 0o600))
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write([]byte("Authorization: Bearer abcdefghijklmnopqrstuvwxyz0123"))
+	require.NoError(t, zw.Close())
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "heap.pb.gz"), gz.Bytes(), 0o600))
+	assert.Len(t, secretsIn(t, dir), 2)
 }
 
 type testWriter struct{ t *testing.T }

@@ -20,6 +20,11 @@ var CRDs []byte
 //go:embed controlplane.yaml
 var controlPlaneTemplate string
 
+// MemoryRequest is the control plane container's memory request. A memory limit below it is
+// not a valid Deployment (the API server refuses limits below requests), so it is also the
+// least memory limit the harness accepts (params.CPMemory).
+const MemoryRequest = "128Mi"
+
 // Params fill the control plane's manifests.
 type Params struct {
 	Namespace   string   // default meshchaos-system
@@ -55,7 +60,11 @@ func ControlPlane(p Params) ([]byte, error) {
 		return nil, fmt.Errorf("parse control plane manifest: %w", err)
 	}
 	var b bytes.Buffer
-	if err := t.Execute(&b, p); err != nil {
+	data := struct {
+		Params
+		MemoryRequest string
+	}{p, MemoryRequest}
+	if err := t.Execute(&b, data); err != nil {
 		return nil, fmt.Errorf("render control plane manifest: %w", err)
 	}
 	return b.Bytes(), nil

@@ -62,6 +62,9 @@ type Metrics struct {
 	TimeToReady prometheus.Gauge
 	// StreamsRefused counts xDS streams refused (codes.Unavailable) while the gate was closed.
 	StreamsRefused prometheus.Counter
+	// XDSLimited counts what the xDS server's limits cut off, by reason (a fixed set:
+	// send-timeout, stalled, streams, new-streams, requests, scopes): misbehaving clients, not config.
+	XDSLimited *prometheus.CounterVec
 	// InputSkipped counts input objects or parts skipped by the conversion, by kind and reason.
 	InputSkipped *prometheus.CounterVec
 	// InvalidResources counts generated resources that failed Validate(), by type.
@@ -118,6 +121,8 @@ func New() *Metrics {
 			Help: "Seconds from start to the sync gate opening."}),
 		StreamsRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshchaos_controlplane_xds_streams_refused_total",
 			Help: "xDS streams refused with Unavailable while the sync gate was closed."}),
+		XDSLimited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshchaos_controlplane_xds_limited_total",
+			Help: "xDS streams closed or refused by the server's limits, by reason (send-timeout, unanswered, stalled, streams, new-streams, requests, scopes, names)."}, []string{"reason"}),
 		InputSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshchaos_controlplane_input_skipped_total",
 			Help: "Input objects or parts of them skipped by the conversion."}, []string{"kind", "reason"}),
 		InvalidResources: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshchaos_controlplane_invalid_resources_total",
@@ -126,7 +131,7 @@ func New() *Metrics {
 	r.MustRegister(m.XDSPushes, m.ProxyConvergence, m.DebounceTime, m.PushTime, m.PushCycleTime, m.ConfigSize,
 		m.InboundUpdates, m.K8sRegEvents, m.ProxyQueueTime, m.Scopes, m.ConnectedProxies,
 		m.Rejects, m.PushTriggers, m.Pushes, m.Services, m.Endpoints, m.SyncGateOpen, m.SyncGateForced,
-		m.TimeToReady, m.StreamsRefused, m.InputSkipped, m.InvalidResources)
+		m.TimeToReady, m.StreamsRefused, m.XDSLimited, m.InputSkipped, m.InvalidResources)
 	// Exported at 0 from the start, so a scrape tells "no proxy rejected anything" from "not
 	// measured" (the harness records the count in every run's summary).
 	for _, t := range []string{"cds", "eds", "lds", "rds"} {

@@ -78,7 +78,10 @@ func ConvertServiceEntry(namespace, name string, spec *v1alpha3.ServiceEntry) (o
 	case v1alpha3.ServiceEntry_NONE:
 		res = ResolutionNone
 	default:
-		return fail(fmt.Sprintf("unknown resolution %d", spec.GetResolution()))
+		// The number goes into What, not the reason: a reason is a metric label, and a label
+		// value taken from input would let one object mint any number of series.
+		s := Skip{Object: obj, What: fmt.Sprintf("resolution %d", spec.GetResolution()), Reason: "unknown resolution"}
+		return nil, append(skips, s), s
 	}
 
 	var ports []Port

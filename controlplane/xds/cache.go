@@ -6,10 +6,14 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/meshchaos/meshchaos/controlplane/model"
 )
@@ -32,9 +36,24 @@ import (
 type Caches struct {
 	Endpoints *cachev3.LinearCache
 
+	// MaxScopes bounds how many scopes exist (0: no bound). A scope is a whole generation of
+	// clusters, listeners and routes, and proxies choose theirs by what they claim: without a
+	// bound, clients claiming ever new namespaces could make the control plane hold any number
+	// of copies of the config. Set before serving.
+	MaxScopes int
+	// OnScopeLimit, if set, is called for every watch refused by MaxScopes.
+	OnScopeLimit func()
+	// mostServed is the most ClusterLoadAssignments the Endpoints cache has held (see
+	// MostServed).
+	mostServed atomic.Int64
+
 	prefix string
 	mu     sync.Mutex
 	scopes map[string]*ScopeCaches
+	// refs counts the streams of each namespace's proxies (Acquire/Release, by HoldKey); when
+	// the last one closes, the namespace's scopes are dropped, so what proxies claim costs
+	// memory only while they are connected.
+	refs   map[string]int
 	latest []*model.Entry // the model as of the latest full push
 	// populate fills a new scope from latest (set by the pusher; nil: scopes start empty).
 	populate func(sc *ScopeCaches, entries []*model.Entry)
@@ -83,15 +102,16 @@ func NewCaches(prefix string) *Caches {
 		Endpoints: cachev3.NewLinearCache(resourcev3.EndpointType, cachev3.WithVersionPrefix(prefix)),
 		prefix:    prefix,
 		scopes:    map[string]*ScopeCaches{},
+		refs:      map[string]int{},
 		watches:   map[*movableWatch]struct{}{},
 	}
 }
 
 // Scope returns the caches of the sidecars of namespace ns, creating and filling them on first
-// use.
+// use; nil when that would exceed MaxScopes.
 func (c *Caches) Scope(ns string) *ScopeCaches { return c.scope(ns, false, "") }
 
-// ScopeOf returns the caches of node's scope (see ScopeKey).
+// ScopeOf returns the caches of node's scope (see ScopeKey); nil when that would exceed MaxScopes.
 func (c *Caches) ScopeOf(node *core.Node) *ScopeCaches {
 	ns, gw := ProxyNamespace(node), isGateway(node)
 	return c.scope(ns, gw, c.selectedBy(node, ns, gw))
@@ -135,6 +155,10 @@ func (c *Caches) scope(ns string, gateway bool, selected string) *ScopeCaches {
 		<-sc.ready // never serve a scope before its first fill
 		return sc
 	}
+	if c.MaxScopes > 0 && len(c.scopes) >= c.MaxScopes {
+		c.mu.Unlock()
+		return nil
+	}
 	// Versions carry the scope's key so a proxy moving between scopes never takes one scope's
 	// version for another's.
 	prefix := c.prefix + key + "-"
@@ -156,6 +180,52 @@ func (c *Caches) scope(ns string, gateway bool, selected string) *ScopeCaches {
 	sc.mu.Unlock()
 	close(sc.ready)
 	return sc
+}
+
+// MostServed is the most ClusterLoadAssignments (one per cluster) this control plane has
+// served at once: what a subscription's names are measured against (Limits.NameSlack).
+func (c *Caches) MostServed() int { return int(c.mostServed.Load()) }
+
+// noteServed records that the Endpoints cache holds n assignments now.
+func (c *Caches) noteServed(n int) {
+	for {
+		cur := c.mostServed.Load()
+		if int64(n) <= cur || c.mostServed.CompareAndSwap(cur, int64(n)) {
+			return
+		}
+	}
+}
+
+// HoldKey names what a stream of node holds (Acquire): its namespace's scopes, sidecar or
+// gateway. Unlike ScopeKey it does not change while the proxy is connected (a workloadSelector
+// Sidecar can move a proxy between its namespace's scopes, never to another namespace).
+func HoldKey(node *core.Node) string { return keyOf(ProxyNamespace(node), isGateway(node), "") }
+
+// Acquire records a stream of node's namespace: its scopes are kept while it has streams. Call
+// it before the stream's first watch; it returns the key to Release.
+func (c *Caches) Acquire(node *core.Node) string {
+	key := HoldKey(node)
+	c.mu.Lock()
+	c.refs[key]++
+	c.mu.Unlock()
+	return key
+}
+
+// Release undoes one Acquire of key; the last one drops the namespace's scopes (a proxy of that
+// namespace that connects later gets a new one, filled from the latest full push).
+func (c *Caches) Release(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refs[key]--
+	if c.refs[key] > 0 {
+		return
+	}
+	delete(c.refs, key)
+	for k, sc := range c.scopes {
+		if keyOf(sc.Namespace, sc.Gateway, "") == key {
+			delete(c.scopes, k)
+		}
+	}
 }
 
 // Scopes lists the scopes, by key.
@@ -185,12 +255,28 @@ func (c *Caches) setLatest(entries []*model.Entry) []*ScopeCaches {
 	return c.Scopes()
 }
 
-// ForNode returns the cache serving typeURL to node (nil for an unknown type).
+// ForNode returns the cache serving typeURL to node (nil for an unknown type, or when node's
+// scope would exceed MaxScopes).
 func (c *Caches) ForNode(typeURL string, node *core.Node) *cachev3.LinearCache {
 	if typeURL == resourcev3.EndpointType {
 		return c.Endpoints
 	}
-	return scopeCache(c.ScopeOf(node), typeURL, node)
+	if !knownType(typeURL) {
+		return nil
+	}
+	sc := c.ScopeOf(node)
+	if sc == nil {
+		return nil
+	}
+	return scopeCache(sc, typeURL, node)
+}
+
+func knownType(typeURL string) bool {
+	switch typeURL {
+	case resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType:
+		return true
+	}
+	return false
 }
 
 func scopeCache(sc *ScopeCaches, typeURL string, node *core.Node) *cachev3.LinearCache {
@@ -226,14 +312,20 @@ type movableWatch struct {
 
 // watch creates a watch through create on node's scope cache for typeURL, movable between scopes.
 func (c *Caches) watch(typeURL string, node *core.Node, create func(lc *cachev3.LinearCache) (func(), error)) (func(), error) {
+	if !knownType(typeURL) {
+		return nil, status.Errorf(codes.InvalidArgument, "unknown type %q: this control plane serves CDS, EDS, LDS and RDS", truncate(typeURL))
+	}
 	if typeURL == resourcev3.EndpointType {
 		return create(c.Endpoints) // one cache for every scope
 	}
 	sc := c.ScopeOf(node)
-	lc := scopeCache(sc, typeURL, node)
-	if lc == nil {
-		return nil, fmt.Errorf("no cache for type %s", typeURL)
+	if sc == nil {
+		if c.OnScopeLimit != nil {
+			c.OnScopeLimit()
+		}
+		return nil, status.Errorf(codes.ResourceExhausted, "too many proxy scopes (at most %d): not serving a new one", c.MaxScopes)
 	}
+	lc := scopeCache(sc, typeURL, node)
 	w := &movableWatch{node: node, typeURL: typeURL, create: create, key: sc.Key}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -271,6 +363,9 @@ func (c *Caches) Move() int {
 	moved := 0
 	for _, w := range open {
 		sc := c.ScopeOf(w.node)
+		if sc == nil {
+			continue // MaxScopes: the watch stays on the scope it has
+		}
 		w.mu.Lock()
 		if !w.done && w.key != sc.Key {
 			w.cancel()
@@ -326,19 +421,25 @@ func (c *Caches) Fetch(ctx context.Context, r *cachev3.Request) (cachev3.Respons
 
 // ProxyNamespace is the namespace of a proxy as istiod finds it: the NAMESPACE node metadata,
 // else the node id "TYPE~IP~POD.NS~NS.svc.cluster.local" (the NS after the pod name); "" when
-// neither says (such a proxy gets the root namespace's Sidecar, or everything).
+// neither says (such a proxy gets the root namespace's Sidecar, or everything). A name that
+// cannot be a Kubernetes namespace counts as none: it would name a scope no Sidecar can reach.
 func ProxyNamespace(node *core.Node) string {
-	if ns := node.GetMetadata().GetFields()["NAMESPACE"].GetStringValue(); ns != "" {
-		return ns
+	ns := node.GetMetadata().GetFields()["NAMESPACE"].GetStringValue()
+	if ns == "" {
+		parts := strings.Split(node.GetId(), "~")
+		if len(parts) != 4 {
+			return ""
+		}
+		i := strings.LastIndexByte(parts[2], '.')
+		if i < 0 {
+			return ""
+		}
+		ns = parts[2][i+1:]
 	}
-	parts := strings.Split(node.GetId(), "~")
-	if len(parts) != 4 {
+	if len(validation.IsDNS1123Label(ns)) > 0 {
 		return ""
 	}
-	if i := strings.LastIndexByte(parts[2], '.'); i >= 0 {
-		return parts[2][i+1:]
-	}
-	return ""
+	return ns
 }
 
 // IsProxyless reports whether node is a proxyless gRPC client: grpc-go's user agent, Istio's
@@ -372,4 +473,11 @@ func ShortType(typeURL string) string {
 		return typeURL[i+1:]
 	}
 	return typeURL
+}
+
+func truncate(s string) string {
+	if len(s) > 100 {
+		return s[:100] + "…"
+	}
+	return s
 }

@@ -509,6 +509,7 @@ func (p *Pusher) updateEndpoints(next map[string]types.Resource, sources map[str
 	if err := p.caches.Endpoints.UpdateResources(changed, deleted); err != nil {
 		p.log.Error("update endpoint cache", "err", err)
 	}
+	p.caches.noteServed(p.caches.Endpoints.NumResources())
 }
 
 // TriggerType maps a model change reason to istiod's pilot_push_triggers type: endpoint

@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	"istio.io/api/networking/v1alpha3"
 	corev1 "k8s.io/api/core/v1"
@@ -297,4 +300,58 @@ func TestProxyLabels(t *testing.T) {
 	assert.Equal(t, map[string]string{"app": "fromPod"}, ProxyLabels(&core.Node{Id: id}, m))
 	assert.Nil(t, ProxyLabels(&core.Node{Id: "sidecar~10.0.0.1~other.app~app.svc.cluster.local"}, m))
 	assert.Nil(t, ProxyLabels(&core.Node{Id: "gateway-0"}, m))
+}
+
+func scopeKeys(c *Caches) []string {
+	var out []string
+	for _, sc := range c.Scopes() {
+		out = append(out, sc.Key)
+	}
+	return out
+}
+
+// TestScopesLiveWhileTheirProxiesAreConnected: a namespace's scopes, the one a workloadSelector
+// Sidecar narrows too, are dropped when its last proxy disconnects (proxies choose their scope
+// by what they claim, so what they claim must cost memory only while they are connected), and
+// MaxScopes refuses a new scope once reached.
+func TestScopesLiveWhileTheirProxiesAreConnected(t *testing.T) {
+	r := sidecarRig(t)
+	r.pusher.Enqueue(r.m.SetPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "px", Labels: map[string]string{"app": "x"}}}))
+	r.pusher.Enqueue(r.m.SetPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "py", Labels: map[string]string{"app": "y"}}}))
+	r.pusher.Enqueue(r.m.SetSidecar("b", "narrow", &model.Sidecar{Namespace: "b", Name: "narrow", Hosts: []string{"./*"}, Selector: map[string]string{"app": "x"}}))
+	r.applyIn(t, "a", "a3", "10.0.0.9") // a barrier: the Sidecar is in the model once pa sees a3
+	pa := r.client(t, "sidecar~10.1.0.1~pa.a~a.svc.cluster.local")
+	eventually(t, "a3 pushed", func() bool { return len(clusterNames(pa)) == 2 })
+
+	px := r.client(t, "sidecar~10.1.0.5~px.b~b.svc.cluster.local")
+	py := r.client(t, "sidecar~10.1.0.6~py.b~b.svc.cluster.local")
+	eventually(t, "b's proxies served", func() bool { return len(clusterNames(px)) == 1 && len(clusterNames(py)) == 3 })
+	assert.Equal(t, []string{"a", "b", "b~narrow"}, scopeKeys(r.caches))
+
+	// py's pod is relabelled into the selector: py moves to b~narrow on its open stream. When
+	// px goes, py is b~narrow's only proxy, and b~narrow must stay (and keep being pushed).
+	r.pusher.Enqueue(r.m.SetPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "py", Labels: map[string]string{"app": "x"}}}))
+	eventually(t, "py narrowed", func() bool { return len(clusterNames(py)) == 1 })
+	px.Close()
+	eventually(t, "px's stream closed", func() bool { return testutil.ToFloat64(r.met.ConnectedProxies) == 2 })
+	assert.Contains(t, scopeKeys(r.caches), "b~narrow", "py (namespace b) still connected: b's scopes stay")
+	r.applyIn(t, "b", "b2", "10.0.0.10")
+	eventually(t, "b2 pushed to py", func() bool { return len(clusterNames(py)) == 2 })
+	py.Close()
+	eventually(t, "b's scopes dropped", func() bool { return len(scopeKeys(r.caches)) == 1 })
+	assert.Equal(t, []string{"a"}, scopeKeys(r.caches), "a's proxy is still connected")
+
+	// The cap: with one scope allowed (a's), a proxy of another namespace is refused with
+	// ResourceExhausted and counted; a's proxies are still served.
+	r.caches.MaxScopes = 1
+	before := testutil.ToFloat64(r.met.XDSLimited.WithLabelValues("scopes"))
+	c, err := adsclient.Dial(context.Background(), r.addr, "sidecar~10.1.0.7~pc.c~c.svc.cluster.local")
+	require.NoError(t, err)
+	require.NoError(t, c.SetNames(resourcev3.ClusterType, nil))
+	err = c.Run()
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+	c.Close()
+	assert.Equal(t, before+1, testutil.ToFloat64(r.met.XDSLimited.WithLabelValues("scopes")))
+	pa2 := r.client(t, "sidecar~10.1.0.8~pa2.a~a.svc.cluster.local")
+	eventually(t, "a's new proxy served", func() bool { return len(clusterNames(pa2)) == 2 })
 }

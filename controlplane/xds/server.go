@@ -9,12 +9,14 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"golang.org/x/time/rate"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -24,6 +26,88 @@ import (
 
 	"github.com/meshchaos/meshchaos/controlplane/metrics"
 )
+
+// Limits keep one misbehaving client from hurting the others. The zero value of each field
+// means its default (DefaultLimits); a negative duration or count disables that limit.
+type Limits struct {
+	// PushThrottle bounds the responses sent at once (istiod's PILOT_PUSH_THROTTLE).
+	PushThrottle int
+	// SlotHold is how long a blocked send keeps its throttle slot; SendTimeout how long a
+	// proxy may read nothing (a send blocked, see throttle) or leave a response unanswered
+	// (see closeUnanswered) before its connection is closed.
+	SlotHold, SendTimeout time.Duration
+	// MaxStalledSends bounds the sends blocked past SlotHold at once (see throttle).
+	MaxStalledSends int
+	// MaxStreams bounds the open xDS streams, over all connections; MaxStreamsPerConn the
+	// streams of one HTTP/2 connection (Envoy and grpc-go open one ADS stream per connection).
+	MaxStreams        int
+	MaxStreamsPerConn uint32
+	// MaxRecvMsgSize bounds one request. The largest legitimate one is an EDS subscription
+	// naming every cluster: ~40 bytes a name, 4 MB for 100 000 clusters.
+	MaxRecvMsgSize int
+	// RequestsPerSecond and RequestBurst bound each stream's requests (a token bucket). A proxy
+	// sends a few per push (an ACK and a subscription per type); a stream beyond the bucket is
+	// closed with ResourceExhausted.
+	RequestsPerSecond float64
+	RequestBurst      int
+	// MaxScopes bounds the proxy scopes (namespaces with their own generated config).
+	MaxScopes int
+	// NameSlack bounds the names one subscription may hold: twice the most clusters this
+	// server has served, plus NameSlack. A proxy names only resources it learned from the
+	// control plane (clusters from CDS, then their EDS; listener and route names), so twice the
+	// most ever served covers a whole config replaced in one push, and the slack a proxy still
+	// naming an old config's resources. The caches track a watch per name under a lock every
+	// stream shares: a subscription to 100 000 names that do not exist held it for O(names)
+	// when opened and again when cancelled, and clients that gave up and asked again queued
+	// ever more of them in front of the good proxies' watches. Names are not bounded before
+	// Synced: a proxy reconnecting to a restarted control plane names its whole config before
+	// the caches hold it.
+	NameSlack int
+	// NewStreamsPerSecond and NewStreamBurst bound how fast streams are accepted (istiod's
+	// PILOT_MAX_REQUESTS_PER_SECOND): every new stream costs a full initial fetch, so clients
+	// reconnecting in a loop could take the CPU the pushes need. A stream waits up to a second
+	// for its turn, then is refused with ResourceExhausted (the proxy backs off and retries).
+	NewStreamsPerSecond float64
+	NewStreamBurst      int
+}
+
+// DefaultLimits are the limits a zero Limits field takes.
+var DefaultLimits = Limits{PushThrottle: DefaultPushThrottle, SlotHold: 200 * time.Millisecond,
+	SendTimeout: 30 * time.Second, MaxStalledSends: 100, MaxStreams: 10000, MaxStreamsPerConn: 100, MaxRecvMsgSize: 16 << 20,
+	RequestsPerSecond: 100, RequestBurst: 1000, MaxScopes: 1000, NameSlack: 1024, NewStreamsPerSecond: 200, NewStreamBurst: 1000}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	pick := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	pick(&l.PushThrottle, d.PushThrottle)
+	pick(&l.MaxStreams, d.MaxStreams)
+	pick(&l.MaxRecvMsgSize, d.MaxRecvMsgSize)
+	pick(&l.RequestBurst, d.RequestBurst)
+	pick(&l.MaxScopes, d.MaxScopes)
+	pick(&l.MaxStalledSends, d.MaxStalledSends)
+	pick(&l.NameSlack, d.NameSlack)
+	pick(&l.NewStreamBurst, d.NewStreamBurst)
+	if l.NewStreamsPerSecond == 0 {
+		l.NewStreamsPerSecond = d.NewStreamsPerSecond
+	}
+	if l.SlotHold == 0 {
+		l.SlotHold = d.SlotHold
+	}
+	if l.SendTimeout == 0 {
+		l.SendTimeout = d.SendTimeout
+	}
+	if l.MaxStreamsPerConn == 0 {
+		l.MaxStreamsPerConn = d.MaxStreamsPerConn
+	}
+	if l.RequestsPerSecond == 0 {
+		l.RequestsPerSecond = d.RequestsPerSecond
+	}
+	return l
+}
 
 // Gate is what the server asks before accepting a stream.
 type Gate interface{ IsOpen() bool }
@@ -38,17 +122,27 @@ type Server struct {
 	m      *metrics.Metrics
 	grpc   *grpc.Server
 	sends  *throttle
+	conns  *conns
+	limits Limits
+	accept *rate.Limiter // new streams (nil: no bound)
+	active atomic.Int64  // streams past the gate, counted against MaxStreams
+	synced atomic.Bool   // the caches hold the complete config (Synced): names are bounded
 
 	mu      sync.Mutex
 	streams map[int64]*streamState
 }
 
 type streamState struct {
+	ctx    context.Context // the stream's: names its connection (conns)
 	id     int64
 	delta  bool
 	node   *core.Node
+	scope  string // the key held for the stream (Caches.Acquire), once held
+	held   bool
 	opened time.Time
 	types  map[string]*typeState
+	// requests bounds the stream's request rate (nil: no bound).
+	requests *rate.Limiter
 	// pending: pushes that sent this proxy some but not yet all of their types (by seq), with
 	// the types sent so far.
 	pending map[uint64]*pendingPush
@@ -64,9 +158,17 @@ type pendingPush struct {
 const maxPending = 16
 
 type typeState struct {
-	names        []string
-	sentVersion  string
-	sentNonce    string
+	names []string
+	// subscribed is a Delta stream's subscription as a set (names is derived from it): a
+	// subscription is changed by name, and a huge one must not cost O(n²) under the lock every
+	// stream shares.
+	subscribed  map[string]struct{}
+	nackedNonce string // the latest nonce NACKed: repeats are neither counted nor logged
+	sentVersion string
+	sentNonce   string
+	// unanswered: since when a response of this type has had no ACK or NACK (zero: none
+	// waits). See unansweredTimeout.
+	unanswered   time.Time
 	ackedNonce   string
 	ackedVersion string
 	sentSeq      uint64 // the latest push whose response of this type was sent
@@ -83,16 +185,34 @@ func NewServer(ctx context.Context, caches *Caches, pusher *Pusher, gate Gate, m
 // NewServerThrottled is NewServer with at most throttle responses being sent at once (istiod's
 // PILOT_PUSH_THROTTLE; 0: the default).
 func NewServerThrottled(ctx context.Context, caches *Caches, pusher *Pusher, gate Gate, m *metrics.Metrics, log *slog.Logger, throttle int) *Server {
+	return NewServerLimited(ctx, caches, pusher, gate, m, log, Limits{PushThrottle: throttle})
+}
+
+// NewServerLimited is NewServer with the given limits (zero fields: DefaultLimits).
+func NewServerLimited(ctx context.Context, caches *Caches, pusher *Pusher, gate Gate, m *metrics.Metrics, log *slog.Logger, limits Limits) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
+	limits = limits.withDefaults()
 	s := &Server{caches: caches, pusher: pusher, gate: gate, log: log, m: m, streams: map[int64]*streamState{},
-		sends: newThrottle(throttle, m)}
+		conns: newConns(), limits: limits}
+	s.sends = newThrottle(limits.PushThrottle, limits.SlotHold, limits.SendTimeout, limits.MaxStalledSends, s.conns, m)
+	if limits.NewStreamsPerSecond > 0 && limits.NewStreamBurst > 0 {
+		s.accept = rate.NewLimiter(rate.Limit(limits.NewStreamsPerSecond), limits.NewStreamBurst)
+	}
+	if limits.MaxScopes > 0 {
+		caches.MaxScopes = limits.MaxScopes
+	}
+	caches.OnScopeLimit = func() { m.XDSLimited.WithLabelValues("scopes").Inc() }
+	if limits.SendTimeout > 0 {
+		go s.closeUnanswered(ctx, limits.SendTimeout)
+	}
 	xs := serverv3.NewServer(ctx, caches, s.callbacks())
 	s.grpc = grpc.NewServer(
 		grpc.StreamInterceptor(s.refuseUntilReady),
-		grpc.MaxConcurrentStreams(1<<20),
-		grpc.MaxRecvMsgSize(64<<20),
+		grpc.MaxConcurrentStreams(limits.MaxStreamsPerConn),
+		grpc.MaxRecvMsgSize(limits.MaxRecvMsgSize),
+		grpc.ForceServerCodecV2(newCodec()),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
@@ -101,35 +221,56 @@ func NewServerThrottled(ctx context.Context, caches *Caches, pusher *Pusher, gat
 }
 
 // Serve serves on l until Stop.
-func (s *Server) Serve(l net.Listener) error { return s.grpc.Serve(l) }
+func (s *Server) Serve(l net.Listener) error { return s.grpc.Serve(s.conns.listener(l)) }
 
 // Stop closes every stream and the listener.
 func (s *Server) Stop() { s.grpc.Stop() }
 
 // refuseUntilReady is the sync gate on the xDS side: until it opens, every stream is refused
 // with Unavailable, so a proxy keeps its last config and retries instead of taking an
-// incomplete one.
+// incomplete one. Past the gate, streams beyond MaxStreams are refused with ResourceExhausted.
 func (s *Server) refuseUntilReady(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if s.gate != nil && !s.gate.IsOpen() {
 		s.m.StreamsRefused.Inc()
 		return status.Error(codes.Unavailable, "control plane not ready: informers have not synced yet; retry")
+	}
+	if s.accept != nil {
+		wctx, cancel := context.WithTimeout(ss.Context(), time.Second)
+		err := s.accept.Wait(wctx) // fails at once when the wait would be longer
+		cancel()
+		if err != nil {
+			s.m.XDSLimited.WithLabelValues("new-streams").Inc()
+			return status.Errorf(codes.ResourceExhausted, "more than %g new xDS streams a second: back off and retry", s.limits.NewStreamsPerSecond)
+		}
+	}
+	n := s.active.Add(1)
+	defer s.active.Add(-1)
+	if s.limits.MaxStreams > 0 && n > int64(s.limits.MaxStreams) {
+		s.m.XDSLimited.WithLabelValues("streams").Inc()
+		return status.Errorf(codes.ResourceExhausted, "too many xDS streams (at most %d): retry later", s.limits.MaxStreams)
 	}
 	return handler(srv, throttledStream{ServerStream: ss, t: s.sends})
 }
 
 func (s *Server) callbacks() serverv3.Callbacks {
 	return serverv3.CallbackFuncs{
-		StreamOpenFunc: func(_ context.Context, id int64, _ string) error {
-			s.open(id, false)
+		StreamOpenFunc: func(ctx context.Context, id int64, _ string) error {
+			s.open(ctx, id, false)
 			return nil
 		},
 		StreamClosedFunc: func(id int64, _ *core.Node) { s.close(id) },
-		DeltaStreamOpenFunc: func(_ context.Context, id int64, _ string) error {
-			s.open(id, true)
+		DeltaStreamOpenFunc: func(ctx context.Context, id int64, _ string) error {
+			s.open(ctx, id, true)
 			return nil
 		},
 		DeltaStreamClosedFunc: func(id int64, _ *core.Node) { s.close(id) },
 		StreamRequestFunc: func(id int64, r *discovery.DiscoveryRequest) error {
+			if err := s.allow(id); err != nil {
+				return err
+			}
+			if err := s.checkNames(id, r.GetTypeUrl(), len(r.GetResourceNames()), false); err != nil {
+				return err
+			}
 			rejected := s.request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), r.GetVersionInfo(), r.GetErrorDetail(), r.GetResourceNames(), nil, false)
 			if rejected != "" && r.GetVersionInfo() == "" {
 				// A NACK of the first response carries no accepted version. To the cache an
@@ -144,6 +285,12 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			s.response(id, r.GetTypeUrl(), r.GetVersionInfo(), r.GetNonce(), proto.Size(r))
 		},
 		StreamDeltaRequestFunc: func(id int64, r *discovery.DeltaDiscoveryRequest) error {
+			if err := s.allow(id); err != nil {
+				return err
+			}
+			if err := s.checkNames(id, r.GetTypeUrl(), len(r.GetResourceNamesSubscribe()), true); err != nil {
+				return err
+			}
 			s.request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), "", r.GetErrorDetail(),
 				r.GetResourceNamesSubscribe(), r.GetResourceNamesUnsubscribe(), true)
 			return nil
@@ -154,19 +301,100 @@ func (s *Server) callbacks() serverv3.Callbacks {
 	}
 }
 
-func (s *Server) open(id int64, delta bool) {
-	s.mu.Lock()
-	s.streams[id] = &streamState{id: id, delta: delta, opened: time.Now(), types: map[string]*typeState{},
+func (s *Server) open(ctx context.Context, id int64, delta bool) {
+	st := &streamState{ctx: ctx, id: id, delta: delta, opened: time.Now(), types: map[string]*typeState{},
 		pending: map[uint64]*pendingPush{}}
+	if s.limits.RequestsPerSecond > 0 && s.limits.RequestBurst > 0 {
+		st.requests = rate.NewLimiter(rate.Limit(s.limits.RequestsPerSecond), s.limits.RequestBurst)
+	}
+	s.mu.Lock()
+	s.streams[id] = st
 	s.mu.Unlock()
 	s.m.ConnectedProxies.Inc()
 }
 
 func (s *Server) close(id int64) {
 	s.mu.Lock()
+	st := s.streams[id]
 	delete(s.streams, id)
 	s.mu.Unlock()
+	if st != nil && st.held {
+		s.caches.Release(st.scope)
+	}
 	s.m.ConnectedProxies.Dec()
+}
+
+// allow takes one request from the stream's bucket; a stream out of tokens is closed.
+func (s *Server) allow(id int64) error {
+	s.mu.Lock()
+	st := s.streams[id]
+	s.mu.Unlock()
+	if st == nil || st.requests == nil || st.requests.Allow() {
+		return nil
+	}
+	s.m.XDSLimited.WithLabelValues("requests").Inc()
+	return status.Errorf(codes.ResourceExhausted, "more than %g requests a second on one xDS stream: closing it", s.limits.RequestsPerSecond)
+}
+
+// closeUnanswered ends, every quarter of timeout, the connections of streams with a response
+// neither ACKed nor NACKed for timeout. A proxy that reads nothing is caught by the send timeout
+// only once a send blocks, and a send blocks only once gRPC's 64 KiB write quota is spent: until
+// the next push, what was sent before (up to a response past the quota) stays queued for a
+// proxy that may never read it. Every proxy answers each response (Envoy and gRPC ACK or NACK
+// it once applied), so one that answers none for timeout is not reading.
+func (s *Server) closeUnanswered(ctx context.Context, timeout time.Duration) {
+	tick := time.NewTicker(max(timeout/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			var late []context.Context
+			s.mu.Lock()
+			for _, st := range s.streams {
+				for _, ts := range st.types {
+					if !ts.unanswered.IsZero() && now.Sub(ts.unanswered) > timeout {
+						late = append(late, st.ctx)
+						break
+					}
+				}
+			}
+			s.mu.Unlock()
+			for _, c := range late {
+				if s.conns.closeOf(c) {
+					s.m.XDSLimited.WithLabelValues("unanswered").Inc()
+				}
+			}
+		}
+	}
+}
+
+// Synced tells the server that the caches hold the complete config (the initial full push is
+// done): from now on a subscription's names are measured against what was served (NameSlack).
+func (s *Server) Synced() { s.synced.Store(true) }
+
+// checkNames refuses a subscription of more names than NameSlack allows (see Limits), before
+// any watch is made: n names in a SotW request, or n more for a Delta subscription.
+func (s *Server) checkNames(id int64, typeURL string, n int, delta bool) error {
+	if s.limits.NameSlack < 0 || n == 0 || !s.synced.Load() {
+		return nil
+	}
+	if delta {
+		s.mu.Lock()
+		if st := s.streams[id]; st != nil {
+			if ts := st.types[typeURL]; ts != nil {
+				n += len(ts.subscribed)
+			}
+		}
+		s.mu.Unlock()
+	}
+	most := 2*s.caches.MostServed() + s.limits.NameSlack
+	if n <= most {
+		return nil
+	}
+	s.m.XDSLimited.WithLabelValues("names").Inc()
+	return status.Errorf(codes.ResourceExhausted, "subscription to %d names: at most %d (twice the most clusters served, plus %d): subscribe to what CDS gave you", n, most, s.limits.NameSlack)
 }
 
 func (st *streamState) typ(t string) *typeState {
@@ -186,26 +414,57 @@ func (s *Server) request(id int64, node *core.Node, typeURL, nonce, version stri
 	if st == nil {
 		return ""
 	}
+	if node != nil {
+		// The namespace's scopes are held from the stream's first node on (before its first
+		// watch) until it closes; a node that changes namespace mid-stream moves its hold.
+		if key := HoldKey(node); !st.held || key != st.scope {
+			if st.held {
+				s.caches.Release(st.scope)
+			}
+			st.scope, st.held = s.caches.Acquire(node), true
+		}
+	}
 	if node != nil && node.GetId() != "" {
 		st.node = node
 	}
+	if !knownType(typeURL) {
+		return "" // the cache refuses it and the stream ends: nothing to keep
+	}
 	ts := st.typ(typeURL)
 	if delta {
-		for _, n := range names {
-			if !slices.Contains(ts.names, n) {
-				ts.names = append(ts.names, n)
+		if len(names) > 0 || len(unsub) > 0 {
+			if ts.subscribed == nil {
+				ts.subscribed = map[string]struct{}{}
 			}
+			for _, n := range names {
+				ts.subscribed[n] = struct{}{}
+			}
+			for _, n := range unsub {
+				delete(ts.subscribed, n)
+			}
+			ts.names = slices.Sorted(maps.Keys(ts.subscribed))
 		}
-		ts.names = slices.DeleteFunc(ts.names, func(n string) bool { return slices.Contains(unsub, n) })
 	} else {
 		ts.names = names
+	}
+	switch {
+	case nonce != "" && nonce == ts.sentNonce:
+		ts.unanswered = time.Time{} // the latest response answered
+	case nonce != "" && !ts.unanswered.IsZero():
+		ts.unanswered = time.Now() // an earlier one answered: the proxy reads, the latest waits from now
 	}
 	if nonce == "" || nonce != ts.sentNonce {
 		return ""
 	}
 	if errDetail != nil {
 		// A NACK: count and log it; the proxy keeps its previous config (the version it
-		// sends) and the next push carries on. Never retried in a loop.
+		// sends) and the next push carries on. Never retried in a loop. A NACK of the nonce
+		// already NACKed is the same rejection again: not counted, not logged (a client
+		// repeating it must not flood the log).
+		if ts.nackedNonce == nonce {
+			return ts.sentVersion
+		}
+		ts.nackedNonce = nonce
 		ts.nacks++
 		s.m.Rejects.WithLabelValues(ShortType(typeURL)).Inc()
 		s.log.Warn("proxy rejected config (NACK)", "proxy", st.node.GetId(), "type", ShortType(typeURL),
@@ -241,6 +500,9 @@ func (s *Server) response(id int64, typeURL, version, nonce string, size int) {
 	}
 	ts := st.typ(typeURL)
 	ts.sentVersion, ts.sentNonce = version, nonce
+	if ts.unanswered.IsZero() {
+		ts.unanswered = now
+	}
 	// Pushes only, not a proxy's initial fetch; each push once per type.
 	if rec == nil || !rec.start.After(st.opened) || rec.seq <= ts.sentSeq {
 		return

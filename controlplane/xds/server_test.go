@@ -52,6 +52,12 @@ func newRig(t testing.TB, quiet, max time.Duration, sw ...regress.Switch) *rig {
 // newRigWith is newRig with a push throttle.
 func newRigWith(t testing.TB, throttle int, quiet, max time.Duration, sw ...regress.Switch) *rig {
 	t.Helper()
+	return newRigLimited(t, Limits{PushThrottle: throttle}, quiet, max, sw...)
+}
+
+// newRigLimited is newRig with the server's limits.
+func newRigLimited(t testing.TB, limits Limits, quiet, max time.Duration, sw ...regress.Switch) *rig {
+	t.Helper()
 	set := regress.Set{}
 	for _, s := range sw {
 		set[s] = true
@@ -60,7 +66,7 @@ func newRigWith(t testing.TB, throttle int, quiet, max time.Duration, sw ...regr
 	r := &rig{m: model.New(model.Options{Regress: set, Logger: log}), caches: NewCaches("t-"), gate: gate.New(), met: metrics.New()}
 	r.pusher = NewPusher(r.m, r.caches, PushOptions{Quiet: quiet, Max: max, Regress: set, Logger: log, Metrics: r.met})
 	ctx, cancel := context.WithCancel(context.Background())
-	r.server = NewServerThrottled(ctx, r.caches, r.pusher, r.gate, r.met, log, throttle)
+	r.server = NewServerLimited(ctx, r.caches, r.pusher, r.gate, r.met, log, limits)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	r.addr = l.Addr().String()
@@ -92,6 +98,7 @@ func (r *rig) apply(t testing.TB, name string, addrs ...string) {
 
 func (r *rig) start(t testing.TB) {
 	r.pusher.Push(model.Change{Full: true, Reasons: []string{"initial"}})
+	r.server.Synced()
 	r.gate.Open("test", false)
 }
 

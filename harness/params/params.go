@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/meshchaos/meshchaos/controlplane/manifests"
 )
 
 // Kind is a parameter's type.
@@ -293,10 +295,13 @@ func (v Values) Sorted() []string {
 // The parameters most experiments share. Each experiment takes the ones it uses and may give
 // them its own defaults with WithDefault.
 var (
-	Rate     = IntParam("rate", 50, 1, 10000, "rps", "requests per second of traffic through the data plane")
-	Length   = DurationParam("duration", 60*time.Second, 5*time.Second, 2*time.Hour, "traffic duration (steady state, chaos, recovery)")
-	Steady   = DurationParam("steady", 10*time.Second, 0, time.Hour, "clean traffic before the chaos")
-	Nodes    = IntParam("nodes", 2, 1, 8, "", "cluster nodes")
-	CPMemory = QuantityParam("cpMemoryLimit", "1Gi", "32Mi", "64Gi", "the control plane's memory limit").OrNone()
-	CPCPU    = QuantityParam("cpCPULimit", "", "10m", "64", "the control plane's CPU limit").OrNone()
+	Rate   = IntParam("rate", 50, 1, 10000, "rps", "requests per second of traffic through the data plane")
+	Length = DurationParam("duration", 60*time.Second, 5*time.Second, 2*time.Hour, "traffic duration (steady state, chaos, recovery)")
+	Steady = DurationParam("steady", 10*time.Second, 0, time.Hour, "clean traffic before the chaos")
+	Nodes  = IntParam("nodes", 2, 1, 8, "", "cluster nodes")
+	// CPMemory's least value is the control plane's memory request: a limit below it makes a
+	// Deployment the API server refuses, which would show only once the cluster is up.
+	CPMemory = QuantityParam("cpMemoryLimit", "1Gi", manifests.MemoryRequest, "64Gi",
+		"the control plane's memory limit (not below its "+manifests.MemoryRequest+" memory request)").OrNone()
+	CPCPU = QuantityParam("cpCPULimit", "", "10m", "64", "the control plane's CPU limit").OrNone()
 )

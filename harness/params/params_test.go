@@ -39,8 +39,9 @@ func TestResolveRefusesOutOfRangeWithTheRange(t *testing.T) {
 		"duration=3h":        "from 5s to 2h0m0s",
 		"cpCPULimit=abc":     `want a quantity from 10m to 64, or "" for none`,
 		"cpCPULimit=1m":      "from 10m to 64",
-		"cpMemoryLimit=1Mi":  "from 32Mi to 64Gi",
-		"cpMemoryLimit=1Ti":  "from 32Mi to 64Gi",
+		"cpMemoryLimit=1Mi":  "from 128Mi to 64Gi",
+		"cpMemoryLimit=64Mi": "from 128Mi to 64Gi", // below the control plane's memory request
+		"cpMemoryLimit=1Ti":  "from 128Mi to 64Gi",
 		"cpus=0":             "want a number from 0.001 to 4 CPUs",
 		"mode=sidecar-first": "want one of none, hold, native",
 		"nope=1":             "unknown parameter; known parameters: rate",

@@ -14,7 +14,7 @@ import (
 
 // Options configure the server.
 type Options struct {
-	// Addr to listen on (default ":8080").
+	// Addr to listen on (default 127.0.0.1:8080; in a pod the manifest gives ":PORT").
 	Addr string
 	// PodName and PodIP are reported in every answer (default: $POD_NAME / hostname, $POD_IP).
 	PodName, PodIP string
@@ -57,7 +57,7 @@ type Reply struct {
 
 func (o *Options) defaults() {
 	if o.Addr == "" {
-		o.Addr = ":8080"
+		o.Addr = "127.0.0.1:8080" // loopback unless told: a pod's manifest gives :PORT
 	}
 	if o.PodName == "" {
 		o.PodName = os.Getenv("POD_NAME")

@@ -33,7 +33,7 @@ type Options struct {
 	MaxInterval time.Duration
 	// Timeout bounds each attempt (default 2s).
 	Timeout time.Duration
-	// Addr is where the app serves once started (default ":8080").
+	// Addr is where the app serves once started (default 127.0.0.1:8080; in a pod the manifest gives ":PORT").
 	Addr string
 	// TerminationLog receives the report when the app gives up (Kubernetes shows it as the
 	// container's termination message); "" disables it.
@@ -66,7 +66,7 @@ func (o *Options) defaults() {
 		o.Timeout = 2 * time.Second
 	}
 	if o.Addr == "" {
-		o.Addr = ":8080"
+		o.Addr = "127.0.0.1:8080" // loopback unless told: a pod's manifest gives :PORT
 	}
 	if o.Stderr == nil {
 		o.Stderr = os.Stderr

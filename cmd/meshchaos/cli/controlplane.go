@@ -18,6 +18,7 @@ import (
 	"github.com/meshchaos/meshchaos/controlplane/manifests"
 	"github.com/meshchaos/meshchaos/controlplane/regress"
 	"github.com/meshchaos/meshchaos/controlplane/webhook"
+	"github.com/meshchaos/meshchaos/controlplane/xds"
 )
 
 func init() { register(newControlPlaneCmd) }
@@ -27,6 +28,7 @@ func newControlPlaneCmd() *cobra.Command {
 		kubeconfig, xdsAddr, adminAddr, domain, logLevel string
 		syncGate, noRouteDefaults                        bool
 		pushThrottle                                     int
+		limits                                           xds.Limits
 		maxWait, quiet, debounceMax                      time.Duration
 		switches                                         []string
 		wh                                               webhook.Options
@@ -83,7 +85,7 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 			defer stop()
 			cp, err := controlplane.Start(ctx, controlplane.Options{Kube: cfg, XDSAddr: xdsAddr, AdminAddr: adminAddr,
 				SyncGate: syncGate, MaxWait: maxWait, DebounceQuiet: quiet, DebounceMax: debounceMax,
-				Regress: set, NoRouteDefaults: noRouteDefaults, PushThrottle: pushThrottle, DomainSuffix: domain, Logger: log, Webhook: whOpts})
+				Regress: set, NoRouteDefaults: noRouteDefaults, PushThrottle: pushThrottle, XDSLimits: limits, DomainSuffix: domain, Logger: log, Webhook: whOpts})
 			if err != nil {
 				return err
 			}
@@ -104,6 +106,11 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 	f.DurationVar(&debounceMax, "debounce-max", 10*time.Second, "longest a change waits in debounce")
 	f.StringArrayVar(&switches, "regress", nil, "enable a regression switch (repeatable): "+fmt.Sprint(regress.Names()))
 	f.IntVar(&pushThrottle, "push-throttle", 100, "responses sent at once, across every proxy (istiod's PILOT_PUSH_THROTTLE)")
+	f.DurationVar(&limits.SendTimeout, "xds-send-timeout", xds.DefaultLimits.SendTimeout, "close the stream of a proxy that reads nothing for this long (a slow consumer)")
+	f.IntVar(&limits.MaxStreams, "xds-max-streams", xds.DefaultLimits.MaxStreams, "most open xDS streams; more are refused with ResourceExhausted")
+	f.Float64Var(&limits.RequestsPerSecond, "xds-max-request-rate", xds.DefaultLimits.RequestsPerSecond, fmt.Sprintf("most requests a second on one xDS stream (bursts of up to %d); a stream beyond is closed", xds.DefaultLimits.RequestBurst))
+	f.IntVar(&limits.MaxScopes, "xds-max-scopes", xds.DefaultLimits.MaxScopes, "most proxy scopes (namespaces with their own generated config)")
+	f.IntVar(&limits.NameSlack, "xds-name-slack", xds.DefaultLimits.NameSlack, "a subscription may name at most twice the most clusters served plus this many")
 	f.BoolVar(&noRouteDefaults, "no-route-defaults", false, "leave istiod's default retry policy (2 retries on connect-failure,refused-stream,unavailable,cancelled,503) and route timeout 0 out of generated routes")
 	f.StringVar(&domain, "domain-suffix", "cluster.local", "cluster DNS domain")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

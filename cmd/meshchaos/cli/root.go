@@ -63,6 +63,7 @@ func NewRoot() *cobra.Command {
 
 // Execute runs the CLI with os.Args.
 func Execute() error {
+	survivePipes()
 	root := NewRoot()
 	cmd, err := root.ExecuteC()
 	if err != nil && cmd != nil && isCobraUsageError(err) {

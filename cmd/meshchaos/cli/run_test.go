@@ -46,6 +46,8 @@ func TestRunBadInputExitsTwo(t *testing.T) {
 		{name: "zero rate", args: []string{"run", "cp-oom-restart", "--set", "rate=0"}, want: "from 1 to"},
 		{name: "rate too high", args: []string{"run", "cp-oom-restart", "--set", "rate=99999999"}, want: "from 1 to"},
 		{name: "quantity not a quantity", args: []string{"run", "cp-oom-restart", "--set", "cpCPULimit=abc"}, want: "cpCPULimit"},
+		{name: "memory limit below the control plane's request", args: []string{"run", "endpoint-flap", "--set", "cpMemoryLimit=64Mi"},
+			want: `cpMemoryLimit="64Mi": want a quantity from 128Mi to 64Gi`},
 		{name: "negative duration", args: []string{"run", "cp-oom-restart", "--set", "duration=-1s"}, want: "duration"},
 		{name: "steady not shorter than duration", args: []string{"run", "cp-oom-restart", "--set", "steady=2m"}, want: "must be shorter than duration"},
 		{name: "rule between parameters", args: []string{"run", "cp-oom-restart", "--set", "hosts=5", "--set", "serviceEntries=4"}, want: "at most serviceEntries"},

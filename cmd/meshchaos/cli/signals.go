@@ -43,3 +43,13 @@ func interruptible(parent context.Context, w io.Writer, what string) (ctx contex
 		cancel(nil)
 	}
 }
+
+// survivePipes keeps a closed stdout or stderr from killing the process. Go dies of SIGPIPE on a
+// write to a broken pipe on fd 1 or 2 (`meshchaos run … | head -1` once head exits), which
+// would cut a run's teardown short and leave its cluster behind; with SIGPIPE caught, such a
+// write fails with EPIPE and the run carries on to its own exit code. Caught (Notify) rather
+// than ignored (signal.Ignore): an ignored SIGPIPE would be inherited by every process the
+// harness starts (apiservers, kubelets, shells), a caught one is reset to the default on exec.
+func survivePipes() {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE) // never read: the write's EPIPE is what counts
+}

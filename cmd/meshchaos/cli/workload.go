@@ -43,7 +43,7 @@ func newEchoCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Addr, "addr", ":8080", "listen address")
+	f.StringVar(&o.Addr, "addr", "127.0.0.1:8080", "listen address; in a pod the manifest gives :PORT")
 	f.DurationVar(&o.ReadyFor, "ready-for", 0, "flap readiness: /ready is 200 for this long, then --unready-for 503, repeating (env ECHO_READY_FOR)")
 	f.DurationVar(&o.UnreadyFor, "unready-for", 0, "flap readiness: /ready is 503 for this long after each --ready-for (env ECHO_UNREADY_FOR)")
 	f.DurationVar(&o.Latency, "latency", 0, "delay every answer of GET / (env ECHO_LATENCY)")

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -86,7 +87,7 @@ admin /ready, /config_dump and /stats on --admin.`,
 	f.StringVar(&o.Cluster, "cluster", "", "node cluster (Envoy --service-cluster)")
 	f.StringVar(&metadata, "metadata", "", "node metadata as a JSON object")
 	f.BoolVar(&o.Delta, "delta", false, "use the delta (incremental) ADS protocol instead of state of the world")
-	f.StringVar(&o.AdminAddress, "admin", ":15000", "admin listen address (/ready, /config_dump, /stats)")
+	f.StringVar(&o.AdminAddress, "admin", "127.0.0.1:15000", "admin listen address (/ready, /config_dump, /stats); in a pod the manifest gives :PORT")
 	f.StringVar(&o.ListenerIP, "listener-ip", "", "bind every listener on this IP instead of the one in its address (the port stays)")
 	f.DurationVar(&o.InitialFetchTimeout, "initial-fetch-timeout", 0, "give up waiting for the first CDS/LDS after this long (0: wait forever, as Istio)")
 	f.DurationVar(&o.BackoffBase, "backoff-base", 500*time.Millisecond, "reconnect backoff base")
@@ -147,14 +148,15 @@ func newStartupAppCmd() *cobra.Command {
 	f.DurationVar(&o.Interval, "interval", time.Second, "pause between attempts")
 	f.DurationVar(&o.MaxInterval, "max-interval", 0, "when above --interval, the pause doubles after each failed attempt up to this (exponential backoff)")
 	f.DurationVar(&o.Timeout, "timeout", 2*time.Second, "timeout of each call")
-	f.StringVar(&o.Addr, "addr", ":8080", "listen address once started")
+	f.StringVar(&o.Addr, "addr", "127.0.0.1:8080", "listen address once started; in a pod the manifest gives :PORT")
 	f.StringVar(&o.TerminationLog, "termination-log", "", "write the attempts report here on failure (in a pod: /dev/termination-log)")
 	return cmd
 }
 
 func newADSLoadCmd() *cobra.Command {
 	var o adsload.Options
-	var listen, logLevel string
+	var listen, logLevel, abuse string
+	var period time.Duration
 	cmd := &cobra.Command{
 		Use:   "adsload",
 		Short: "Run N Envoy-like ADS clients (distinct node ids) that ACK and record convergence; totals on /stats and /metrics",
@@ -171,6 +173,10 @@ func newADSLoadCmd() *cobra.Command {
 				return err
 			}
 			o.Logger = log
+			if abuse != "" {
+				return runAbuser(cmd, adsload.AbuseOptions{XDSAddress: o.XDSAddress, Mode: abuse, Clients: o.Clients,
+					Period: period, Logger: log})
+			}
 			l, err := adsload.New(o)
 			if err != nil {
 				return Usagef("%v", err)
@@ -197,7 +203,29 @@ func newADSLoadCmd() *cobra.Command {
 	f.StringVar(&o.Namespace, "namespace", "adsload", "namespace used in the clients' Istio-style node ids")
 	f.DurationVar(&o.Ramp, "ramp", 0, "pause between starting two clients")
 	f.StringVar(&o.Track, "track", "", "record, per client, when each endpoint-count change of the clusters whose name contains this arrived (JSON on /tracked)")
-	f.StringVar(&listen, "listen", ":8080", "HTTP address for /stats (JSON) and /metrics (Prometheus)")
+	f.StringVar(&listen, "listen", "127.0.0.1:8080", "HTTP address for /stats (JSON) and /metrics (Prometheus); in a pod the manifest gives :PORT")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&abuse, "abuse", "", "misbehave instead, to test a control plane: "+strings.Join(adsload.AbuseModes, ", ")+" (see adsload.Abuse*); prints the counts as JSON at the end")
+	f.DurationVar(&period, "abuse-period", 5*time.Second, "how often a slow consumer (--abuse slow) reopens its stream")
 	return cmd
+}
+
+// runAbuser runs misbehaving ADS clients until interrupted and prints their counts.
+func runAbuser(cmd *cobra.Command, o adsload.AbuseOptions) error {
+	a, err := adsload.NewAbuser(o)
+	if err != nil {
+		return Usagef("%v", err)
+	}
+	ctx, stop := signalContext(cmd.Context())
+	defer stop()
+	o.Logger.Info("adsload abusing", "xds", o.XDSAddress, "mode", o.Mode, "clients", o.Clients)
+	if err := a.Run(ctx); err != nil {
+		return err
+	}
+	b, err := json.Marshal(a.Stats())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), string(b))
+	return nil
 }
