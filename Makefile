@@ -7,7 +7,7 @@ MESHCHAOS := $(BIN)/meshchaos
 # Integration tests bring real clusters up; they need root and the binaries below.
 TEST_TIMEOUT ?= 80m
 
-.PHONY: all build deps bins images kind-node-image docker test unit integration bench bench-other run soak interrupt cluster-up clean fmt vet
+.PHONY: all build deps bins images kind-node-image docker test unit integration bench bench-run bench-other run soak interrupt cluster-up clean fmt vet
 
 all: build
 
@@ -56,7 +56,10 @@ unit:
 ## measured, ratio, met? and the load average at start and end. Fails when a target is missed or
 ## its figure is MISSING. Takes 15-30 min (creating 50 000 ServiceEntries alone takes minutes).
 BENCH_OUT ?= $(BIN)/bench
-bench: bins images
+bench: bins images bench-run
+
+## bench-run: bench without building the binaries first (BIN must hold them)
+bench-run:
 	@mkdir -p $(BENCH_OUT) && rm -f $(BENCH_OUT)/*.txt && cat /proc/loadavg > $(BENCH_OUT)/loadavg-start
 	-MESHCHAOS_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench 'HeapPerEndpoint' -benchtime 1x -timeout 60m ./controlplane/ 2>&1 | tee $(BENCH_OUT)/controlplane.txt
 	-$(GO) test -run '^$$' -bench 'EndpointChangeACKed1000' -benchtime 20x -timeout 30m ./controlplane/xds 2>&1 | tee $(BENCH_OUT)/eds.txt

@@ -268,6 +268,9 @@ func (s *Server) waitHTTP(ctx context.Context, p *proc.Process, url string, tc *
 	}
 }
 
+// Pids are the process ids of etcd and kube-apiserver (for benchmarks that account their CPU).
+func (s *Server) Pids() (etcd, apiserver int) { return s.etcd.Pid(), s.api.Pid() }
+
 // URL is the apiserver's address as seen from its own network namespace.
 func (s *Server) URL() string { return s.url }
 
