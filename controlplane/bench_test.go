@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,6 +71,34 @@ func scaleSizes() []int {
 	return sizes
 }
 
+// selfCPU is this process's (the control plane's) user + system CPU time so far.
+func selfCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPU is the CPU time kube-apiserver and etcd have used so far.
+func (c *testCluster) serverCPU(b *testing.B) time.Duration {
+	etcd, api, err := c.server.CPU()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return etcd + api
+}
+
+// loadavg is the 1, 5 and 15 min load averages.
+func loadavg() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(raw))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
+
 // growth is the exponent k of heap ∝ n^k between two sizes.
 func growth(heaps map[int]float64, lo, hi int) float64 {
 	return math.Log(heaps[hi]/heaps[lo]) / math.Log(float64(hi)/float64(lo))
@@ -105,15 +135,17 @@ func BenchmarkHeapPerEndpoint(b *testing.B) {
 			}
 			b.Run(tc.name+"/SE="+strconv.Itoa(n), func(b *testing.B) {
 				var perEP float64
-				var gate, serve time.Duration
+				var gate, serve, cpCPU, apiCPU time.Duration
 				for i := 0; i < b.N; i++ {
 					progressf("%s/SE=%d: starting a control plane", tc.name, n)
 					before := heapstat.Live()
+					self0, api0 := selfCPU(b), c.serverCPU(b)
 					cp, toGate := startAndWait(b, c, tc.sw...)
 					gate = toGate
 					// One scope's clusters, listeners and routes, as the first connected proxy
 					// creates them (scopes are generated on demand).
 					serve = firstCompleteCDS(b, cp, n)
+					cpCPU, apiCPU = selfCPU(b)-self0, c.serverCPU(b)-api0
 					hosts, endpoints := cp.Model.Stats()
 					if hosts < n || endpoints < n*eps {
 						b.Fatalf("model has %d hosts / %d endpoints, want %d / %d", hosts, endpoints, n, n*eps)
@@ -130,13 +162,18 @@ func BenchmarkHeapPerEndpoint(b *testing.B) {
 						}
 					}
 					cp.Stop()
-					progressf("%s/SE=%d: %.0f B/endpoint, gate after %s, first complete CDS after %s", tc.name, n, perEP, gate, serve)
+					progressf("%s/SE=%d: %.0f B/endpoint, gate after %s, first complete CDS after %s (CPU: control plane %s, apiserver+etcd %s; load %s)",
+						tc.name, n, perEP, gate, serve, cpCPU, apiCPU, loadavg())
 				}
 				b.ReportMetric(perEP, "B/endpoint")
 				b.ReportMetric(heaps[tc.name][n]/(1<<20), "heap-MiB")
 				if tc.sw == nil {
 					b.ReportMetric(gate.Seconds(), "s/start-to-gate")
 					b.ReportMetric(serve.Seconds(), "s/start-to-serve")
+					// Where the time went: on a shared machine the wall time depends on the
+					// load; the CPU used does not.
+					b.ReportMetric(cpCPU.Seconds(), "cp-cpu-s/start-to-serve")
+					b.ReportMetric(apiCPU.Seconds(), "apiserver-cpu-s/start-to-serve")
 				}
 			})
 		}

@@ -51,6 +51,8 @@ var Targets = []Target{
 	{"quadratic-scope still blows up: exponent 500→1000", "BenchmarkHeapPerEndpoint/quadratic-scope/growth", "exponent", 1.8, AtLeast},
 	{"gated start to first complete CDS, 5000 SE (s)", "BenchmarkHeapPerEndpoint/plain/SE=5000", "s/start-to-serve", 1, AtMost},
 	{"gated start to first complete CDS, 50 000 SE (s)", "BenchmarkHeapPerEndpoint/plain/SE=50000", "s/start-to-serve", 10, AtMost},
+	{"  its CPU, 50 000 SE: control plane (s)", "BenchmarkHeapPerEndpoint/plain/SE=50000", "cp-cpu-s/start-to-serve", 0, Report},
+	{"  its CPU, 50 000 SE: kube-apiserver + etcd (s)", "BenchmarkHeapPerEndpoint/plain/SE=50000", "apiserver-cpu-s/start-to-serve", 0, Report},
 	{"endpoint change → 1000 SotW clients ACKed, P99 (ms)", "BenchmarkEndpointChangeACKed1000/sotw", "p99-ms", 250, AtMost},
 	{"endpoint change → 1000 delta clients ACKed, P99 (ms)", "BenchmarkEndpointChangeACKed1000/delta", "p99-ms", 250, AtMost},
 	{"full push, 1000 proxies, 5000 SE: P50 (ms)", "BenchmarkFullPush1000Proxies", "p50-ms", 0, Report},
@@ -58,6 +60,9 @@ var Targets = []Target{
 	{"full push, 1000 proxies, 5000 SE: bytes sent (MiB)", "BenchmarkFullPush1000Proxies", "MiB-sent/push", 0, Report},
 	{"full push: generations per scope (10 scopes, 100 proxies each)", "BenchmarkFullPush1000Proxies", "generations/scope", 1, AtMost},
 	{"ServiceEntry apply rate, harness → apiserver (/s)", "BenchmarkServiceEntryApply", "SE/s", 1000, AtLeast},
+	{"  its CPU per SE: the harness (ms)", "BenchmarkServiceEntryApply", "harness-cpu-ms/SE", 0, Report},
+	{"  its CPU per SE: kube-apiserver (ms)", "BenchmarkServiceEntryApply", "apiserver-cpu-ms/SE", 0, Report},
+	{"  its CPU per SE: etcd (ms)", "BenchmarkServiceEntryApply", "etcd-cpu-ms/SE", 0, Report},
 	{"adsload 1000 clients: total RSS (MiB)", "BenchmarkADSLoadMemoryPerClient", "rss-MiB/1000-clients", 200, AtMost},
 }
 

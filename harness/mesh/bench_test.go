@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -39,21 +37,20 @@ func BenchmarkServiceEntryApply(b *testing.B) {
 		b.Fatalf("create namespace: %v", err)
 	}
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
-	etcdPid, apiPid := s.Pids()
 	var total time.Duration
 	var harnessCPU, apiCPU, etcdCPU time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		g := ServiceEntries{Count: count, From: i * count, Namespace: "apply", Endpoints: 10}
 		start := time.Now()
-		h0, a0, e0 := selfCPU(b), procCPU(b, apiPid), procCPU(b, etcdPid)
+		h0, e0, a0 := selfCPU(b), serverCPU(b, s, false), serverCPU(b, s, true)
 		if _, err := g.Create(ctx, cfg, nil, logf); err != nil {
 			b.Fatal(err)
 		}
 		total += time.Since(start)
 		harnessCPU += selfCPU(b) - h0
-		apiCPU += procCPU(b, apiPid) - a0
-		etcdCPU += procCPU(b, etcdPid) - e0
+		apiCPU += serverCPU(b, s, true) - a0
+		etcdCPU += serverCPU(b, s, false) - e0
 	}
 	n := float64(count * b.N)
 	b.ReportMetric(n/total.Seconds(), "SE/s")
@@ -71,19 +68,14 @@ func selfCPU(b *testing.B) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// procCPU is process pid's user + system CPU time so far (/proc/PID/stat, in clock ticks of
-// 1/100 s, Linux's USER_HZ).
-func procCPU(b *testing.B, pid int) time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// serverCPU is the CPU time kube-apiserver (api) or etcd has used so far.
+func serverCPU(b *testing.B, s *apiserver.Server, api bool) time.Duration {
+	etcd, apiCPU, err := s.CPU()
 	if err != nil {
 		b.Fatal(err)
 	}
-	// The command name (field 2) may hold spaces; the fields after its closing ")" are fixed.
-	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		b.Fatalf("parse /proc/%d/stat: %q", pid, raw)
+	if api {
+		return apiCPU
 	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	return etcd
 }
