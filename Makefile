@@ -7,7 +7,7 @@ MESHCHAOS := $(BIN)/meshchaos
 # Integration tests bring real clusters up; they need root and the binaries below.
 TEST_TIMEOUT ?= 80m
 
-.PHONY: all build deps bins images kind-node-image docker test unit integration bench run soak interrupt cluster-up clean fmt vet
+.PHONY: all build deps bins images kind-node-image docker test unit integration bench bench-run bench-other run soak interrupt cluster-up clean fmt vet
 
 all: build
 
@@ -50,11 +50,28 @@ test: deps bins images vet
 unit:
 	MESHCHAOS_SKIP_INTEGRATION=1 $(GO) test -count=1 ./...
 
-## bench: the figures in the issue notes (control-plane heap per endpoint, start-to-serve, push and
-## convergence times, proxy latency and memory, adsload memory per client, result aggregation)
-bench: bins images
-	MESHCHAOS_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench 'HeapPerEndpoint|GatedStartToServe5000' -benchtime 1x -timeout 30m ./controlplane/
-	$(GO) test -run '^$$' -bench . -benchmem -timeout 20m ./controlplane/xds ./harness/traffic
+## bench: issue 19's targets for the reference control plane (heap per endpoint and start-to-serve
+## at 5000 and 50 000 ServiceEntries, endpoint change → 1000 clients ACKed, full push to 1000
+## proxies, ServiceEntry apply rate, adsload's 1000-client RSS), then ONE table: target, limit,
+## measured, ratio, met? and the load average at start and end. Fails when a target is missed or
+## its figure is MISSING. Takes 15-30 min (creating 50 000 ServiceEntries alone takes minutes).
+BENCH_OUT ?= $(BIN)/bench
+bench: bins images bench-run
+
+## bench-run: bench without building the binaries first (BIN must hold them)
+bench-run:
+	@mkdir -p $(BENCH_OUT) && rm -f $(BENCH_OUT)/*.txt && cat /proc/loadavg > $(BENCH_OUT)/loadavg-start
+	-MESHCHAOS_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench 'HeapPerEndpoint' -benchtime 1x -timeout 60m ./controlplane/ 2>&1 | tee $(BENCH_OUT)/controlplane.txt
+	-$(GO) test -run '^$$' -bench 'EndpointChangeACKed1000' -benchtime 20x -timeout 30m ./controlplane/xds 2>&1 | tee $(BENCH_OUT)/eds.txt
+	-$(GO) test -run '^$$' -bench 'FullPush1000Proxies' -benchtime 3x -timeout 30m ./controlplane/xds 2>&1 | tee $(BENCH_OUT)/fullpush.txt
+	-MESHCHAOS_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench 'ServiceEntryApply' -benchtime 1x -timeout 20m ./harness/mesh 2>&1 | tee $(BENCH_OUT)/apply.txt
+	-MESHCHAOS_BENCH_ADS_CLIENTS=1000 $(GO) test -run '^$$' -bench 'ADSLoadMemoryPerClient' -benchtime 1x -timeout 20m ./workloads/adsload 2>&1 | tee $(BENCH_OUT)/adsload.txt
+	$(GO) run ./hack/benchtable -load-start "$$(cat $(BENCH_OUT)/loadavg-start)" $(BENCH_OUT)/*.txt
+
+## bench-other: the other benchmarks (push and convergence at smaller scales, proxy latency and
+## memory, adsload memory per client, result aggregation)
+bench-other: bins
+	MESHCHAOS_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench . -benchmem -timeout 20m ./controlplane/xds ./harness/traffic
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 20m ./workloads/xdsproxy ./workloads/adsload
 
 ## run: the headline experiment, cp-oom-restart, against the reference control plane

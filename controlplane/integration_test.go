@@ -42,8 +42,9 @@ import (
 
 // cluster is a real etcd + kube-apiserver with the Istio CRDs installed.
 type testCluster struct {
-	cfg   *rest.Config
-	istio istioclient.Interface
+	cfg    *rest.Config
+	istio  istioclient.Interface
+	server *apiserver.Server
 }
 
 func startCluster(t testing.TB) *testCluster {
@@ -61,7 +62,7 @@ func startCluster(t testing.TB) *testCluster {
 		_, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	return &testCluster{cfg: cfg, istio: ic}
+	return &testCluster{cfg: cfg, istio: ic, server: s}
 }
 
 // seSpec is a STATIC ServiceEntry with one HTTP port 80 and n endpoints 10.x.y.z:8080.

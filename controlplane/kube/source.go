@@ -9,8 +9,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 
+	apinet "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	istioinformers "istio.io/client-go/pkg/informers/externalversions"
@@ -18,6 +20,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -34,7 +37,11 @@ type Source struct {
 
 	kubeFactory  informers.SharedInformerFactory
 	istioFactory istioinformers.SharedInformerFactory
-	regs         []cache.ResourceEventHandlerRegistration
+	// seInformer is the ServiceEntry informer, outside the factory: it decodes with protojson
+	// (see wireServiceEntry).
+	seInformer cache.SharedIndexInformer
+	seDone     chan struct{}
+	regs       []cache.ResourceEventHandlerRegistration
 
 	// OnEvent, if set before Start, is called for every informer event with the object's kind
 	// and "add", "update" or "delete" (for metrics).
@@ -66,6 +73,9 @@ func NewSource(cfg *rest.Config, m *model.Model, onChange func(model.Change), lo
 	s := &Source{model: m, onChange: onChange, log: log, q: newQueue(), synced: make(chan struct{})}
 	s.kubeFactory = informers.NewSharedInformerFactoryWithOptions(kc, 0, informers.WithTransform(strip))
 	s.istioFactory = istioinformers.NewSharedInformerFactoryWithOptions(ic, 0, istioinformers.WithTransform(strip))
+	if s.seInformer, err = newServiceEntryInformer(cfg, strip); err != nil {
+		return nil, err
+	}
 
 	add := func(kind string, inf cache.SharedIndexInformer, set func(obj any) model.Change, del func(ns, name string) model.Change) error {
 		reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -103,13 +113,12 @@ func NewSource(cfg *rest.Config, m *model.Model, onChange func(model.Change), lo
 			func(o any) model.Change { return m.SetEndpointSlice(o.(*discoveryv1.EndpointSlice)) }, m.DeleteEndpointSlice),
 		add("Pod", s.kubeFactory.Core().V1().Pods().Informer(),
 			func(o any) model.Change { return m.SetPod(o.(*corev1.Pod)) }, m.DeletePod),
-		add("ServiceEntry", s.istioFactory.Networking().V1().ServiceEntries().Informer(), func(o any) model.Change {
-			se := o.(*networkingv1.ServiceEntry)
-			conv, skips, _ := model.ConvertServiceEntry(se.Namespace, se.Name, &se.Spec)
-			for _, sk := range skips {
+		add("ServiceEntry", s.seInformer, func(o any) model.Change {
+			se := o.(*ConvertedServiceEntry)
+			for _, sk := range se.Skips {
 				m.Skip(sk)
 			}
-			return m.SetServiceEntry(se.Namespace, se.Name, se.CreationTimestamp.Time, conv)
+			return m.SetServiceEntry(se.Namespace, se.Name, se.CreationTimestamp.Time, se.Conv)
 		}, m.DeleteServiceEntry),
 		add("WorkloadEntry", s.istioFactory.Networking().V1().WorkloadEntries().Informer(), func(o any) model.Change {
 			we := o.(*networkingv1.WorkloadEntry)
@@ -142,10 +151,41 @@ func (s *Source) event(kind, event string) {
 	}
 }
 
+// ConvertedServiceEntry is what the ServiceEntry informer keeps of a ServiceEntry: its metadata
+// and the model's conversion of its spec, made once by the informer's transform (strip). The
+// decoded spec (a proto message per endpoint, with its labels) is dropped as soon as it is
+// converted: kept, it was a quarter of the control plane's heap at 5000 ServiceEntries, a copy
+// of what the model holds anyway. Conv is shared with the model, which never changes it.
+type ConvertedServiceEntry struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+	Conv  *model.ConvertedServiceEntry // nil: nothing usable (see Skips)
+	Skips []model.Skip
+}
+
+// DeepCopyObject copies the metadata and shares the (immutable) conversion.
+func (c *ConvertedServiceEntry) DeepCopyObject() runtime.Object {
+	out := &ConvertedServiceEntry{TypeMeta: c.TypeMeta, Conv: c.Conv, Skips: slices.Clone(c.Skips)}
+	c.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	return out
+}
+
 // strip drops managed fields and the last-applied annotation: the model never reads them and
 // they are a large share of an informer cache's memory. Pods are cut down to what the model
-// reads: labels, service account and the Ready condition.
+// reads: labels, service account and the Ready condition; ServiceEntries are converted (see
+// ConvertedServiceEntry). Idempotent: client-go may hand it an object it already transformed.
 func strip(obj any) (any, error) {
+	if se, ok := obj.(*wireServiceEntry); ok {
+		spec := se.Spec.se
+		if spec == nil {
+			spec = &apinet.ServiceEntry{}
+		}
+		conv, skips, _ := model.ConvertServiceEntry(se.Namespace, se.Name, spec)
+		return &ConvertedServiceEntry{TypeMeta: se.TypeMeta,
+			ObjectMeta: metav1.ObjectMeta{Name: se.Name, Namespace: se.Namespace, UID: se.UID,
+				ResourceVersion: se.ResourceVersion, Generation: se.Generation, CreationTimestamp: se.CreationTimestamp},
+			Conv: conv, Skips: skips}, nil
+	}
 	if p, ok := obj.(*corev1.Pod); ok {
 		slim := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID,
@@ -174,6 +214,8 @@ func (s *Source) Start(ctx context.Context) {
 	go s.work(ctx)
 	s.kubeFactory.Start(ctx.Done())
 	s.istioFactory.Start(ctx.Done())
+	s.seDone = make(chan struct{})
+	go func() { defer close(s.seDone); s.seInformer.RunWithContext(ctx) }()
 	go func() {
 		syncs := make([]cache.InformerSynced, len(s.regs))
 		for i, r := range s.regs {
@@ -206,6 +248,9 @@ func (s *Source) Applied() uint64 {
 func (s *Source) Shutdown() {
 	s.kubeFactory.Shutdown()
 	s.istioFactory.Shutdown()
+	if s.seDone != nil {
+		<-s.seDone
+	}
 	s.q.close()
 }
 

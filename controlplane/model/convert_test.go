@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -162,4 +163,26 @@ func FuzzConvertServiceEntry(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Endpoints of one ServiceEntry with equal labels share one map; different labels stay apart.
+func TestConvertServiceEntrySharesEqualLabels(t *testing.T) {
+	spec := &v1alpha3.ServiceEntry{Hosts: []string{"a.test"}, Resolution: v1alpha3.ServiceEntry_STATIC,
+		Ports: []*v1alpha3.ServicePort{httpPort(80)},
+		Endpoints: []*v1alpha3.WorkloadEntry{
+			{Address: "10.0.0.1", Labels: map[string]string{"app": "a"}},
+			{Address: "10.0.0.2", Labels: map[string]string{"app": "a"}},
+			{Address: "10.0.0.3", Labels: map[string]string{"app": "b"}},
+			{Address: "10.0.0.4"},
+		}}
+	out, _, err := ConvertServiceEntry("ns", "a", spec)
+	require.NoError(t, err)
+	require.Len(t, out.Endpoints, 4)
+	same := func(a, b map[string]string) bool {
+		return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+	}
+	require.True(t, same(out.Endpoints[0].Labels, out.Endpoints[1].Labels), "equal labels share a map")
+	require.False(t, same(out.Endpoints[0].Labels, out.Endpoints[2].Labels))
+	require.Equal(t, map[string]string{"app": "b"}, out.Endpoints[2].Labels)
+	require.Empty(t, out.Endpoints[3].Labels)
 }

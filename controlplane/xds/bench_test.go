@@ -34,6 +34,20 @@ func fill(b testing.TB, m *model.Model, n, eps int) {
 	}
 }
 
+// movedEndpoints is ServiceEntry se-svc of fill with its 10 endpoints at new addresses (iteration
+// i's): an endpoint-only change.
+func movedEndpoints(b *testing.B, svc, i int) *model.ConvertedServiceEntry {
+	spec := &v1alpha3.ServiceEntry{Hosts: []string{fmt.Sprintf("se-%d.bench.test", svc)}, Resolution: v1alpha3.ServiceEntry_STATIC,
+		Ports: []*v1alpha3.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP", TargetPort: 8080}}}
+	for j := 0; j < 10; j++ {
+		spec.Endpoints = append(spec.Endpoints, &v1alpha3.WorkloadEntry{Address: fmt.Sprintf("10.%d.%d.%d", 100+i%100, j, svc%256),
+			Labels: map[string]string{"app": fmt.Sprintf("se-%d", svc)}})
+	}
+	conv, _, err := model.ConvertServiceEntry("bench", fmt.Sprintf("se-%d", svc), spec)
+	require.NoError(b, err)
+	return conv
+}
+
 // BenchmarkFullPush5000 is the time of one full push (generate + validate + hand to the caches)
 // of 5000 ServiceEntries × 10 endpoints, into one scope, with no proxies connected.
 func BenchmarkFullPush5000(b *testing.B) {
@@ -102,13 +116,7 @@ func BenchmarkEDSConvergence100Clients(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		svc := rng.Intn(services)
-		spec := &v1alpha3.ServiceEntry{Hosts: []string{fmt.Sprintf("se-%d.bench.test", svc)}, Resolution: v1alpha3.ServiceEntry_STATIC,
-			Ports: []*v1alpha3.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP", TargetPort: 8080}}}
-		for j := 0; j < 10; j++ {
-			spec.Endpoints = append(spec.Endpoints, &v1alpha3.WorkloadEntry{Address: fmt.Sprintf("10.%d.%d.%d", 100+i%100, j, svc%256)})
-		}
-		conv, _, err := model.ConvertServiceEntry("bench", fmt.Sprintf("se-%d", svc), spec)
-		require.NoError(b, err)
+		conv := movedEndpoints(b, svc, i)
 		mu.Lock()
 		target, t0 = names[svc], time.Now()
 		mu.Unlock()
@@ -151,37 +159,9 @@ func BenchmarkFullPushScopes(b *testing.B) {
 			r := newRig(b, 100*time.Millisecond, 10*time.Second)
 			fill(b, r.m, services, 10)
 			r.start(b)
-			got := make(chan struct{}, proxies*4)
-			for c := 0; c < proxies; c++ {
-				ns := fmt.Sprintf("ns-%d", c%scopes)
-				cl, err := adsclient.Dial(b.Context(), r.addr, fmt.Sprintf("sidecar~10.0.0.%d~p-%d.%s~%s.svc.cluster.local", c, c, ns, ns))
-				require.NoError(b, err)
-				cl.OnResponse = func(resp adsclient.Response) {
-					if resp.TypeURL == resourcev3.ClusterType {
-						got <- struct{}{}
-					}
-				}
-				require.NoError(b, cl.SetNames(resourcev3.ClusterType, nil))
-				go cl.Run()
-				b.Cleanup(cl.Close)
-			}
-			wait := func() {
-				for c := 0; c < proxies; c++ {
-					select {
-					case <-got:
-					case <-time.After(60 * time.Second):
-						b.Fatalf("only %d of %d proxies got CDS", c, proxies)
-					}
-				}
-			}
+			wait := cdsFleet(b, r.addr, proxies, scopes, nil)
 			wait() // the initial fetch
-			gens := func() int {
-				n := 0
-				for _, sc := range r.caches.Scopes() {
-					n += sc.Pushes()
-				}
-				return n
-			}
+			gens := r.generations
 			before := gens()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -193,6 +173,48 @@ func BenchmarkFullPushScopes(b *testing.B) {
 			b.ReportMetric(float64(len(r.caches.Scopes())), "scopes")
 		})
 	}
+}
+
+// cdsFleet connects n proxies (wildcard CDS), proxy c in namespace ns-<c mod scopes>; onCDS
+// (if not nil) sees every CDS response as it arrives. wait returns once n more CDS responses have
+// arrived: one per proxy, per push.
+func cdsFleet(b *testing.B, addr string, n, scopes int, onCDS func(adsclient.Response)) (wait func()) {
+	got := make(chan struct{}, n*4)
+	for c := 0; c < n; c++ {
+		ns := fmt.Sprintf("ns-%d", c%scopes)
+		cl, err := adsclient.Dial(b.Context(), addr, fmt.Sprintf("sidecar~10.0.%d.%d~p-%d.%s~%s.svc.cluster.local", c/256, c%256, c, ns, ns))
+		require.NoError(b, err)
+		cl.OnResponse = func(resp adsclient.Response) {
+			if resp.TypeURL != resourcev3.ClusterType {
+				return
+			}
+			if onCDS != nil {
+				onCDS(resp)
+			}
+			got <- struct{}{}
+		}
+		require.NoError(b, cl.SetNames(resourcev3.ClusterType, nil))
+		go cl.Run()
+		b.Cleanup(cl.Close)
+	}
+	return func() {
+		for c := 0; c < n; c++ {
+			select {
+			case <-got:
+			case <-time.After(5 * time.Minute):
+				b.Fatalf("only %d of %d proxies got CDS", c, n)
+			}
+		}
+	}
+}
+
+// generations sums the generations written into every scope's caches.
+func (r *rig) generations() int {
+	n := 0
+	for _, sc := range r.caches.Scopes() {
+		n += sc.Pushes()
+	}
+	return n
 }
 
 // BenchmarkScopedChange5000: 5000 ServiceEntries × 10 endpoints in 10 namespaces, each with a
@@ -250,13 +272,7 @@ func BenchmarkScopedChange5000(b *testing.B) {
 	for s := 0; s < scopes; s++ {
 		wait(s, proxies/scopes) // initial fetch
 	}
-	gens := func() int {
-		n := 0
-		for _, sc := range r.caches.Scopes() {
-			n += sc.Pushes()
-		}
-		return n
-	}
+	gens := r.generations
 	cds0, gens0 := testutil.ToFloat64(r.met.XDSPushes.WithLabelValues("cds")), gens()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

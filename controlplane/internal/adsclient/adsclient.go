@@ -1,5 +1,6 @@
 // Package adsclient is a minimal ADS client for tests and benchmarks: it opens a State of the
-// World ADS stream, subscribes to types, ACKs every response, and records what it received.
+// World ADS stream (Dial) or a Delta one (DialDelta), subscribes to types, ACKs every response,
+// and records what it received.
 package adsclient
 
 import (
@@ -12,6 +13,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -21,6 +23,8 @@ type Response struct {
 	Version   string
 	Resources []*anypb.Any
 	At        time.Time
+	// Size is the response's encoded size in bytes.
+	Size int
 }
 
 // Client is one ADS stream.
@@ -41,17 +45,18 @@ type Client struct {
 
 	// OnResponse, if set before Run, is called with every response as it arrives.
 	OnResponse func(Response)
+	// OnAcked, if set before Run with OnResponse, is called with every response once its ACK
+	// has been sent, and the time it was.
+	OnAcked func(Response, time.Time)
 }
 
 // Dial opens an ADS stream to addr as node id. The returned error is the stream's first error
 // (e.g. codes.Unavailable while the control plane's sync gate is closed). opts are added to the
 // gRPC dial options (e.g. a dialer into a network namespace).
 func Dial(ctx context.Context, addr, id string, opts ...grpc.DialOption) (*Client, error) {
-	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256 << 20))}, opts...)
-	conn, err := grpc.NewClient(addr, opts...)
+	conn, err := dial(addr, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", addr, err)
+		return nil, err
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
@@ -63,6 +68,17 @@ func Dial(ctx context.Context, addr, id string, opts ...grpc.DialOption) (*Clien
 	c := &Client{conn: conn, stream: stream, node: &core.Node{Id: id, Cluster: "test"}, cancel: cancel,
 		latest: map[string]map[string]*anypb.Any{}, notify: make(chan Response, 4096), done: make(chan struct{})}
 	return c, nil
+}
+
+// dial connects over plaintext, accepting responses up to 256 MiB (a full CDS at scale).
+func dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256 << 20))}, opts...)
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	return conn, nil
 }
 
 // Subscribe asks for typeURL (names empty: wildcard). It must be called before Run... or after:
@@ -88,9 +104,13 @@ func (c *Client) Run() error {
 		r := Response{TypeURL: resp.GetTypeUrl(), Version: resp.GetVersionInfo(), Resources: resp.GetResources(), At: time.Now()}
 		if c.OnResponse != nil {
 			// Callback mode (benchmarks): no state kept, no decoding here.
+			r.Size = proto.Size(resp)
 			c.OnResponse(r)
 			if err := c.ack(resp); err != nil {
 				return err
+			}
+			if c.OnAcked != nil {
+				c.OnAcked(r, time.Now())
 			}
 			continue
 		}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const sample = `goos: linux
+goarch: amd64
+pkg: github.com/meshchaos/meshchaos/controlplane
+BenchmarkHeapPerEndpoint/plain/SE=5000-2         	       1	3140000000 ns/op	      1400 B/endpoint	        66.8 heap-MiB	         0.900 s/start-to-gate	         0.950 s/start-to-serve
+BenchmarkHeapPerEndpoint/plain/growth-2          	       1	         1.000 ns/op	         1.02 exponent
+    bench_test.go:140: plain: heap growth exponent
+BenchmarkHeapPerEndpoint/plain/growth is a log line, not a result
+--- FAIL: BenchmarkEndpointChangeACKed1000/delta
+PASS
+`
+
+func TestParse(t *testing.T) {
+	res, err := Parse(strings.NewReader(sample))
+	require.NoError(t, err)
+	assert.Equal(t, 1400.0, res["BenchmarkHeapPerEndpoint/plain/SE=5000"]["B/endpoint"])
+	assert.Equal(t, 0.95, res["BenchmarkHeapPerEndpoint/plain/SE=5000"]["s/start-to-serve"])
+	assert.Equal(t, 1.02, res["BenchmarkHeapPerEndpoint/plain/growth"]["exponent"])
+	assert.Len(t, res, 2, "log and FAIL lines are not results")
+}
+
+func TestParseRejectsGarbledValue(t *testing.T) {
+	_, err := Parse(strings.NewReader("BenchmarkX-2  1  12 ns/op  abc B/endpoint\n"))
+	require.Error(t, err)
+}
+
+func TestEvaluate(t *testing.T) {
+	targets := []Target{
+		{"heap", "BenchmarkH", "B/endpoint", 1536, AtMost},
+		{"heap big", "BenchmarkH", "heap-MiB", 10, AtMost},
+		{"rate", "BenchmarkR", "SE/s", 1000, AtLeast},
+		{"rate low", "BenchmarkR2", "SE/s", 1000, AtLeast},
+		{"p50", "BenchmarkP", "p50-ms", 0, Report},
+		{"absent", "BenchmarkGone", "p99-ms", 250, AtMost},
+		{"absent report", "BenchmarkGone", "p50-ms", 0, Report},
+	}
+	res := Results{
+		"BenchmarkH":  {"B/endpoint": 768, "heap-MiB": 20},
+		"BenchmarkR":  {"SE/s": 1500},
+		"BenchmarkR2": {"SE/s": 999},
+		"BenchmarkP":  {"p50-ms": 42},
+	}
+	rows := Evaluate(targets, res)
+	status := func(i int) string { return rows[i].Status() }
+	assert.Equal(t, "yes", status(0))
+	assert.InDelta(t, 0.5, rows[0].Ratio, 1e-9)
+	assert.Equal(t, "NO", status(1))
+	assert.InDelta(t, 2.0, rows[1].Ratio, 1e-9)
+	assert.Equal(t, "yes", status(2))
+	assert.InDelta(t, 1.5, rows[2].Ratio, 1e-9)
+	assert.Equal(t, "NO", status(3))
+	assert.Equal(t, "reported", status(4))
+	assert.Equal(t, "MISSING", status(5))
+	assert.False(t, rows[5].Met, "a missing figure is never met")
+	assert.Equal(t, "MISSING", status(6), "a reported figure can be missing too")
+	assert.False(t, OK(rows))
+
+	assert.True(t, OK(rows[:1]))
+	assert.True(t, OK([]Row{rows[0], rows[2], rows[4]}), "reported figures need no limit")
+	assert.False(t, OK([]Row{rows[0], rows[6]}), "a missing reported figure fails the run")
+
+	var out bytes.Buffer
+	require.NoError(t, Write(&out, rows))
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, len(targets)+1)
+	assert.Contains(t, lines[0], "ratio")
+	assert.Regexp(t, `heap\s+≤ 1536\s+768\s+0.50\s+yes`, lines[1])
+	assert.Regexp(t, `absent\s+≤ 250\s+—\s+—\s+MISSING`, lines[6])
+}
+
+// Every target names a unit some benchmark reports; a renamed unit would make it MISSING, which
+// the run would show, but a target with no limit where one is needed would pass silently.
+func TestTargetsHaveLimits(t *testing.T) {
+	for _, tg := range Targets {
+		if tg.Kind != Report {
+			assert.NotZero(t, tg.Limit, tg.Name)
+		}
+		assert.NotEmpty(t, tg.Bench, tg.Name)
+		assert.NotEmpty(t, tg.Unit, tg.Name)
+	}
+}
