@@ -55,12 +55,15 @@ func (s Spec) Entrypoint() []string { return append([]string{"/" + s.Binary}, s.
 var Catalog = []Spec{
 	{Name: "pause", Binary: "pause"},
 	{Name: "coredns", Binary: "coredns"},
-	{Name: "echo", Binary: Self, Args: []string{"workload", "echo"}},
+	// Images run in pods: the workloads listen on ":PORT" there, the pod's own network namespace
+	// (its IP and loopback). The commands' own defaults are loopback, for runs on the host; a
+	// pod's args come after these and win.
+	{Name: "echo", Binary: Self, Args: []string{"workload", "echo", "--addr", ":8080"}},
 	// The reference control plane (controlplane/manifests deploys it).
 	{Name: "controlplane", Binary: Self, Args: []string{"controlplane"}},
 	{Name: "xdsproxy", Binary: Self, Args: []string{"workload", "xdsproxy"}},
-	{Name: "startup-app", Binary: Self, Args: []string{"workload", "startup-app"}},
-	{Name: "adsload", Binary: Self, Args: []string{"workload", "adsload"}},
+	{Name: "startup-app", Binary: Self, Args: []string{"workload", "startup-app", "--addr", ":8080"}},
+	{Name: "adsload", Binary: Self, Args: []string{"workload", "adsload", "--listen", ":8080"}},
 	// The noisy neighbour (chaos.NoisyNeighbour); --cpus is set by the pod.
 	{Name: "hog", Binary: Self, Args: []string{"workload", "hog"}},
 }
