@@ -2,14 +2,9 @@ package xds
 
 import (
 	"fmt"
-	"math/rand"
-	"os"
-	"sort"
-	"sync"
 	"testing"
 	"time"
 
-	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -61,91 +56,11 @@ func BenchmarkFullPush5000(b *testing.B) {
 	}
 }
 
-// BenchmarkEDSConvergence100Clients: 100 ADS clients (wildcard CDS + EDS for every cluster, as
-// Envoy) on 1000 ServiceEntries × 10 endpoints; each iteration changes one service's endpoints
-// and measures, per client, change entering the control plane → the new CLA received, with the
-// default 100 ms debounce. Reports P50 and P99 over every client and iteration.
+// BenchmarkEDSConvergence100Clients: endpointChangeLatencies with 100 SotW clients (wildcard CDS
+// + EDS for every cluster, as Envoy): change entering the control plane → each client has ACKed
+// the new CLA, with the default 100 ms debounce. Reports P50, P99 and max.
 func BenchmarkEDSConvergence100Clients(b *testing.B) {
-	const services, clients = 1000, 100
-	r := newRig(b, 100*time.Millisecond, 10*time.Second)
-	fill(b, r.m, services, 10)
-	r.start(b)
-	names := make([]string, services)
-	for i := range names {
-		names[i] = model.ClusterName(fmt.Sprintf("se-%d.bench.test", i), 80)
-	}
-	var mu sync.Mutex
-	var target string
-	var t0 time.Time
-	var lat []time.Duration
-	got := make(chan struct{}, clients)
-	for c := 0; c < clients; c++ {
-		cl, err := adsclient.Dial(b.Context(), r.addr, fmt.Sprintf("sidecar~%d", c))
-		require.NoError(b, err)
-		seen := ""
-		cl.OnResponse = func(resp adsclient.Response) {
-			if resp.TypeURL != resourcev3.EndpointType {
-				return
-			}
-			mu.Lock()
-			tgt, start := target, t0
-			mu.Unlock()
-			if tgt == "" || seen == tgt {
-				return
-			}
-			for _, a := range resp.Resources {
-				var cla endpoint.ClusterLoadAssignment
-				if a.UnmarshalTo(&cla) == nil && cla.GetClusterName() == tgt {
-					seen = tgt
-					mu.Lock()
-					lat = append(lat, time.Since(start))
-					mu.Unlock()
-					got <- struct{}{}
-					return
-				}
-			}
-		}
-		require.NoError(b, cl.SetNames(resourcev3.ClusterType, nil))
-		require.NoError(b, cl.SetNames(resourcev3.EndpointType, names))
-		go cl.Run()
-		b.Cleanup(cl.Close)
-	}
-	// Wait until every client holds every CLA (all ACKed) before measuring.
-	time.Sleep(2 * time.Second)
-	rng := rand.New(rand.NewSource(1))
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		svc := rng.Intn(services)
-		conv := movedEndpoints(b, svc, i)
-		mu.Lock()
-		target, t0 = names[svc], time.Now()
-		mu.Unlock()
-		r.pusher.Enqueue(r.m.SetServiceEntry("bench", fmt.Sprintf("se-%d", svc), time.Unix(0, 0), conv))
-		for c := 0; c < clients; c++ {
-			select {
-			case <-got:
-			case <-time.After(30 * time.Second):
-				b.Fatalf("iteration %d: only %d of %d clients got the update", i, c, clients)
-			}
-		}
-		mu.Lock()
-		target = ""
-		if os.Getenv("MESHCHAOS_BENCH_TRACE") != "" {
-			it := lat[len(lat)-clients:]
-			worst := it[0]
-			for _, d := range it {
-				worst = max(worst, d)
-			}
-			fmt.Printf("iteration %d: worst %s\n", i, worst)
-		}
-		mu.Unlock()
-	}
-	b.StopTimer()
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	p := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))].Microseconds()) / 1000 }
-	b.ReportMetric(p(0.5), "p50-ms")
-	b.ReportMetric(p(0.99), "p99-ms")
-	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms")
+	reportLatencies(b, endpointChangeLatencies(b, 100, false, 30*time.Second))
 }
 
 // BenchmarkFullPushScopes: 100 proxies (wildcard CDS) on 1000 ServiceEntries × 10 endpoints, in

@@ -78,78 +78,89 @@ func percentileMs(sorted []time.Duration, q float64) float64 {
 	return float64(sorted[int(q*float64(len(sorted)-1))].Microseconds()) / 1000
 }
 
-// BenchmarkEndpointChangeACKed1000: 1000 ADS clients (SotW, or Delta), each with wildcard CDS and
-// EDS for every cluster of 1000 ServiceEntries × 10 endpoints. Each iteration changes one
-// service's endpoints and measures, per client, the change entering the control plane → the
-// client has ACKed the new CLA, with the default 100 ms debounce in the path. Reports P50, P99
-// and max over every client and iteration (-benchtime 20x: 20 000 samples).
+// endpointChangeLatencies connects clients ADS clients (SotW, or Delta) to a control plane with
+// wildcard CDS and EDS for every cluster of 1000 ServiceEntries × 10 endpoints, waits until each
+// holds every CLA, then b.N times changes one service's endpoints and measures, per client, the
+// change entering the control plane → the client has ACKed the new CLA, with the default 100 ms
+// debounce in the path. It returns the latencies sorted.
+func endpointChangeLatencies(b *testing.B, clients int, delta bool, timeout time.Duration) []time.Duration {
+	const services = 1000
+	r := newRig(b, 100*time.Millisecond, 10*time.Second)
+	fill(b, r.m, services, 10)
+	r.start(b)
+	names := make([]string, services)
+	for i := range names {
+		names[i] = model.ClusterName(fmt.Sprintf("se-%d.bench.test", i), 80)
+	}
+	var mu sync.Mutex
+	var target string
+	var t0 time.Time
+	var lat []time.Duration
+	initial := make([]int, clients)
+	ready := make(chan struct{}, clients)
+	got := make(chan struct{}, clients)
+	seen := make([]string, clients)
+	connectEDSFleet(b, r.addr, clients, delta, names, func(c, count int, has func(string) bool, at time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		if initial[c] < services {
+			if initial[c] += count; initial[c] >= services {
+				ready <- struct{}{}
+			}
+			return
+		}
+		if target == "" || seen[c] == target || !has(target) {
+			return
+		}
+		seen[c] = target
+		lat = append(lat, at.Sub(t0))
+		got <- struct{}{}
+	})
+	for c := 0; c < clients; c++ {
+		select {
+		case <-ready:
+		case <-time.After(5 * time.Minute):
+			b.Fatalf("only %d of %d clients hold every CLA", c, clients)
+		}
+	}
+	rng := rand.New(rand.NewSource(1))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		svc := rng.Intn(services)
+		conv := movedEndpoints(b, svc, i)
+		mu.Lock()
+		target, t0 = names[svc], time.Now()
+		mu.Unlock()
+		r.pusher.Enqueue(r.m.SetServiceEntry("bench", fmt.Sprintf("se-%d", svc), time.Unix(0, 0), conv))
+		for c := 0; c < clients; c++ {
+			select {
+			case <-got:
+			case <-time.After(timeout):
+				b.Fatalf("iteration %d: only %d of %d clients ACKed the change", i, c, clients)
+			}
+		}
+		mu.Lock()
+		target = ""
+		mu.Unlock()
+	}
+	b.StopTimer()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return lat
+}
+
+// reportLatencies reports P50, P99 and max of sorted latencies.
+func reportLatencies(b *testing.B, lat []time.Duration) {
+	b.ReportMetric(percentileMs(lat, 0.5), "p50-ms")
+	b.ReportMetric(percentileMs(lat, 0.99), "p99-ms")
+	b.ReportMetric(percentileMs(lat, 1), "max-ms")
+}
+
+// BenchmarkEndpointChangeACKed1000: endpointChangeLatencies with 1000 clients, SotW and Delta
+// (-benchtime 20x: 20 000 samples each).
 func BenchmarkEndpointChangeACKed1000(b *testing.B) {
-	const services, clients = 1000, 1000
 	for _, mode := range []string{"sotw", "delta"} {
 		b.Run(mode, func(b *testing.B) {
-			r := newRig(b, 100*time.Millisecond, 10*time.Second)
-			fill(b, r.m, services, 10)
-			r.start(b)
-			names := make([]string, services)
-			for i := range names {
-				names[i] = model.ClusterName(fmt.Sprintf("se-%d.bench.test", i), 80)
-			}
-			var mu sync.Mutex
-			var target string
-			var t0 time.Time
-			var lat []time.Duration
-			initial := make([]int, clients)
-			ready := make(chan struct{}, clients)
-			got := make(chan struct{}, clients)
-			seen := make([]string, clients)
-			connectEDSFleet(b, r.addr, clients, mode == "delta", names, func(c, count int, has func(string) bool, at time.Time) {
-				mu.Lock()
-				defer mu.Unlock()
-				if initial[c] < services {
-					if initial[c] += count; initial[c] >= services {
-						ready <- struct{}{}
-					}
-					return
-				}
-				if target == "" || seen[c] == target || !has(target) {
-					return
-				}
-				seen[c] = target
-				lat = append(lat, at.Sub(t0))
-				got <- struct{}{}
-			})
-			for c := 0; c < clients; c++ {
-				select {
-				case <-ready:
-				case <-time.After(5 * time.Minute):
-					b.Fatalf("only %d of %d clients hold every CLA", c, clients)
-				}
-			}
-			rng := rand.New(rand.NewSource(1))
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				svc := rng.Intn(services)
-				conv := movedEndpoints(b, svc, i)
-				mu.Lock()
-				target, t0 = names[svc], time.Now()
-				mu.Unlock()
-				r.pusher.Enqueue(r.m.SetServiceEntry("bench", fmt.Sprintf("se-%d", svc), time.Unix(0, 0), conv))
-				for c := 0; c < clients; c++ {
-					select {
-					case <-got:
-					case <-time.After(60 * time.Second):
-						b.Fatalf("iteration %d: only %d of %d clients ACKed the change", i, c, clients)
-					}
-				}
-				mu.Lock()
-				target = ""
-				mu.Unlock()
-			}
-			b.StopTimer()
-			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-			b.ReportMetric(percentileMs(lat, 0.5), "p50-ms")
-			b.ReportMetric(percentileMs(lat, 0.99), "p99-ms")
-			b.ReportMetric(percentileMs(lat, 1), "max-ms")
+			reportLatencies(b, endpointChangeLatencies(b, 1000, mode == "delta", 60*time.Second))
 		})
 	}
 }
