@@ -147,12 +147,18 @@ func (b *Builder) buildOne(s Spec, out string) error {
 	if err != nil {
 		return err
 	}
-	ref, err := name.NewTag(s.Ref())
+	return WriteTarball(s.Ref(), img, out)
+}
+
+// WriteTarball writes img, tagged ref, as a tarball `docker load` and containerd import read; out
+// appears whole or not at all.
+func WriteTarball(ref string, img v1.Image, out string) error {
+	tag, err := name.NewTag(ref)
 	if err != nil {
 		return err
 	}
 	tmp := out + ".tmp"
-	if err := tarball.WriteToFile(tmp, ref, img); err != nil {
+	if err := tarball.WriteToFile(tmp, tag, img); err != nil {
 		return err
 	}
 	return os.Rename(tmp, out)

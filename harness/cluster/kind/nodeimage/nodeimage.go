@@ -25,11 +25,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/meshchaos/meshchaos/images"
 )
 
 //go:embed files
@@ -132,7 +133,7 @@ func Build(c Config, out string) error {
 		return err
 	}
 	c.Logf("nodeimage: writing %s", out)
-	return writeImage(c.Ref, img, out)
+	return images.WriteTarball(c.Ref, img, out)
 }
 
 // KubeadmImages asks kubeadm which images a control plane of version needs.
@@ -195,7 +196,7 @@ func componentImage(ref, bin, base, out string) error {
 	if err != nil {
 		return err
 	}
-	return writeImage(ref, img, out)
+	return images.WriteTarball(ref, img, out)
 }
 
 func withConfig(img v1.Image, set func(*v1.Config)) (v1.Image, error) {
@@ -207,18 +208,6 @@ func withConfig(img v1.Image, set func(*v1.Config)) (v1.Image, error) {
 	cf.Architecture, cf.OS = "amd64", "linux"
 	set(&cf.Config)
 	return mutate.ConfigFile(img, cf)
-}
-
-func writeImage(ref string, img v1.Image, out string) error {
-	tag, err := name.NewTag(ref)
-	if err != nil {
-		return err
-	}
-	tmp := out + ".tmp"
-	if err := tarball.WriteToFile(tmp, tag, img); err != nil {
-		return err
-	}
-	return os.Rename(tmp, out)
 }
 
 // writeOverlay writes the layer that turns the Debian rootfs into a kind node.
