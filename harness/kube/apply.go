@@ -95,18 +95,27 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, data []byte) error {
 	return applyObjects(ctx, cfg, objs)
 }
 
-// applyObjects applies the Namespaces and CRDs among objs, waits until the CRDs are Established,
-// then applies the rest in order.
-func applyObjects(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured) error {
+// dynamicClients are a dynamic client and a REST mapper (kinds to resources, discovered lazily
+// and cached; Reset forgets, for kinds a CRD just added).
+func dynamicClients(cfg *rest.Config) (dynamic.Interface, *restmapper.DeferredDiscoveryRESTMapper, error) {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("discovery client: %w", err)
+		return nil, nil, fmt.Errorf("discovery client: %w", err)
 	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("dynamic client: %w", err)
+		return nil, nil, fmt.Errorf("dynamic client: %w", err)
 	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	return dyn, restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)), nil
+}
+
+// applyObjects applies the Namespaces and CRDs among objs, waits until the CRDs are Established,
+// then applies the rest in order.
+func applyObjects(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured) error {
+	dyn, mapper, err := dynamicClients(cfg)
+	if err != nil {
+		return err
+	}
 	var first, crds, others []*unstructured.Unstructured
 	for _, o := range objs {
 		switch gk := o.GroupVersionKind().GroupKind(); {
@@ -229,15 +238,10 @@ func Delete(ctx context.Context, cfg *rest.Config, data []byte) error {
 	if err != nil {
 		return err
 	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	dyn, mapper, err := dynamicClients(cfg)
 	if err != nil {
-		return fmt.Errorf("discovery client: %w", err)
+		return err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("dynamic client: %w", err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 	var errs []error
 	for i := len(objs) - 1; i >= 0; i-- {
 		o := objs[i]
