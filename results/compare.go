@@ -181,10 +181,6 @@ type CheckChange struct {
 	Name      string `json:"name"`
 	Base      string `json:"base"`
 	Candidate string `json:"candidate"`
-	// Suite, StartedAt and FinishedAt are set by upgrade-check: the suite it ran and when.
-	Suite      string     `json:"suite,omitempty"`
-	StartedAt  *time.Time `json:"startedAt,omitempty"`
-	FinishedAt *time.Time `json:"finishedAt,omitempty"`
 	// Regression: it passed in every base run and failed in a candidate run.
 	Regression bool `json:"regression"`
 }
