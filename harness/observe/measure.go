@@ -231,9 +231,8 @@ func phaseWindow(s *results.Summary, name string) (from, to time.Time, ok bool) 
 	return time.Time{}, time.Time{}, false
 }
 
-// increase is how much a counter measure grew over the run (summed over matching series), and
-// whether it was scraped at all.
-// Series restricted by Window give the increase inside the window.
+// increase is how much a counter measure grew over series (summed over the matching ones; the
+// whole run, or a phase after Window), and whether it was scraped at all.
 func (m *ControlPlaneMetrics) increase(series []results.Series, measure subject.Measure) (float64, bool) {
 	ref, ok := m.Measures[measure]
 	if !ok {
