@@ -178,7 +178,11 @@ func newClusterDownCmd() *cobra.Command {
 				} else if os.Geteuid() != 0 {
 					return Usagef("cluster down of a local cluster needs root (it removes network namespaces, mounts and cgroups)")
 				} else {
-					err = local.Down(cmd.Context(), "", t.name, nil)
+					err = local.Down(cmd.Context(), "", t.name, func(f string, a ...any) {
+						if !strings.HasPrefix(f, "[down]") { // the per-step timings are for tests
+							fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...)
+						}
+					})
 				}
 				if err != nil {
 					errs = append(errs, fmt.Errorf("%s: %w", t.name, err))

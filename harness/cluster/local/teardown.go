@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,7 +22,8 @@ import (
 
 // Down removes everything cluster name left on this host, whether it stopped cleanly, crashed,
 // or is still running in another process: processes, containers, mounts, cgroups, network
-// namespaces, CNI state and the state directory.
+// namespaces, CNI state and the state directory. logf gets one "[down] step: time" line per
+// teardown step and, unprefixed, what a user should know (state found under another home).
 func Down(ctx context.Context, home, name string, logf func(string, ...any)) error {
 	if err := ValidateName(name); err != nil {
 		return err
@@ -32,11 +35,70 @@ func Down(ctx context.Context, home, name string, logf func(string, ...any)) err
 		logf = func(string, ...any) {}
 	}
 	l := layout{name: name, home: home}
-	if !l.exists() {
+	var errs []error
+	found := false
+	// A cluster started under another MESHCHAOS_HOME (a test's temp dir, another user's shell)
+	// has its pid files and state there: tear it down from there, or its kubelets survive and
+	// restart the containers the cgroup sweep killed.
+	for _, other := range homesOf(name) {
+		if other == home {
+			continue
+		}
+		logf("%s: its processes keep their state under %s (another MESHCHAOS_HOME); taking it down from there", name, other)
+		found = true
+		errs = append(errs, teardown(ctx, layout{name: name, home: other}, logf))
+	}
+	if l.exists() {
+		errs = append(errs, teardown(ctx, l, logf))
+	} else if !found {
 		return fmt.Errorf("no cluster named %q on this host (state in %s)", name, filepath.Join(home, "clusters"))
 	}
-	return teardown(ctx, l, logf)
+	return errors.Join(errs...)
 }
+
+// processMarker is in the command line of every process of cluster name, whatever home it was
+// started under: names are unique on a host, like the network namespaces and cgroups named after
+// them.
+func processMarker(name string) string { return "/clusters/" + name + "/" }
+
+// running maps the name of every local cluster with a living process to the homes its processes
+// name. A home counts only when its state directory is a cluster's (it has owner.json), so an
+// unrelated process that happens to mention a "/clusters/" path is never taken for one.
+func running() map[string][]string {
+	out := map[string][]string{}
+	ents, _ := os.ReadDir("/proc")
+	self := os.Getpid()
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		for _, arg := range proc.Args(pid) {
+			for rest, base := arg, 0; ; {
+				i := strings.Index(rest, "/clusters/")
+				if i < 0 {
+					break
+				}
+				name, _, ok := strings.Cut(rest[i+len("/clusters/"):], "/")
+				home := arg[:base+i]
+				if k := strings.LastIndexAny(home, "=:, "); k >= 0 {
+					home = home[k+1:]
+				}
+				if ok && ValidateName(name) == nil && filepath.IsAbs(home) && !slices.Contains(out[name], home) {
+					if _, err := os.Stat(filepath.Join(home, "clusters", name, "owner.json")); err == nil {
+						out[name] = append(out[name], home)
+					}
+				}
+				base += i + len("/clusters/")
+				rest = arg[base:]
+			}
+		}
+	}
+	return out
+}
+
+// homesOf lists the homes that living processes of cluster name keep their state under.
+func homesOf(name string) []string { return running()[name] }
 
 // List returns the names of clusters that left anything on this host.
 func List(home string) []string {
@@ -49,6 +111,10 @@ func List(home string) []string {
 		if e.IsDir() && ValidateName(e.Name()) == nil {
 			seen[e.Name()] = true
 		}
+	}
+	// A cluster started under another home is found by its processes.
+	for n := range running() {
+		seen[n] = true
 	}
 	cg, _ := os.ReadDir("/sys/fs/cgroup/cpu/meshchaos")
 	for _, e := range cg {
@@ -270,7 +336,8 @@ func Leftovers(home, name string) []string {
 	}
 	l := layout{name: name, home: home}
 	var out []string
-	if pids := proc.FindByMarker(l.marker()); len(pids) > 0 {
+	// By name, not by home: a process of the cluster under another home is a leftover too.
+	if pids := proc.FindByMarker(processMarker(name)); len(pids) > 0 {
 		out = append(out, fmt.Sprintf("processes %v", pids))
 	}
 	if ns := clusterNetns(l); len(ns) > 0 {

@@ -191,6 +191,15 @@ func Mentions(pid int, marker string) bool {
 	return bytes.Contains(b, []byte(marker))
 }
 
+// Args returns the command line of pid, one element per argument (nil when pid is gone).
+func Args(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+}
+
 // FindByMarker lists pids whose command line contains marker: the sweep for processes that have
 // no pid file (for example containerd shims, which containerd starts itself).
 func FindByMarker(marker string) []int {
