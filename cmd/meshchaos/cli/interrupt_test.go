@@ -31,12 +31,20 @@ var smallRun = []string{"run", "cp-oom-restart", "--set", "nodes=1", "--set", "s
 	"--set", "gateways=1", "--set", "duration=40s", "--set", "steady=8s", "--set", "throttleWindow=8s", "--set", "cpMemoryLimit=192Mi"}
 
 // interruptPoint is a moment of a run, recognised by a line of its progress output, at which a
-// signal is sent (after a random delay of up to maxDelay).
+// signal is sent (after a random delay of up to defaultMaxDelay, teardownMaxDelay in teardown).
 type interruptPoint struct {
 	// marker is a substring of a progress line; phase is the run's phase when it is printed.
 	marker, phase string
 	sig           syscall.Signal
 }
+
+// defaultMaxDelay spreads the signals over the few seconds after a marker; teardownMaxDelay
+// keeps the signal inside the teardown, which takes about 1.5 s for one node (a 3 s delay let
+// the run finish first).
+const (
+	defaultMaxDelay  = 3 * time.Second
+	teardownMaxDelay = 300 * time.Millisecond
+)
 
 // runMarkers are progress lines of smallRun in the order they come, with their phase: every
 // phase, and within the setup every step of the cluster's and the mesh's bring-up.
@@ -91,7 +99,11 @@ func TestInterruptAnywhere(t *testing.T) {
 	t.Logf("delays seeded with %d", seed)
 	prefix := fmt.Sprintf("rlbi%d-", os.Getpid()%10000)
 	for i, p := range interruptPoints() {
-		delay := time.Duration(rng.Int64N(int64(3 * time.Second)))
+		maxDelay := defaultMaxDelay
+		if p.phase == "teardown" {
+			maxDelay = teardownMaxDelay
+		}
+		delay := time.Duration(rng.Int64N(int64(maxDelay)))
 		t.Run(fmt.Sprintf("%02d-%s-%s", i, strings.ReplaceAll(p.marker, " ", "_"), p.sig), func(t *testing.T) {
 			name := fmt.Sprintf("%s%d", prefix, i)
 			out := filepath.Join(t.TempDir(), "run")
