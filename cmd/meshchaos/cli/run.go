@@ -71,7 +71,7 @@ func newRunCmd() *cobra.Command {
 			if _, ok := experiments.Lookup(args[0]); !ok {
 				fmt.Fprintln(cmd.ErrOrStderr(), "experiments:")
 				printCatalog(cmd.ErrOrStderr(), false)
-				return Usagef("unknown experiment %q", args[0])
+				return Usagef("unknown experiment %q: choose one listed above", args[0])
 			}
 			j.Experiment = args[0]
 			p, err := j.prepare()
