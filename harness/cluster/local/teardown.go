@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -65,32 +64,23 @@ func processMarker(name string) string { return "/clusters/" + name + "/" }
 // name. A home counts only when its state directory is a cluster's (it has owner.json), so an
 // unrelated process that happens to mention a "/clusters/" path is never taken for one.
 func running() map[string][]string {
+	const sep = "/clusters/"
 	out := map[string][]string{}
-	ents, _ := os.ReadDir("/proc")
-	self := os.Getpid()
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
-		}
+	for _, pid := range proc.FindByMarker(sep) {
 		for _, arg := range proc.Args(pid) {
-			for rest, base := arg, 0; ; {
-				i := strings.Index(rest, "/clusters/")
-				if i < 0 {
-					break
+			// "--kubeconfig=HOME/clusters/NAME/kubeconfig": HOME is what precedes a separator,
+			// from the last "=", ":", "," or space on.
+			parts := strings.Split(arg, sep)
+			for i := 1; i < len(parts); i++ {
+				name, _, ok := strings.Cut(parts[i], "/")
+				home := strings.Join(parts[:i], sep)
+				home = home[strings.LastIndexAny(home, "=:, ")+1:]
+				if !ok || ValidateName(name) != nil || !filepath.IsAbs(home) || slices.Contains(out[name], home) {
+					continue
 				}
-				name, _, ok := strings.Cut(rest[i+len("/clusters/"):], "/")
-				home := arg[:base+i]
-				if k := strings.LastIndexAny(home, "=:, "); k >= 0 {
-					home = home[k+1:]
+				if _, err := os.Stat(filepath.Join(home, "clusters", name, "owner.json")); err == nil {
+					out[name] = append(out[name], home)
 				}
-				if ok && ValidateName(name) == nil && filepath.IsAbs(home) && !slices.Contains(out[name], home) {
-					if _, err := os.Stat(filepath.Join(home, "clusters", name, "owner.json")); err == nil {
-						out[name] = append(out[name], home)
-					}
-				}
-				base += i + len("/clusters/")
-				rest = arg[base:]
 			}
 		}
 	}
