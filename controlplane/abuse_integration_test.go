@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -34,6 +33,7 @@ import (
 	"github.com/meshchaos/meshchaos/controlplane"
 	"github.com/meshchaos/meshchaos/controlplane/internal/heapstat"
 	"github.com/meshchaos/meshchaos/controlplane/xds"
+	"github.com/meshchaos/meshchaos/controlplane/xds/watchcache"
 	"github.com/meshchaos/meshchaos/workloads/adsload"
 )
 
@@ -403,7 +403,7 @@ func largestResponse(cp *controlplane.ControlPlane) int {
 	}
 	largest := size(cp.Caches.Endpoints.GetResources())
 	for _, sc := range cp.Caches.Scopes() {
-		for _, lc := range []*cachev3.LinearCache{sc.Clusters, sc.Listeners, sc.APIListeners, sc.Routes} {
+		for _, lc := range []*watchcache.Cache{sc.Clusters, sc.Listeners, sc.APIListeners, sc.Routes} {
 			largest = max(largest, size(lc.GetResources()))
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/meshchaos/meshchaos/controlplane/model"
+	"github.com/meshchaos/meshchaos/controlplane/xds/watchcache"
 )
 
 // Caches hold what the proxies are served, as go-control-plane LinearCaches. Linear caches
@@ -34,7 +35,7 @@ import (
 // and must not get API listeners; gRPC asks for "HOST:PORT" by name. So a scope has two listener
 // caches, chosen by the node (see IsProxyless).
 type Caches struct {
-	Endpoints *cachev3.LinearCache
+	Endpoints *watchcache.Cache
 
 	// MaxScopes bounds how many scopes exist (0: no bound). A scope is a whole generation of
 	// clusters, listeners and routes, and proxies choose theirs by what they claim: without a
@@ -79,10 +80,10 @@ type ScopeCaches struct {
 	// Gateway: the scope of router (gateway) proxies, which no Sidecar scopes (as istiod:
 	// gateways get the namespace's default scope, egress "*/*").
 	Gateway      bool
-	Clusters     *cachev3.LinearCache
-	Routes       *cachev3.LinearCache
-	Listeners    *cachev3.LinearCache
-	APIListeners *cachev3.LinearCache
+	Clusters     *watchcache.Cache
+	Routes       *watchcache.Cache
+	Listeners    *watchcache.Cache
+	APIListeners *watchcache.Cache
 
 	ready     chan struct{} // closed once filled for the first time
 	mu        sync.Mutex    // one generation into these caches at a time
@@ -99,7 +100,7 @@ var _ cachev3.Cache = (*Caches)(nil)
 // instance's (a reconnecting proxy then always gets a full answer).
 func NewCaches(prefix string) *Caches {
 	return &Caches{
-		Endpoints: cachev3.NewLinearCache(resourcev3.EndpointType, cachev3.WithVersionPrefix(prefix)),
+		Endpoints: watchcache.New(resourcev3.EndpointType, prefix),
 		prefix:    prefix,
 		scopes:    map[string]*ScopeCaches{},
 		refs:      map[string]int{},
@@ -163,10 +164,10 @@ func (c *Caches) scope(ns string, gateway bool, selected string) *ScopeCaches {
 	// version for another's.
 	prefix := c.prefix + key + "-"
 	sc = &ScopeCaches{Key: key, Namespace: ns, Gateway: gateway, Selected: selected, ready: make(chan struct{}),
-		Clusters:     cachev3.NewLinearCache(resourcev3.ClusterType, cachev3.WithVersionPrefix(prefix)),
-		Routes:       cachev3.NewLinearCache(resourcev3.RouteType, cachev3.WithVersionPrefix(prefix)),
-		Listeners:    cachev3.NewLinearCache(resourcev3.ListenerType, cachev3.WithVersionPrefix(prefix)),
-		APIListeners: cachev3.NewLinearCache(resourcev3.ListenerType, cachev3.WithVersionPrefix(prefix)),
+		Clusters:     watchcache.New(resourcev3.ClusterType, prefix),
+		Routes:       watchcache.New(resourcev3.RouteType, prefix),
+		Listeners:    watchcache.New(resourcev3.ListenerType, prefix),
+		APIListeners: watchcache.New(resourcev3.ListenerType, prefix),
 	}
 	// Filled before anyone else can see it, from the model of the latest full push; a push
 	// that starts now waits for sc.mu and then brings it up to date.
@@ -257,7 +258,7 @@ func (c *Caches) setLatest(entries []*model.Entry) []*ScopeCaches {
 
 // ForNode returns the cache serving typeURL to node (nil for an unknown type, or when node's
 // scope would exceed MaxScopes).
-func (c *Caches) ForNode(typeURL string, node *core.Node) *cachev3.LinearCache {
+func (c *Caches) ForNode(typeURL string, node *core.Node) *watchcache.Cache {
 	if typeURL == resourcev3.EndpointType {
 		return c.Endpoints
 	}
@@ -279,7 +280,7 @@ func knownType(typeURL string) bool {
 	return false
 }
 
-func scopeCache(sc *ScopeCaches, typeURL string, node *core.Node) *cachev3.LinearCache {
+func scopeCache(sc *ScopeCaches, typeURL string, node *core.Node) *watchcache.Cache {
 	switch typeURL {
 	case resourcev3.ClusterType:
 		return sc.Clusters
@@ -302,7 +303,7 @@ func scopeCache(sc *ScopeCaches, typeURL string, node *core.Node) *cachev3.Linea
 type movableWatch struct {
 	node    *core.Node
 	typeURL string
-	create  func(lc *cachev3.LinearCache) (func(), error)
+	create  func(lc *watchcache.Cache) (func(), error)
 
 	mu     sync.Mutex
 	key    string
@@ -311,7 +312,7 @@ type movableWatch struct {
 }
 
 // watch creates a watch through create on node's scope cache for typeURL, movable between scopes.
-func (c *Caches) watch(typeURL string, node *core.Node, create func(lc *cachev3.LinearCache) (func(), error)) (func(), error) {
+func (c *Caches) watch(typeURL string, node *core.Node, create func(lc *watchcache.Cache) (func(), error)) (func(), error) {
 	if !knownType(typeURL) {
 		return nil, status.Errorf(codes.InvalidArgument, "unknown type %q: this control plane serves CDS, EDS, LDS and RDS", truncate(typeURL))
 	}
@@ -392,7 +393,7 @@ func orNoop(cancel func()) func() {
 
 // CreateWatch implements cachev3.Cache: the request goes to its node's scope.
 func (c *Caches) CreateWatch(r *cachev3.Request, sub cachev3.Subscription, ch chan cachev3.Response) (func(), error) {
-	return c.watch(r.GetTypeUrl(), r.GetNode(), func(lc *cachev3.LinearCache) (func(), error) {
+	return c.watch(r.GetTypeUrl(), r.GetNode(), func(lc *watchcache.Cache) (func(), error) {
 		if lc == nil {
 			return nil, fmt.Errorf("no cache for type %s", r.GetTypeUrl())
 		}
@@ -402,7 +403,7 @@ func (c *Caches) CreateWatch(r *cachev3.Request, sub cachev3.Subscription, ch ch
 
 // CreateDeltaWatch implements cachev3.Cache.
 func (c *Caches) CreateDeltaWatch(r *cachev3.DeltaRequest, sub cachev3.Subscription, ch chan cachev3.DeltaResponse) (func(), error) {
-	return c.watch(r.GetTypeUrl(), r.GetNode(), func(lc *cachev3.LinearCache) (func(), error) {
+	return c.watch(r.GetTypeUrl(), r.GetNode(), func(lc *watchcache.Cache) (func(), error) {
 		if lc == nil {
 			return nil, fmt.Errorf("no cache for type %s", r.GetTypeUrl())
 		}

@@ -1,0 +1,295 @@
+package watchcache
+
+import (
+	"context"
+	"sync"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// encodeAll returns the Anys of es, encoding each resource version once for all responses.
+func encodeAll(es []*entry) ([]*anypb.Any, error) {
+	out := make([]*anypb.Any, len(es))
+	for i, e := range es {
+		a, err := e.encoded()
+		if err != nil {
+			return nil, err
+		}
+		out[i] = a
+	}
+	return out, nil
+}
+
+// fullAnswer is the full-state SotW answer at one cache version, shared by every wildcard watch
+// answered at that version: built once per version, encoded once.
+type fullAnswer struct {
+	entries []*entry
+	anys    func() ([]*anypb.Any, error)
+}
+
+// buildFull (lock held).
+func (c *Cache) buildFull() *fullAnswer {
+	f := &fullAnswer{entries: c.allLive()}
+	sortEntries(f.entries)
+	f.anys = sync.OnceValues(func() ([]*anypb.Any, error) { return encodeAll(f.entries) })
+	return f
+}
+
+// sotwResponse is a SotW answer. The server sets the nonce in the DiscoveryResponse, so each
+// stream gets its own, sharing the encoded resources.
+type sotwResponse struct {
+	returned map[string]string
+	req      *cachev3.Request
+	version  string
+	entries  []*entry
+	full     *fullAnswer // instead of entries
+	out      func() (*discovery.DiscoveryResponse, error)
+}
+
+var _ cachev3.Response = (*sotwResponse)(nil)
+
+func newSotwResponse(returned map[string]string, req *cachev3.Request, version string, entries []*entry, full *fullAnswer) *sotwResponse {
+	r := &sotwResponse{returned: returned, req: req, version: version, entries: entries, full: full}
+	r.out = sync.OnceValues(func() (*discovery.DiscoveryResponse, error) {
+		var anys []*anypb.Any
+		var err error
+		if r.full != nil {
+			anys, err = r.full.anys()
+		} else {
+			anys, err = encodeAll(r.entries)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &discovery.DiscoveryResponse{VersionInfo: r.version, Resources: anys, TypeUrl: r.req.GetTypeUrl()}, nil
+	})
+	return r
+}
+
+// GetDiscoveryResponse encodes the response (resources are encoded once per version, by the
+// first stream that sends them, outside the cache's lock).
+func (r *sotwResponse) GetDiscoveryResponse() (*discovery.DiscoveryResponse, error) { return r.out() }
+
+// GetRequest is the request the watch answered was created by.
+func (r *sotwResponse) GetRequest() *discovery.DiscoveryRequest { return r.req }
+
+// GetVersion is the response's version.
+//
+// Deprecated: as cachev3.Response's; use GetResponseVersion.
+func (r *sotwResponse) GetVersion() (string, error) { return r.version, nil }
+
+// GetResponseVersion is the response's version.
+func (r *sotwResponse) GetResponseVersion() string { return r.version }
+
+// GetReturnedResources is the stream's own map, which names the stream to the cache (see
+// Cache.stream); the cache keeps what each stream was sent itself (the watch's version).
+func (r *sotwResponse) GetReturnedResources() map[string]string { return r.returned }
+
+// GetContext is the background context.
+func (r *sotwResponse) GetContext() context.Context { return context.Background() }
+
+// deltaResponse is a Delta answer: changed resources and removed names. Wildcard watches
+// answered for the same versions share the encoded resources.
+type deltaResponse struct {
+	returned map[string]string
+	req      *cachev3.DeltaRequest
+	version  string
+	set      *changeSet
+	out      func() (*discovery.DeltaDiscoveryResponse, error)
+}
+
+var _ cachev3.DeltaResponse = (*deltaResponse)(nil)
+
+// changeSet is what a Delta stream is sent: resources (with their versions) and removals.
+type changeSet struct {
+	entries   []*entry
+	removed   []string
+	resources func() ([]*discovery.Resource, error)
+}
+
+func (c *Cache) newChangeSet(entries []*entry, removed []string) *changeSet {
+	sortEntries(entries)
+	s := &changeSet{entries: entries, removed: removed}
+	s.resources = sync.OnceValues(func() ([]*discovery.Resource, error) {
+		out := make([]*discovery.Resource, len(s.entries))
+		for i, e := range s.entries {
+			a, err := e.encoded()
+			if err != nil {
+				return nil, err
+			}
+			out[i] = &discovery.Resource{Name: e.name, Resource: a, Version: c.versionString(e.version)}
+		}
+		return out, nil
+	})
+	return s
+}
+
+func newDeltaResponse(returned map[string]string, req *cachev3.DeltaRequest, version string, set *changeSet) *deltaResponse {
+	r := &deltaResponse{returned: returned, req: req, version: version, set: set}
+	r.out = sync.OnceValues(func() (*discovery.DeltaDiscoveryResponse, error) {
+		res, err := r.set.resources()
+		if err != nil {
+			return nil, err
+		}
+		return &discovery.DeltaDiscoveryResponse{Resources: res, RemovedResources: r.set.removed,
+			TypeUrl: r.req.GetTypeUrl(), SystemVersionInfo: r.version}, nil
+	})
+	return r
+}
+
+// GetDeltaDiscoveryResponse encodes the response.
+func (r *deltaResponse) GetDeltaDiscoveryResponse() (*discovery.DeltaDiscoveryResponse, error) {
+	return r.out()
+}
+
+// GetDeltaRequest is the request the watch answered was created by.
+func (r *deltaResponse) GetDeltaRequest() *discovery.DeltaDiscoveryRequest { return r.req }
+
+// GetSystemVersion is the cache's version.
+//
+// Deprecated: as cachev3.DeltaResponse's; use GetResponseVersion.
+func (r *deltaResponse) GetSystemVersion() (string, error) { return r.version, nil }
+
+// GetResponseVersion is the cache's version.
+func (r *deltaResponse) GetResponseVersion() string { return r.version }
+
+// GetNextVersionMap is GetReturnedResources.
+//
+// Deprecated: as cachev3.DeltaResponse's; use GetReturnedResources.
+func (r *deltaResponse) GetNextVersionMap() map[string]string { return r.GetReturnedResources() }
+
+// GetReturnedResources is the stream's own map, which names the stream to the cache (see
+// Cache.stream); the cache keeps what each stream was sent itself.
+func (r *deltaResponse) GetReturnedResources() map[string]string { return r.returned }
+
+// GetContext is the background context.
+func (r *deltaResponse) GetContext() context.Context { return context.Background() }
+
+// initialDelta answers a new Delta stream with what differs from the versions it says it has
+// (initial_resource_versions), or arms it (lock held).
+func (c *Cache) initialDelta(w *watch, sub cachev3.Subscription) func() {
+	known := sub.ReturnedResources()
+	var upd []*entry
+	var removed []string
+	consider := func(e *entry) {
+		if e.res != nil && known[e.name] != c.versionString(e.version) {
+			upd = append(upd, e)
+		}
+	}
+	if w.wildcard {
+		for _, e := range c.entries {
+			consider(e)
+		}
+		for name := range known {
+			if e := c.entries[name]; e == nil || e.res == nil {
+				removed = append(removed, name)
+			}
+		}
+	} else {
+		for name := range w.names {
+			e := c.entries[name]
+			if e != nil {
+				consider(e)
+			}
+			if _, ok := known[name]; ok && (e == nil || e.res == nil) {
+				removed = append(removed, name)
+			}
+		}
+	}
+	w.sent = c.version
+	if len(upd) > 0 || len(removed) > 0 || (w.wildcard && w.deltaReq.GetResponseNonce() == "") {
+		w.deltaCh <- newDeltaResponse(w.returned, w.deltaReq, c.versionString(c.version), c.newChangeSet(upd, removed))
+		w.armed = false
+		return func() {}
+	}
+	return c.arm(w)
+}
+
+// answerDelta sends w the resources changed or removed since it was last answered, those newly
+// subscribed and those to send again (lock held).
+func (c *Cache) answerDelta(w *watch) bool {
+	if w.wildcard && len(w.fresh) == 0 && len(w.resend) == 0 {
+		if w.sent == c.version {
+			return false
+		}
+		set := c.since[w.sent]
+		if set == nil {
+			var upd []*entry
+			var removed []string
+			for _, ch := range c.changedSince(w.sent) {
+				if !c.current(ch) {
+					continue
+				}
+				if e := c.entries[ch.name]; e.res != nil {
+					upd = append(upd, e)
+				} else {
+					removed = append(removed, ch.name)
+				}
+			}
+			set = c.newChangeSet(upd, removed)
+			c.since[w.sent] = set
+		}
+		if len(set.entries) == 0 && len(set.removed) == 0 {
+			return false
+		}
+		w.deltaCh <- newDeltaResponse(w.returned, w.deltaReq, c.versionString(c.version), set)
+		return true
+	}
+	picked := map[string]struct{}{}
+	var upd []*entry
+	var removed []string
+	add := func(name string) {
+		if _, ok := picked[name]; ok {
+			return
+		}
+		e := c.entries[name]
+		switch {
+		case e != nil && e.res != nil:
+			upd = append(upd, e)
+		case e != nil && e.version > w.sent:
+			removed = append(removed, name)
+		default:
+			return
+		}
+		picked[name] = struct{}{}
+	}
+	for name := range w.fresh {
+		add(name)
+	}
+	for _, name := range w.resend {
+		if e := c.entries[name]; e == nil || e.res == nil {
+			if _, ok := picked[name]; !ok {
+				removed = append(removed, name)
+				picked[name] = struct{}{}
+			}
+			continue
+		}
+		add(name)
+	}
+	log := c.changedSince(w.sent)
+	if w.wildcard || len(log) <= len(w.names) {
+		for _, ch := range log {
+			if !c.current(ch) {
+				continue
+			}
+			if _, ok := w.names[ch.name]; ok || w.wildcard {
+				if e := c.entries[ch.name]; e.version > w.sent {
+					add(ch.name)
+				}
+			}
+		}
+	} else {
+		for name := range w.names {
+			if e := c.entries[name]; e != nil && e.version > w.sent {
+				add(name)
+			}
+		}
+	}
+	if len(upd) == 0 && len(removed) == 0 {
+		return false
+	}
+	w.deltaCh <- newDeltaResponse(w.returned, w.deltaReq, c.versionString(c.version), c.newChangeSet(upd, removed))
+	return true
+}
