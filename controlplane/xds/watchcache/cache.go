@@ -96,6 +96,7 @@ type Cache struct {
 	byName   map[string]map[*watch]struct{} // named subscriptions, by name
 	wildcard map[*watch]struct{}
 	streams  map[unsafe.Pointer]*watch // by stream (see stream)
+	indexed  int                       // names added to byName, ever (for tests: re-arms add none)
 	parked   map[*watch]struct{}
 	swept    time.Time
 
@@ -139,6 +140,7 @@ func (c *Cache) UpdateResources(toUpdate map[string]types.Resource, toDelete []s
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.sweep()
 	c.version++
 	changed := make([]string, 0, len(toUpdate)+len(toDelete))
 	for name, r := range toUpdate {
@@ -159,6 +161,7 @@ func (c *Cache) UpdateResources(toUpdate map[string]types.Resource, toDelete []s
 func (c *Cache) SetResources(resources map[string]types.Resource) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.sweep()
 	c.version++
 	changed := make([]string, 0, len(resources))
 	for name, e := range c.entries {
@@ -289,6 +292,10 @@ type watch struct {
 	// elsewhere).
 	reply bool
 
+	// flight is the latest answer given to the server, with the state before it: an answer
+	// the server drops instead of sending is taken back at the stream's next request.
+	flight *flight
+
 	armed    bool
 	gen      uint64 // counts arms: a cancel of an earlier arm does nothing
 	parkedAt time.Time
@@ -380,6 +387,12 @@ func (c *Cache) stream(sub cachev3.Subscription, ch any, delta bool) *watch {
 	}
 	delete(c.parked, w)
 	w.armed = false
+	if fl := w.flight; fl != nil && !fl.delivered.Load() {
+		// The server dropped the stream's last answer (a request came first: it replaces the
+		// response channel): the stream has what it had before.
+		w.sent, w.fresh, w.resend, w.reply = fl.sent, fl.fresh, fl.resend, fl.reply
+	}
+	w.flight = nil
 	switch ch := ch.(type) {
 	case chan cachev3.Response:
 		w.sotwCh = ch
@@ -390,7 +403,8 @@ func (c *Cache) stream(sub cachev3.Subscription, ch any, delta bool) *watch {
 }
 
 // subscribe indexes w's new subscription: only the names that differ from the indexed ones
-// (lock held).
+// (lock held). A SotW subscription's set is kept as the server made it (the server makes a new
+// one for each request and never changes it); a Delta one is copied.
 func (c *Cache) subscribe(w *watch, wildcard bool, names map[string]struct{}, resend []string) {
 	if wildcard != w.wildcard {
 		if wildcard {
@@ -413,9 +427,14 @@ func (c *Cache) subscribe(w *watch, wildcard bool, names map[string]struct{}, re
 			}
 		}
 	}
-	own := make(map[string]struct{}, len(names))
+	own := names
+	if w.delta {
+		own = make(map[string]struct{}, len(names)) // the server changes a Delta stream's set in place
+	}
 	for name := range names {
-		own[name] = struct{}{}
+		if w.delta {
+			own[name] = struct{}{}
+		}
 		if _, ok := w.names[name]; ok {
 			continue
 		}
@@ -425,6 +444,7 @@ func (c *Cache) subscribe(w *watch, wildcard bool, names map[string]struct{}, re
 			c.byName[name] = ws
 		}
 		ws[w] = struct{}{}
+		c.indexed++
 		if w.fresh == nil {
 			w.fresh = map[string]struct{}{}
 		}
@@ -473,9 +493,18 @@ func (c *Cache) sweep() {
 // arm answers w at once if it has something to send, else leaves it armed for the next
 // change; it returns the cancel function of this arm (lock held).
 func (c *Cache) arm(w *watch) func() {
+	cancel := c.canceller(w)
+	w.armed = true
+	c.answer(w)
+	return cancel
+}
+
+// canceller returns the cancel function of w's current request: it parks w (see sweep), unless
+// w has been re-armed since (lock held).
+func (c *Cache) canceller(w *watch) func() {
 	w.gen++
 	gen := w.gen
-	cancel := func() {
+	return func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		switch {
@@ -488,14 +517,12 @@ func (c *Cache) arm(w *watch) func() {
 			c.parked[w] = struct{}{}
 		}
 	}
-	w.armed = true
-	c.answer(w)
-	return cancel
 }
 
 // answer sends w what changed since it was last answered, if anything; an answered watch is
 // disarmed until its stream's next request (lock held).
 func (c *Cache) answer(w *watch) {
+	w.flight = &flight{returned: w.returned, sent: w.sent, fresh: w.fresh, resend: w.resend, reply: w.reply}
 	var sent bool
 	if w.delta {
 		sent = c.answerDelta(w)
@@ -518,7 +545,7 @@ func (c *Cache) answerSotw(w *watch) bool {
 		if c.full == nil {
 			c.full = c.buildFull()
 		}
-		w.sotwCh <- newSotwResponse(w.returned, w.sotwReq, c.versionString(c.version), nil, c.full)
+		w.sotwCh <- newSotwResponse(w.flight, w.sotwReq, c.versionString(c.version), nil, c.full)
 		return true
 	}
 	var out []*entry
@@ -542,7 +569,7 @@ func (c *Cache) answerSotw(w *watch) bool {
 		}
 	}
 	sortEntries(out)
-	w.sotwCh <- newSotwResponse(w.returned, w.sotwReq, c.versionString(c.version), out, nil)
+	w.sotwCh <- newSotwResponse(w.flight, w.sotwReq, c.versionString(c.version), out, nil)
 	return true
 }
 

@@ -3,6 +3,7 @@ package watchcache
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -20,6 +21,17 @@ func encodeAll(es []*entry) ([]*anypb.Any, error) {
 		out[i] = a
 	}
 	return out, nil
+}
+
+// flight is an answer given to the server for a stream and what the stream had before it.
+type flight struct {
+	// delivered: the server sent the answer (it asks for the returned resources as it does).
+	delivered atomic.Bool
+	returned  map[string]string
+	sent      uint64
+	fresh     map[string]struct{}
+	resend    []string
+	reply     bool
 }
 
 // fullAnswer is the full-state SotW answer at one cache version, shared by every wildcard watch
@@ -40,18 +52,18 @@ func (c *Cache) buildFull() *fullAnswer {
 // sotwResponse is a SotW answer. The server sets the nonce in the DiscoveryResponse, so each
 // stream gets its own, sharing the encoded resources.
 type sotwResponse struct {
-	returned map[string]string
-	req      *cachev3.Request
-	version  string
-	entries  []*entry
-	full     *fullAnswer // instead of entries
-	out      func() (*discovery.DiscoveryResponse, error)
+	fl      *flight
+	req     *cachev3.Request
+	version string
+	entries []*entry
+	full    *fullAnswer // instead of entries
+	out     func() (*discovery.DiscoveryResponse, error)
 }
 
 var _ cachev3.Response = (*sotwResponse)(nil)
 
-func newSotwResponse(returned map[string]string, req *cachev3.Request, version string, entries []*entry, full *fullAnswer) *sotwResponse {
-	r := &sotwResponse{returned: returned, req: req, version: version, entries: entries, full: full}
+func newSotwResponse(fl *flight, req *cachev3.Request, version string, entries []*entry, full *fullAnswer) *sotwResponse {
+	r := &sotwResponse{fl: fl, req: req, version: version, entries: entries, full: full}
 	r.out = sync.OnceValues(func() (*discovery.DiscoveryResponse, error) {
 		var anys []*anypb.Any
 		var err error
@@ -84,8 +96,12 @@ func (r *sotwResponse) GetVersion() (string, error) { return r.version, nil }
 func (r *sotwResponse) GetResponseVersion() string { return r.version }
 
 // GetReturnedResources is the stream's own map, which names the stream to the cache (see
-// Cache.stream); the cache keeps what each stream was sent itself (the watch's version).
-func (r *sotwResponse) GetReturnedResources() map[string]string { return r.returned }
+// Cache.stream); the cache keeps what each stream was sent itself (the watch's version). The
+// server calls it when it sends the response, and only then: the answer counts as delivered.
+func (r *sotwResponse) GetReturnedResources() map[string]string {
+	r.fl.delivered.Store(true)
+	return r.fl.returned
+}
 
 // GetContext is the background context.
 func (r *sotwResponse) GetContext() context.Context { return context.Background() }
@@ -93,11 +109,11 @@ func (r *sotwResponse) GetContext() context.Context { return context.Background(
 // deltaResponse is a Delta answer: changed resources and removed names. Wildcard watches
 // answered for the same versions share the encoded resources.
 type deltaResponse struct {
-	returned map[string]string
-	req      *cachev3.DeltaRequest
-	version  string
-	set      *changeSet
-	out      func() (*discovery.DeltaDiscoveryResponse, error)
+	fl      *flight
+	req     *cachev3.DeltaRequest
+	version string
+	set     *changeSet
+	out     func() (*discovery.DeltaDiscoveryResponse, error)
 }
 
 var _ cachev3.DeltaResponse = (*deltaResponse)(nil)
@@ -126,8 +142,8 @@ func (c *Cache) newChangeSet(entries []*entry, removed []string) *changeSet {
 	return s
 }
 
-func newDeltaResponse(returned map[string]string, req *cachev3.DeltaRequest, version string, set *changeSet) *deltaResponse {
-	r := &deltaResponse{returned: returned, req: req, version: version, set: set}
+func newDeltaResponse(fl *flight, req *cachev3.DeltaRequest, version string, set *changeSet) *deltaResponse {
+	r := &deltaResponse{fl: fl, req: req, version: version, set: set}
 	r.out = sync.OnceValues(func() (*discovery.DeltaDiscoveryResponse, error) {
 		res, err := r.set.resources()
 		if err != nil {
@@ -161,8 +177,12 @@ func (r *deltaResponse) GetResponseVersion() string { return r.version }
 func (r *deltaResponse) GetNextVersionMap() map[string]string { return r.GetReturnedResources() }
 
 // GetReturnedResources is the stream's own map, which names the stream to the cache (see
-// Cache.stream); the cache keeps what each stream was sent itself.
-func (r *deltaResponse) GetReturnedResources() map[string]string { return r.returned }
+// Cache.stream); the cache keeps what each stream was sent itself. The server calls it when it
+// sends the response, and only then: the answer counts as delivered.
+func (r *deltaResponse) GetReturnedResources() map[string]string {
+	r.fl.delivered.Store(true)
+	return r.fl.returned
+}
 
 // GetContext is the background context.
 func (r *deltaResponse) GetContext() context.Context { return context.Background() }
@@ -200,9 +220,11 @@ func (c *Cache) initialDelta(w *watch, sub cachev3.Subscription) func() {
 	}
 	w.sent = c.version
 	if len(upd) > 0 || len(removed) > 0 || (w.wildcard && w.deltaReq.GetResponseNonce() == "") {
-		w.deltaCh <- newDeltaResponse(w.returned, w.deltaReq, c.versionString(c.version), c.newChangeSet(upd, removed))
+		// Dropped by the server, this answer is taken back as "send everything" (sent 0).
+		w.flight = &flight{returned: w.returned}
+		w.deltaCh <- newDeltaResponse(w.flight, w.deltaReq, c.versionString(c.version), c.newChangeSet(upd, removed))
 		w.armed = false
-		return func() {}
+		return c.canceller(w)
 	}
 	return c.arm(w)
 }
@@ -234,7 +256,7 @@ func (c *Cache) answerDelta(w *watch) bool {
 		if len(set.entries) == 0 && len(set.removed) == 0 {
 			return false
 		}
-		w.deltaCh <- newDeltaResponse(w.returned, w.deltaReq, c.versionString(c.version), set)
+		w.deltaCh <- newDeltaResponse(w.flight, w.deltaReq, c.versionString(c.version), set)
 		return true
 	}
 	picked := map[string]struct{}{}
@@ -290,6 +312,6 @@ func (c *Cache) answerDelta(w *watch) bool {
 	if len(upd) == 0 && len(removed) == 0 {
 		return false
 	}
-	w.deltaCh <- newDeltaResponse(w.returned, w.deltaReq, c.versionString(c.version), c.newChangeSet(upd, removed))
+	w.deltaCh <- newDeltaResponse(w.flight, w.deltaReq, c.versionString(c.version), c.newChangeSet(upd, removed))
 	return true
 }

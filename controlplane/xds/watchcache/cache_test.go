@@ -1,0 +1,480 @@
+package watchcache
+
+import (
+	"context"
+	"net"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/stretchr/testify/require"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// rig serves one cache over go-control-plane's ADS server on a loopback port.
+type rig struct {
+	cache *Cache
+	addr  string
+	typ   string
+}
+
+func newRig(t *testing.T, typeURL, prefix string, initial ...string) *rig {
+	t.Helper()
+	r := &rig{cache: New(typeURL, prefix), typ: typeURL}
+	if len(initial) > 0 {
+		require.NoError(t, r.cache.UpdateResources(resources(typeURL, initial...), nil))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	g := grpc.NewServer()
+	discovery.RegisterAggregatedDiscoveryServiceServer(g, serverv3.NewServer(ctx, r.cache, nil))
+	go func() { _ = g.Serve(l) }()
+	t.Cleanup(func() { cancel(); g.Stop() })
+	r.addr = l.Addr().String()
+	return r
+}
+
+func resource(typeURL, name string) types.Resource {
+	if typeURL == resourcev3.ClusterType {
+		return &cluster.Cluster{Name: name}
+	}
+	return &endpoint.ClusterLoadAssignment{ClusterName: name}
+}
+
+func resources(typeURL string, names ...string) map[string]types.Resource {
+	out := map[string]types.Resource{}
+	for _, n := range names {
+		out[n] = resource(typeURL, n)
+	}
+	return out
+}
+
+func names(any []*discovery.Resource) []string {
+	out := []string{}
+	for _, r := range any {
+		out = append(out, r.GetName())
+	}
+	sort.Strings(out)
+	return out
+}
+
+func conn(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+func streamCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // Recv fails, not hangs
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// sotwClient is one SotW ADS stream driven step by step.
+type sotwClient struct {
+	t    *testing.T
+	typ  string
+	s    discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	last *discovery.DiscoveryResponse // the latest response received
+	acc  string                       // the latest version accepted
+}
+
+func (r *rig) sotw(t *testing.T) *sotwClient {
+	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn(t, r.addr)).StreamAggregatedResources(streamCtx(t))
+	require.NoError(t, err)
+	return &sotwClient{t: t, typ: r.typ, s: s}
+}
+
+// step is one action of a table test: change the cache, send a request, or expect the next
+// response. A response nobody expected fails the next expect: every case ends its "no answer"
+// claims with a change the stream does see.
+type step struct {
+	put, del []string // change the cache (one version)
+	set      []string // SetResources
+	// a request: ask for names (nil: wildcard) with version ("" for the first request, "ack":
+	// the latest response's, "acc": the latest accepted), nacking the latest response if nack.
+	ask     bool
+	names   []string
+	version string
+	nack    bool
+	// expect: the next response carries exactly want (and, for Delta, removes gone).
+	expect bool
+	want   []string
+	gone   []string
+}
+
+func (c *sotwClient) do(r *rig, st step) {
+	c.t.Helper()
+	switch {
+	case st.put != nil || st.del != nil:
+		require.NoError(c.t, r.cache.UpdateResources(resources(r.typ, st.put...), st.del))
+	case st.set != nil:
+		r.cache.SetResources(resources(r.typ, st.set...))
+	case st.ask:
+		req := &discovery.DiscoveryRequest{TypeUrl: c.typ, ResourceNames: st.names}
+		switch st.version {
+		case "ack":
+			req.VersionInfo = c.last.GetVersionInfo()
+			c.acc = req.VersionInfo
+		case "acc":
+			req.VersionInfo = c.acc
+		default:
+			req.VersionInfo = st.version
+		}
+		if c.last != nil {
+			req.ResponseNonce = c.last.GetNonce()
+		}
+		if st.nack {
+			req.ErrorDetail = &rpcstatus.Status{Code: 3, Message: "rejected for the test"}
+		}
+		require.NoError(c.t, c.s.Send(req))
+	case st.expect:
+		resp, err := c.s.Recv()
+		require.NoError(c.t, err)
+		var got []string
+		for _, a := range resp.GetResources() {
+			m, err := a.UnmarshalNew()
+			require.NoError(c.t, err)
+			got = append(got, cachev3.GetResourceName(m))
+		}
+		sort.Strings(got)
+		want := append([]string{}, st.want...)
+		sort.Strings(want)
+		require.Equal(c.t, want, append([]string{}, got...), "response %s", resp.GetVersionInfo())
+		c.last = resp
+	}
+}
+
+func put(n ...string) step                 { return step{put: n} }
+func del(n ...string) step                 { return step{del: n} }
+func set(n ...string) step                 { return step{set: n} }
+func ask(version string, n ...string) step { return step{ask: true, version: version, names: n} }
+func nack(n ...string) step                { return step{ask: true, version: "acc", names: n, nack: true} }
+func want(n ...string) step                { return step{expect: true, want: append([]string{}, n...)} }
+func wantGone(upd []string, gone ...string) step {
+	return step{expect: true, want: append([]string{}, upd...), gone: append([]string{}, gone...)}
+}
+
+func TestSotw(t *testing.T) {
+	eds, cds := resourcev3.EndpointType, resourcev3.ClusterType
+	cases := []struct {
+		name    string
+		typ     string
+		initial []string
+		steps   []step
+	}{
+		{"named: only the changed subscribed resources, and one that appears later", eds, []string{"a", "x"}, []step{
+			ask("", "a", "b"), want("a"),
+			ask("ack", "a", "b"), // no answer: nothing changed
+			put("b"), want("b"), ask("ack", "a", "b"),
+			put("x"), // not subscribed: no answer
+			put("a"), want("a"), ask("ack", "a", "b"),
+		}},
+		{"a subset of what the cache holds (proxyless gRPC)", eds, []string{"a", "b", "c"}, []step{
+			ask("", "b"), want("b"), ask("ack", "b"),
+			put("a", "b", "c"), want("b"),
+		}},
+		{"a name added to the subscription is sent, one removed and added again is sent again", eds, []string{"a", "b"}, []step{
+			ask("", "a"), want("a"), ask("ack", "a", "b"), want("b"),
+			ask("ack", "a"), // b dropped: no answer
+			ask("acc", "a", "b"), want("b"), ask("ack", "a", "b"),
+			put("a"), want("a"),
+		}},
+		{"a deleted resource is not answered in SotW EDS; it is sent again when it comes back", eds, []string{"a", "b"}, []step{
+			ask("", "a", "b"), want("a", "b"), ask("ack", "a", "b"),
+			del("b"), put("a"), want("a"), ask("ack", "a", "b"),
+			put("b"), want("b"),
+		}},
+		{"a NACK gets no answer and the next change is sent", eds, []string{"a", "b"}, []step{
+			ask("", "a", "b"), want("a", "b"), ask("ack", "a", "b"),
+			put("a"), want("a"), nack("a", "b"),
+			put("b"), want("b"),
+		}},
+		{"a NACK of the first response (no version accepted yet) is not answered with it again", cds, []string{"a"}, []step{
+			ask(""), want("a"), {ask: true, nack: true},
+			put("b"), want("a", "b"),
+		}},
+		{"the first request gets an answer even when nothing it names exists", eds, []string{"a"}, []step{
+			ask("", "b"), want(), ask("ack", "b"),
+			put("b"), want("b"),
+		}},
+		{"a version of another instance gets the whole state", eds, []string{"a", "b"}, []step{
+			ask("other-7", "a", "b"), want("a", "b"),
+		}},
+		{"a version of this instance on a new stream: everything subscribed is sent", eds, []string{"a", "b"}, []step{
+			ask("t-1", "a", "b"), want("a", "b"),
+		}},
+		{"wildcard CDS: every change sends the whole state, deletions included", cds, []string{"a", "b"}, []step{
+			ask(""), want("a", "b"), ask("ack"),
+			put("c"), want("a", "b", "c"), ask("ack"),
+			del("a"), want("b", "c"), ask("ack"),
+			set("b", "d"), want("b", "d"),
+		}},
+		{"named CDS (full state): dropping a name answers with the smaller set", cds, []string{"a", "b"}, []step{
+			ask("", "a", "b"), want("a", "b"), ask("ack", "a", "b"),
+			ask("ack", "a"), want("a"), ask("ack", "a"),
+			put("b"), // not subscribed any more
+			put("a"), want("a"),
+		}},
+		{"a change while the stream has not ACKed yet is sent at its ACK", eds, []string{"a", "b"}, []step{
+			ask("", "a", "b"), want("a", "b"),
+			put("b"), ask("ack", "a", "b"), want("b"),
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, tc.typ, "t-", tc.initial...)
+			c := r.sotw(t)
+			for _, st := range tc.steps {
+				c.do(r, st)
+			}
+		})
+	}
+}
+
+// deltaClient is one Delta ADS stream driven step by step.
+type deltaClient struct {
+	t     *testing.T
+	typ   string
+	s     discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
+	last  *discovery.DeltaDiscoveryResponse
+	names []string // the subscription as of the latest request
+	known map[string]string
+}
+
+func (r *rig) delta(t *testing.T) *deltaClient {
+	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn(t, r.addr)).DeltaAggregatedResources(streamCtx(t))
+	require.NoError(t, err)
+	return &deltaClient{t: t, typ: r.typ, s: s, known: map[string]string{}}
+}
+
+func (c *deltaClient) do(r *rig, st step) {
+	c.t.Helper()
+	switch {
+	case st.put != nil || st.del != nil:
+		require.NoError(c.t, r.cache.UpdateResources(resources(r.typ, st.put...), st.del))
+	case st.set != nil:
+		r.cache.SetResources(resources(r.typ, st.set...))
+	case st.ask:
+		req := &discovery.DeltaDiscoveryRequest{TypeUrl: c.typ}
+		if c.last == nil {
+			req.ResourceNamesSubscribe = st.names
+			if st.version != "" { // a reconnect: what the client has
+				req.InitialResourceVersions = map[string]string{}
+				for _, n := range st.names {
+					req.InitialResourceVersions[n] = st.version
+				}
+			}
+		} else {
+			req.ResponseNonce = c.last.GetNonce()
+			for _, n := range st.names {
+				if !slices.Contains(c.names, n) {
+					req.ResourceNamesSubscribe = append(req.ResourceNamesSubscribe, n)
+				}
+			}
+			for _, n := range c.names {
+				if !slices.Contains(st.names, n) {
+					req.ResourceNamesUnsubscribe = append(req.ResourceNamesUnsubscribe, n)
+				}
+			}
+		}
+		c.names = st.names
+		if st.nack {
+			req.ErrorDetail = &rpcstatus.Status{Code: 3, Message: "rejected for the test"}
+		}
+		require.NoError(c.t, c.s.Send(req))
+	case st.expect:
+		resp, err := c.s.Recv()
+		require.NoError(c.t, err)
+		want := append([]string{}, st.want...)
+		sort.Strings(want)
+		gone := append([]string{}, st.gone...)
+		sort.Strings(gone)
+		removed := append([]string{}, resp.GetRemovedResources()...)
+		sort.Strings(removed)
+		require.Equal(c.t, want, names(resp.GetResources()), "resources of %s", resp.GetSystemVersionInfo())
+		require.Equal(c.t, gone, removed, "removed in %s", resp.GetSystemVersionInfo())
+		for _, res := range resp.GetResources() {
+			require.NotEmpty(c.t, res.GetVersion())
+			c.known[res.GetName()] = res.GetVersion()
+		}
+		c.last = resp
+	}
+}
+
+func TestDelta(t *testing.T) {
+	eds, cds := resourcev3.EndpointType, resourcev3.ClusterType
+	cases := []struct {
+		name    string
+		typ     string
+		initial []string
+		steps   []step
+	}{
+		{"named: changes, removals, resources that appear later", eds, []string{"a", "x"}, []step{
+			ask("", "a", "b"), want("a"),
+			ask("ack", "a", "b"), // an ACK: no answer
+			put("b"), want("b"), ask("ack", "a", "b"),
+			put("x"), // not subscribed
+			del("a"), wantGone(nil, "a"), ask("ack", "a", "b"),
+			put("a", "b"), want("a", "b"),
+		}},
+		{"subscribing to more names sends only those", eds, []string{"a", "b", "c"}, []step{
+			ask("", "a"), want("a"), ask("ack", "a", "c"), want("c"),
+			ask("ack", "c"), // unsubscribed a: nothing to send
+			put("a", "c"), want("c"),
+		}},
+		{"a NACK gets no answer and the next change is sent", eds, []string{"a", "b"}, []step{
+			ask("", "a", "b"), want("a", "b"), ask("ack", "a", "b"),
+			put("a"), want("a"), nack("a", "b"),
+			put("b"), want("b"),
+		}},
+		{"wildcard: the first request is answered even when empty; changes and removals follow", cds, nil, []step{
+			ask(""), want(), ask("ack"),
+			put("a", "b"), want("a", "b"), ask("ack"),
+			del("a"), wantGone(nil, "a"), ask("ack"),
+			set("b", "c"), want("b", "c"),
+		}},
+		{"a reconnect with versions of another instance gets everything again", eds, []string{"a", "b"}, []step{
+			ask("other-3", "a", "b"), want("a", "b"),
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, tc.typ, "t-", tc.initial...)
+			c := r.delta(t)
+			for _, st := range tc.steps {
+				c.do(r, st)
+			}
+		})
+	}
+}
+
+// A reconnecting Delta stream that has the current versions is sent only what differs.
+func TestDeltaReconnectSendsOnlyWhatDiffers(t *testing.T) {
+	r := newRig(t, resourcev3.EndpointType, "t-", "a", "b")
+	first := r.delta(t)
+	first.do(r, ask("", "a", "b"))
+	first.do(r, want("a", "b"))
+	require.NoError(t, r.cache.UpdateResources(resources(r.typ, "b"), nil))
+	first.do(r, ask("ack", "a", "b"))
+	first.do(r, want("b"))
+
+	second := r.delta(t)
+	req := &discovery.DeltaDiscoveryRequest{TypeUrl: r.typ, ResourceNamesSubscribe: []string{"a", "b", "c"},
+		InitialResourceVersions: map[string]string{"a": first.known["a"], "b": "t-1", "c": "t-1"}}
+	require.NoError(t, second.s.Send(req))
+	second.names = []string{"a", "b", "c"}
+	second.do(r, wantGone([]string{"b"}, "c")) // a is current; b is stale; c does not exist
+}
+
+// An ACK with an unchanged subscription re-arms the stream's watch without touching the
+// reverse index: the index work is once per name subscribed, not once per name per ACK.
+func TestRearmDoesNotReindex(t *testing.T) {
+	var all []string
+	for i := range 200 {
+		all = append(all, "c"+string(rune('a'+i%26))+string(rune('a'+i/26)))
+	}
+	r := newRig(t, resourcev3.EndpointType, "t-", all...)
+	c := r.sotw(t)
+	c.do(r, ask("", all...))
+	c.do(r, want(all...))
+	for i := range 20 {
+		c.do(r, ask("ack", all...))
+		c.do(r, put(all[i]))
+		c.do(r, want(all[i]))
+	}
+	r.cache.mu.Lock()
+	defer r.cache.mu.Unlock()
+	require.Equal(t, len(all), r.cache.indexed, "names indexed")
+	require.Len(t, r.cache.streams, 1)
+	require.Len(t, r.cache.byName, len(all))
+}
+
+// Wildcard watches at the same version share one full-state answer: the resources are encoded
+// once, whatever the number of streams.
+func TestFullStateAnswerIsShared(t *testing.T) {
+	c := New(resourcev3.ClusterType, "t-")
+	c.SetResources(resources(c.typeURL, "a", "b", "c"))
+	var outs []*discovery.DiscoveryResponse
+	for range 3 {
+		sub := stream.NewSotwSubscription(nil, true)
+		ch := make(chan cachev3.Response, 1)
+		_, err := c.CreateWatch(&cachev3.Request{TypeUrl: c.typeURL}, &sub, ch)
+		require.NoError(t, err)
+		out, err := (<-ch).GetDiscoveryResponse()
+		require.NoError(t, err)
+		outs = append(outs, out)
+	}
+	require.Len(t, outs[0].GetResources(), 3)
+	for _, o := range outs[1:] {
+		require.NotSame(t, outs[0], o, "each stream gets its own response (the server sets its nonce)")
+		for i := range o.GetResources() {
+			require.Same(t, outs[0].GetResources()[i], o.GetResources()[i], "encoded once")
+		}
+	}
+}
+
+// A stream that ends leaves no watch behind once parkedGrace has passed.
+func TestEndedStreamsAreSwept(t *testing.T) {
+	c := New(resourcev3.EndpointType, "t-")
+	now := time.Unix(1000, 0)
+	c.now = func() time.Time { return now }
+	sub := stream.NewSotwSubscription([]string{"a", "b"}, false)
+	cancel, err := c.CreateWatch(&cachev3.Request{TypeUrl: c.typeURL, ResourceNames: []string{"a", "b"}, VersionInfo: "t-0"}, &sub, make(chan cachev3.Response, 1))
+	require.NoError(t, err)
+	require.Equal(t, 1, c.NumWatches())
+	cancel() // the stream ended
+	now = now.Add(parkedGrace + time.Second)
+	require.NoError(t, c.UpdateResource("a", resource(c.typeURL, "a")))
+	require.Equal(t, 0, c.NumWatches())
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.Empty(t, c.byName)
+}
+
+// The server drops an answer when a request of the stream comes first (it replaces the watch's
+// response channel): the stream is answered again at that request.
+func TestDroppedAnswerIsSentAgain(t *testing.T) {
+	c := New(resourcev3.EndpointType, "t-")
+	require.NoError(t, c.UpdateResource("a", resource(c.typeURL, "a")))
+	sub := stream.NewSotwSubscription([]string{"a"}, false)
+	req := func(version string) (*cachev3.Request, chan cachev3.Response) {
+		return &cachev3.Request{TypeUrl: c.typeURL, ResourceNames: []string{"a"}, VersionInfo: version}, make(chan cachev3.Response, 1)
+	}
+	sendOf := func(r cachev3.Response) string { // what the server does when it sends r
+		sub.SetReturnedResources(r.GetReturnedResources())
+		return r.GetResponseVersion()
+	}
+	r, ch := req("")
+	cancel, err := c.CreateWatch(r, &sub, ch)
+	require.NoError(t, err)
+	v := sendOf(<-ch)
+	cancel()
+	r, ch = req(v)
+	cancel, err = c.CreateWatch(r, &sub, ch)
+	require.NoError(t, err)
+	require.Empty(t, ch, "an ACK: nothing to send")
+
+	require.NoError(t, c.UpdateResource("a", resource(c.typeURL, "a")))
+	require.Len(t, ch, 1, "the change is answered")
+	cancel() // a request came before the server read the answer: it is dropped
+	r, ch = req(v)
+	_, err = c.CreateWatch(r, &sub, ch)
+	require.NoError(t, err)
+	require.Len(t, ch, 1, "the dropped answer is given again")
+	require.NotEqual(t, v, sendOf(<-ch))
+}
