@@ -37,6 +37,7 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -46,19 +47,21 @@ import (
 // connection is closed.
 const parkedGrace = 2 * time.Minute
 
-// entry is one resource (or the tombstone of a deleted one: res nil) at the version it last
-// changed.
+// entry is one resource (or the tombstone of a deleted one: res nil) at the version it was last
+// set (SotW answers resend what was set) and the version its content last changed (Delta
+// answers send only changed content).
 type entry struct {
 	name    string
 	res     types.Resource
 	version uint64
+	content uint64
 	// encoded is the resource as an Any, encoded once on first use (by a stream goroutine,
 	// outside the cache's lock) and shared by every response that carries this version.
 	encoded func() (*anypb.Any, error)
 }
 
 func newEntry(typeURL, name string, res types.Resource, version uint64) *entry {
-	e := &entry{name: name, res: res, version: version}
+	e := &entry{name: name, res: res, version: version, content: version}
 	e.encoded = sync.OnceValues(func() (*anypb.Any, error) {
 		b, err := cachev3.MarshalResource(res)
 		if err != nil {
@@ -144,7 +147,7 @@ func (c *Cache) UpdateResources(toUpdate map[string]types.Resource, toDelete []s
 	c.version++
 	changed := make([]string, 0, len(toUpdate)+len(toDelete))
 	for name, r := range toUpdate {
-		c.put(name, r)
+		c.put(name, r, false)
 		changed = append(changed, name)
 	}
 	for _, name := range toDelete {
@@ -156,8 +159,10 @@ func (c *Cache) UpdateResources(toUpdate map[string]types.Resource, toDelete []s
 	return nil
 }
 
-// SetResources replaces the whole content: every resource given counts as changed (as
-// LinearCache: a full push), the ones not given are deleted.
+// SetResources replaces the whole content: every resource given counts as set again (SotW
+// streams are sent it, as istiod's full push), the ones not given are deleted. A resource equal
+// to the one it replaces keeps its content version and its encoding: Delta streams are not sent
+// it again, and it is not encoded again.
 func (c *Cache) SetResources(resources map[string]types.Resource) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -170,18 +175,25 @@ func (c *Cache) SetResources(resources map[string]types.Resource) {
 		}
 	}
 	for name, r := range resources {
-		c.put(name, r)
+		c.put(name, r, true)
 		changed = append(changed, name)
 	}
 	c.changed(changed)
 }
 
-// put sets name at the current version (lock held).
-func (c *Cache) put(name string, r types.Resource) {
-	if old := c.entries[name]; old == nil || old.res == nil {
+// put sets name at the current version; if same, a resource equal to the current one keeps its
+// content (lock held).
+func (c *Cache) put(name string, r types.Resource, same bool) {
+	old := c.entries[name]
+	switch {
+	case old == nil || old.res == nil:
 		c.live++
+		c.entries[name] = newEntry(c.typeURL, name, r, c.version)
+	case same && proto.Equal(old.res, r):
+		c.entries[name] = &entry{name: name, res: old.res, version: c.version, content: old.content, encoded: old.encoded}
+	default:
+		c.entries[name] = newEntry(c.typeURL, name, r, c.version)
 	}
-	c.entries[name] = newEntry(c.typeURL, name, r, c.version)
 	c.log = append(c.log, change{c.version, name})
 }
 
@@ -193,7 +205,7 @@ func (c *Cache) remove(name string) bool {
 		return false
 	}
 	c.live--
-	c.entries[name] = &entry{name: name, version: c.version}
+	c.entries[name] = &entry{name: name, version: c.version, content: c.version}
 	c.log = append(c.log, change{c.version, name})
 	return true
 }

@@ -346,7 +346,7 @@ func TestDelta(t *testing.T) {
 			ask(""), want(), ask("ack"),
 			put("a", "b"), want("a", "b"), ask("ack"),
 			del("a"), wantGone(nil, "a"), ask("ack"),
-			set("b", "c"), want("b", "c"),
+			set("b", "c"), want("c"), // a full push: b's content is the same, only c is new
 		}},
 		{"a reconnect with versions of another instance gets everything again", eds, []string{"a", "b"}, []step{
 			ask("other-3", "a", "b"), want("a", "b"),

@@ -135,7 +135,7 @@ func (c *Cache) newChangeSet(entries []*entry, removed []string) *changeSet {
 			if err != nil {
 				return nil, err
 			}
-			out[i] = &discovery.Resource{Name: e.name, Resource: a, Version: c.versionString(e.version)}
+			out[i] = &discovery.Resource{Name: e.name, Resource: a, Version: c.versionString(e.content)}
 		}
 		return out, nil
 	})
@@ -194,7 +194,7 @@ func (c *Cache) initialDelta(w *watch, sub cachev3.Subscription) func() {
 	var upd []*entry
 	var removed []string
 	consider := func(e *entry) {
-		if e.res != nil && known[e.name] != c.versionString(e.version) {
+		if e.res != nil && known[e.name] != c.versionString(e.content) {
 			upd = append(upd, e)
 		}
 	}
@@ -244,10 +244,10 @@ func (c *Cache) answerDelta(w *watch) bool {
 				if !c.current(ch) {
 					continue
 				}
-				if e := c.entries[ch.name]; e.res != nil {
-					upd = append(upd, e)
-				} else {
+				if e := c.entries[ch.name]; e.res == nil {
 					removed = append(removed, ch.name)
+				} else if e.content > w.sent {
+					upd = append(upd, e)
 				}
 			}
 			set = c.newChangeSet(upd, removed)
@@ -270,7 +270,7 @@ func (c *Cache) answerDelta(w *watch) bool {
 		switch {
 		case e != nil && e.res != nil:
 			upd = append(upd, e)
-		case e != nil && e.version > w.sent:
+		case e != nil && e.content > w.sent:
 			removed = append(removed, name)
 		default:
 			return
@@ -297,14 +297,14 @@ func (c *Cache) answerDelta(w *watch) bool {
 				continue
 			}
 			if _, ok := w.names[ch.name]; ok || w.wildcard {
-				if e := c.entries[ch.name]; e.version > w.sent {
+				if e := c.entries[ch.name]; e.content > w.sent {
 					add(ch.name)
 				}
 			}
 		}
 	} else {
 		for name := range w.names {
-			if e := c.entries[name]; e != nil && e.version > w.sent {
+			if e := c.entries[name]; e != nil && e.content > w.sent {
 				add(name)
 			}
 		}
