@@ -19,9 +19,11 @@ import (
 	"github.com/meshchaos/meshchaos/controlplane/xds/watchcache"
 )
 
-// Caches hold what the proxies are served, as go-control-plane LinearCaches. Linear caches
-// answer requests for any subset of their resources (what proxyless gRPC sends; a snapshot cache
-// with ads=true would not), notify only the watches of changed resources, and serve Delta.
+// Caches hold what the proxies are served, as watchcache.Caches (one per type, or per type and
+// scope). They answer requests for any subset of their resources (what proxyless gRPC sends; a
+// snapshot cache with ads=true would not), notify only the watches of changed resources, serve
+// Delta, and keep each stream's subscription across its ACKs, so that an endpoint change costs
+// O(proxies watching it), not O(proxies × names) (see package watchcache).
 //
 // Clusters, listeners and routes depend on the proxy's scope (istiod's SidecarScope): the
 // proxy's namespace decides which Sidecar applies and which short host names resolve. So they
@@ -383,7 +385,7 @@ func (c *Caches) Move() int {
 	return moved
 }
 
-// orNoop: a linear cache that answers a watch at once returns no cancel function.
+// orNoop: a cache may answer a watch at once and return no cancel function.
 func orNoop(cancel func()) func() {
 	if cancel == nil {
 		return func() {}

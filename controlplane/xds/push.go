@@ -349,8 +349,8 @@ func (p *Pusher) reportInvalid(bad []Invalid) {
 // (nil when a new scope is filled): a scope that neither sees a changed config nor changed
 // itself is left alone, so its proxies get nothing (istiod's ProxyNeedsPush with the
 // SidecarScope's dependencies); any other is regenerated once for all its proxies and resent to
-// each of them (SetResources marks every resource changed: istiod's full push; Delta proxies get
-// only what changed, by content hash).
+// each of them (SetResources marks every resource set: istiod's full push; Delta proxies get
+// only what changed: an equal resource keeps its content version).
 func (p *Pusher) pushScope(sc *ScopeCaches, entries []*model.Entry, ch *model.Change) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()

@@ -56,10 +56,10 @@ type Limits struct {
 	// server has served, plus NameSlack. A proxy names only resources it learned from the
 	// control plane (clusters from CDS, then their EDS; listener and route names), so twice the
 	// most ever served covers a whole config replaced in one push, and the slack a proxy still
-	// naming an old config's resources. The caches track a watch per name under a lock every
-	// stream shares: a subscription to 100 000 names that do not exist held it for O(names)
-	// when opened and again when cancelled, and clients that gave up and asked again queued
-	// ever more of them in front of the good proxies' watches. Names are not bounded before
+	// naming an old config's resources. The caches index a subscription by name under a lock
+	// every stream shares: a subscription to 100 000 names that do not exist holds it for
+	// O(names) when indexed and again when dropped, and clients that gave up and asked again
+	// would queue ever more of them in front of the good proxies' watches. Names are not bounded before
 	// Synced: a proxy reconnecting to a restarted control plane names its whole config before
 	// the caches hold it.
 	NameSlack int
