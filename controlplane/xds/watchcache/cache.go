@@ -23,6 +23,7 @@
 package watchcache
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -37,7 +38,6 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -70,6 +70,12 @@ func newEntry(typeURL, name string, res types.Resource, version uint64) *entry {
 		return &anypb.Any{TypeUrl: typeURL, Value: b}, nil
 	})
 	return e
+}
+
+// sameEncoding reports whether e is encoded as a (e is encoded if it was not yet).
+func sameEncoding(e *entry, a *anypb.Any) bool {
+	old, err := e.encoded()
+	return err == nil && bytes.Equal(old.GetValue(), a.GetValue())
 }
 
 // change is one entry of the change log: name changed (or was deleted) at version.
@@ -147,7 +153,7 @@ func (c *Cache) UpdateResources(toUpdate map[string]types.Resource, toDelete []s
 	c.version++
 	changed := make([]string, 0, len(toUpdate)+len(toDelete))
 	for name, r := range toUpdate {
-		c.put(name, r, false)
+		c.put(name, r, nil)
 		changed = append(changed, name)
 	}
 	for _, name := range toDelete {
@@ -160,10 +166,17 @@ func (c *Cache) UpdateResources(toUpdate map[string]types.Resource, toDelete []s
 }
 
 // SetResources replaces the whole content: every resource given counts as set again (SotW
-// streams are sent it, as istiod's full push), the ones not given are deleted. A resource equal
-// to the one it replaces keeps its content version and its encoding: Delta streams are not sent
-// it again, and it is not encoded again.
+// streams are sent it, as istiod's full push), the ones not given are deleted. A resource
+// encoded as the one it replaces keeps its content version: Delta streams are not sent it again.
 func (c *Cache) SetResources(resources map[string]types.Resource) {
+	// Encoded before the lock: every resource is sent to someone (a scope exists only while
+	// its proxies are connected), and the encoding tells whether its content changed.
+	encoded := make(map[string]*anypb.Any, len(resources))
+	for name, r := range resources {
+		if b, err := cachev3.MarshalResource(r); err == nil {
+			encoded[name] = &anypb.Any{TypeUrl: c.typeURL, Value: b}
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sweep()
@@ -175,22 +188,25 @@ func (c *Cache) SetResources(resources map[string]types.Resource) {
 		}
 	}
 	for name, r := range resources {
-		c.put(name, r, true)
+		c.put(name, r, encoded[name])
 		changed = append(changed, name)
 	}
 	c.changed(changed)
 }
 
-// put sets name at the current version; if same, a resource equal to the current one keeps its
-// content (lock held).
-func (c *Cache) put(name string, r types.Resource, same bool) {
+// put sets name at the current version. With its encoding (nil: encoded when first sent), a
+// resource encoded as the one it replaces keeps its content version and encoding (lock held).
+func (c *Cache) put(name string, r types.Resource, encoded *anypb.Any) {
 	old := c.entries[name]
-	switch {
-	case old == nil || old.res == nil:
+	if old == nil || old.res == nil {
 		c.live++
-		c.entries[name] = newEntry(c.typeURL, name, r, c.version)
-	case same && proto.Equal(old.res, r):
+	}
+	switch {
+	case encoded != nil && old != nil && old.res != nil && sameEncoding(old, encoded):
 		c.entries[name] = &entry{name: name, res: old.res, version: c.version, content: old.content, encoded: old.encoded}
+	case encoded != nil:
+		c.entries[name] = &entry{name: name, res: r, version: c.version, content: c.version,
+			encoded: func() (*anypb.Any, error) { return encoded, nil }}
 	default:
 		c.entries[name] = newEntry(c.typeURL, name, r, c.version)
 	}
@@ -324,8 +340,15 @@ func (c *Cache) CreateWatch(r *cachev3.Request, sub cachev3.Subscription, ch cha
 		return nil, fmt.Errorf("watchcache: request for %s on the cache of %s", r.GetTypeUrl(), c.typeURL)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	w := c.stream(sub, ch, false)
+	prev := w.reqNames
+	c.mu.Unlock()
+	// Only this stream's requests touch w.reqNames, one at a time, and w is neither armed nor
+	// parked until this request arms it: the names (all of them, in every SotW request) are
+	// compared outside the lock every stream shares.
+	same := prev != nil && slices.Equal(prev, r.GetResourceNames())
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	isNew := w.sent == 0 && w.names == nil && !w.wildcard && w.reqNames == nil
 	v := r.GetVersionInfo()
 	// A stream that says it has nothing, or has a version of another instance, gets the whole
@@ -334,9 +357,12 @@ func (c *Cache) CreateWatch(r *cachev3.Request, sub cachev3.Subscription, ch cha
 	if (v == "" || !strings.HasPrefix(v, c.prefix)) && (r.GetErrorDetail() == nil || isNew) {
 		w.sent, w.reply = 0, true
 	}
-	if isNew || w.wildcard != sub.IsWildcard() || !slices.Equal(w.reqNames, r.GetResourceNames()) {
+	if isNew || w.wildcard != sub.IsWildcard() || !same {
 		c.subscribe(w, sub.IsWildcard(), sub.SubscribedResources(), nil)
-		w.reqNames = slices.Clone(r.GetResourceNames())
+		w.reqNames = r.GetResourceNames() // the server does not change a request's names
+		if w.reqNames == nil {
+			w.reqNames = []string{} // known: nil means no request yet
+		}
 	}
 	w.sotwReq, w.deltaReq = r, nil
 	return c.arm(w), nil
