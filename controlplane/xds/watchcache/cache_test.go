@@ -120,10 +120,7 @@ type step struct {
 func (c *sotwClient) do(r *rig, st step) {
 	c.t.Helper()
 	switch {
-	case st.put != nil || st.del != nil:
-		require.NoError(c.t, r.cache.UpdateResources(resources(r.typ, st.put...), st.del))
-	case st.set != nil:
-		r.cache.SetResources(resources(r.typ, st.set...))
+	case r.change(c.t, st):
 	case st.ask:
 		req := &discovery.DiscoveryRequest{TypeUrl: c.typ, ResourceNames: st.names}
 		switch st.version {
@@ -138,9 +135,7 @@ func (c *sotwClient) do(r *rig, st step) {
 		if c.last != nil {
 			req.ResponseNonce = c.last.GetNonce()
 		}
-		if st.nack {
-			req.ErrorDetail = &rpcstatus.Status{Code: 3, Message: "rejected for the test"}
-		}
+		req.ErrorDetail = st.errorDetail()
 		require.NoError(c.t, c.s.Send(req))
 	case st.expect:
 		resp, err := c.s.Recv()
@@ -159,6 +154,14 @@ func (c *sotwClient) do(r *rig, st step) {
 	}
 }
 
+// errorDetail is a NACK's error for a step that nacks, else nil.
+func (st step) errorDetail() *rpcstatus.Status {
+	if !st.nack {
+		return nil
+	}
+	return &rpcstatus.Status{Code: 3, Message: "rejected for the test"}
+}
+
 func put(n ...string) step                 { return step{put: n} }
 func del(n ...string) step                 { return step{del: n} }
 func set(n ...string) step                 { return step{set: n} }
@@ -169,14 +172,47 @@ func wantGone(upd []string, gone ...string) step {
 	return step{expect: true, want: append([]string{}, upd...), gone: append([]string{}, gone...)}
 }
 
+// scenario is one table case: a cache of typ holding initial, and one stream's steps.
+type scenario struct {
+	name    string
+	typ     string
+	initial []string
+	steps   []step
+}
+
+// stepper is a stream driven step by step.
+type stepper interface{ do(r *rig, st step) }
+
+// run plays each scenario on a new rig with one stream opened by open.
+func run(t *testing.T, cases []scenario, open func(t *testing.T, r *rig) stepper) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, tc.typ, "t-", tc.initial...)
+			c := open(t, r)
+			for _, st := range tc.steps {
+				c.do(r, st)
+			}
+		})
+	}
+}
+
+// change applies st to the cache if it is a change.
+func (r *rig) change(t *testing.T, st step) bool {
+	t.Helper()
+	switch {
+	case st.put != nil || st.del != nil:
+		require.NoError(t, r.cache.UpdateResources(resources(r.typ, st.put...), st.del))
+	case st.set != nil:
+		r.cache.SetResources(resources(r.typ, st.set...))
+	default:
+		return false
+	}
+	return true
+}
+
 func TestSotw(t *testing.T) {
 	eds, cds := resourcev3.EndpointType, resourcev3.ClusterType
-	cases := []struct {
-		name    string
-		typ     string
-		initial []string
-		steps   []step
-	}{
+	cases := []scenario{
 		{"named: only the changed subscribed resources, and one that appears later", eds, []string{"a", "x"}, []step{
 			ask("", "a", "b"), want("a"),
 			ask("ack", "a", "b"), // no answer: nothing changed
@@ -235,15 +271,7 @@ func TestSotw(t *testing.T) {
 			put("b"), ask("ack", "a", "b"), want("b"),
 		}},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, tc.typ, "t-", tc.initial...)
-			c := r.sotw(t)
-			for _, st := range tc.steps {
-				c.do(r, st)
-			}
-		})
-	}
+	run(t, cases, func(t *testing.T, r *rig) stepper { return r.sotw(t) })
 }
 
 // deltaClient is one Delta ADS stream driven step by step.
@@ -265,10 +293,7 @@ func (r *rig) delta(t *testing.T) *deltaClient {
 func (c *deltaClient) do(r *rig, st step) {
 	c.t.Helper()
 	switch {
-	case st.put != nil || st.del != nil:
-		require.NoError(c.t, r.cache.UpdateResources(resources(r.typ, st.put...), st.del))
-	case st.set != nil:
-		r.cache.SetResources(resources(r.typ, st.set...))
+	case r.change(c.t, st):
 	case st.ask:
 		req := &discovery.DeltaDiscoveryRequest{TypeUrl: c.typ}
 		if c.last == nil {
@@ -293,9 +318,7 @@ func (c *deltaClient) do(r *rig, st step) {
 			}
 		}
 		c.names = st.names
-		if st.nack {
-			req.ErrorDetail = &rpcstatus.Status{Code: 3, Message: "rejected for the test"}
-		}
+		req.ErrorDetail = st.errorDetail()
 		require.NoError(c.t, c.s.Send(req))
 	case st.expect:
 		resp, err := c.s.Recv()
@@ -318,12 +341,7 @@ func (c *deltaClient) do(r *rig, st step) {
 
 func TestDelta(t *testing.T) {
 	eds, cds := resourcev3.EndpointType, resourcev3.ClusterType
-	cases := []struct {
-		name    string
-		typ     string
-		initial []string
-		steps   []step
-	}{
+	cases := []scenario{
 		{"named: changes, removals, resources that appear later", eds, []string{"a", "x"}, []step{
 			ask("", "a", "b"), want("a"),
 			ask("ack", "a", "b"), // an ACK: no answer
@@ -352,15 +370,7 @@ func TestDelta(t *testing.T) {
 			ask("other-3", "a", "b"), want("a", "b"),
 		}},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, tc.typ, "t-", tc.initial...)
-			c := r.delta(t)
-			for _, st := range tc.steps {
-				c.do(r, st)
-			}
-		})
-	}
+	run(t, cases, func(t *testing.T, r *rig) stepper { return r.delta(t) })
 }
 
 // A reconnecting Delta stream that has the current versions is sent only what differs.
