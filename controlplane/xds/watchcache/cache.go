@@ -6,15 +6,20 @@
 // walking its names or the whole cache: O(proxies × names) per change, under one lock. This
 // cache keeps what istiod keeps per connection (WatchedResources) instead:
 //
-//   - One watch object per stream (keyed by the stream's response channel), indexed by name
-//     once; an ACK that leaves the subscription unchanged re-arms it in O(1) without touching
-//     the index. The reverse index (name → watches, plus a set of wildcard watches) changes
-//     only when a subscription does.
+//   - One watch object per stream (known by the stream's subscription state, see
+//     Cache.stream), indexed by name once; an ACK that leaves the subscription unchanged
+//     re-arms it without touching the index (a SotW ACK repeats every name: they are compared,
+//     outside the lock, with the previous request's; a Delta ACK names none). The reverse
+//     index (name → watches, plus a set of wildcard watches) changes only when a
+//     subscription does.
 //   - Every resource carries the cache version at which it last changed, and a change log
 //     (ordered by version, one live entry per name) answers "what changed since the version
 //     this proxy was last answered at" by a binary search.
-//   - Full-state answers (SotW CDS/LDS to wildcard watches) are built once per cache version
-//     and shared by every proxy at that version; encoded resources are shared by all answers.
+//   - Full-state answers (SotW CDS/LDS to wildcard watches) are built and encoded once per
+//     cache version and shared by every proxy at that version; encoded resources are shared by
+//     all answers.
+//   - An answer counts as sent when the server sends it; one the server drops (a request of
+//     the stream came first) is given again.
 //
 // A stream's watch is dropped when its stream has not re-armed it for parkedGrace after the
 // server cancelled it (the server cancels both before re-arming and when the stream ends, and

@@ -20,6 +20,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 )
 
 // rig serves one cache over go-control-plane's ADS server on a loopback port.
@@ -415,7 +416,7 @@ func TestRearmDoesNotReindex(t *testing.T) {
 }
 
 // Wildcard watches at the same version share one full-state answer: the resources are encoded
-// once, whatever the number of streams.
+// once, whatever the number of streams, and each stream's response decodes to all of them.
 func TestFullStateAnswerIsShared(t *testing.T) {
 	c := New(resourcev3.ClusterType, "t-")
 	c.SetResources(resources(c.typeURL, "a", "b", "c"))
@@ -429,13 +430,26 @@ func TestFullStateAnswerIsShared(t *testing.T) {
 		require.NoError(t, err)
 		outs = append(outs, out)
 	}
-	require.Len(t, outs[0].GetResources(), 3)
-	for _, o := range outs[1:] {
-		require.NotSame(t, outs[0], o, "each stream gets its own response (the server sets its nonce)")
-		for i := range o.GetResources() {
-			require.Same(t, outs[0].GetResources()[i], o.GetResources()[i], "encoded once")
+	body := outs[0].ProtoReflect().GetUnknown()
+	require.NotEmpty(t, body)
+	for _, o := range outs {
+		require.Same(t, &body[0], &o.ProtoReflect().GetUnknown()[0], "encoded once")
+		o.Nonce = "7" // as the server does: every stream has its own response
+		wire, err := proto.Marshal(o)
+		require.NoError(t, err)
+		var got discovery.DiscoveryResponse
+		require.NoError(t, proto.Unmarshal(wire, &got))
+		require.Equal(t, "7", got.GetNonce())
+		require.Equal(t, "t-1", got.GetVersionInfo())
+		var names []string
+		for _, a := range got.GetResources() {
+			var cl cluster.Cluster
+			require.NoError(t, a.UnmarshalTo(&cl))
+			names = append(names, cl.GetName())
 		}
+		require.Equal(t, []string{"a", "b", "c"}, names)
 	}
+	require.NotSame(t, outs[0], outs[1])
 }
 
 // A stream that ends leaves no watch behind once parkedGrace has passed.

@@ -2,11 +2,14 @@ package watchcache
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -36,18 +39,41 @@ type flight struct {
 
 // fullAnswer is the full-state SotW answer at one cache version, shared by every wildcard watch
 // answered at that version: built once per version, encoded once.
+//
+// It is encoded as a whole: body is the resources field (DiscoveryResponse.resources, field 2)
+// of every resource, as on the wire. Each stream's DiscoveryResponse carries body as its
+// unknown fields and no Resources: encoding it copies body, where encoding the Anys would size
+// and write thousands of messages again for every proxy of the scope. A receiver parses the
+// resources as if they were set (fields may come in any order on the wire).
 type fullAnswer struct {
 	entries []*entry
-	anys    func() ([]*anypb.Any, error)
+	body    func() ([]byte, error)
 }
 
 // buildFull (lock held).
 func (c *Cache) buildFull() *fullAnswer {
 	f := &fullAnswer{entries: c.allLive()}
 	sortEntries(f.entries)
-	f.anys = sync.OnceValues(func() ([]*anypb.Any, error) { return encodeAll(f.entries) })
+	f.body = sync.OnceValues(func() ([]byte, error) {
+		anys, err := encodeAll(f.entries)
+		if err != nil {
+			return nil, err
+		}
+		var b []byte
+		for _, a := range anys {
+			b = protowire.AppendTag(b, resourcesField, protowire.BytesType)
+			b = protowire.AppendVarint(b, uint64(proto.Size(a)))
+			if b, err = (proto.MarshalOptions{Deterministic: true}).MarshalAppend(b, a); err != nil {
+				return nil, fmt.Errorf("encode a %s response: %w", a.GetTypeUrl(), err)
+			}
+		}
+		return b, nil
+	})
 	return f
 }
+
+// resourcesField is the field number of DiscoveryResponse.resources.
+const resourcesField = 2
 
 // sotwResponse is a SotW answer. The server sets the nonce in the DiscoveryResponse, so each
 // stream gets its own, sharing the encoded resources.
@@ -65,17 +91,21 @@ var _ cachev3.Response = (*sotwResponse)(nil)
 func newSotwResponse(fl *flight, req *cachev3.Request, version string, entries []*entry, full *fullAnswer) *sotwResponse {
 	r := &sotwResponse{fl: fl, req: req, version: version, entries: entries, full: full}
 	r.out = sync.OnceValues(func() (*discovery.DiscoveryResponse, error) {
-		var anys []*anypb.Any
-		var err error
+		out := &discovery.DiscoveryResponse{VersionInfo: r.version, TypeUrl: r.req.GetTypeUrl()}
 		if r.full != nil {
-			anys, err = r.full.anys()
-		} else {
-			anys, err = encodeAll(r.entries)
+			body, err := r.full.body()
+			if err != nil {
+				return nil, err
+			}
+			out.ProtoReflect().SetUnknown(body)
+			return out, nil
 		}
+		anys, err := encodeAll(r.entries)
 		if err != nil {
 			return nil, err
 		}
-		return &discovery.DiscoveryResponse{VersionInfo: r.version, Resources: anys, TypeUrl: r.req.GetTypeUrl()}, nil
+		out.Resources = anys
+		return out, nil
 	})
 	return r
 }
