@@ -174,10 +174,18 @@ func (c *Cache) UpdateResources(toUpdate map[string]types.Resource, toDelete []s
 // streams are sent it, as istiod's full push), the ones not given are deleted. A resource
 // encoded as the one it replaces keeps its content version: Delta streams are not sent it again.
 func (c *Cache) SetResources(resources map[string]types.Resource) {
-	// Encoded before the lock: every resource is sent to someone (a scope exists only while
-	// its proxies are connected), and the encoding tells whether its content changed.
-	encoded := make(map[string]*anypb.Any, len(resources))
+	// Encoded before the lock when some stream watches this cache: every resource will be sent
+	// to it, and the encoding tells whether the content changed. Unwatched (a scope's Envoy
+	// listeners when only proxyless clients are connected, or the other way round), each is
+	// encoded when first sent.
+	c.mu.Lock()
+	watched := len(c.streams) > 0
+	c.mu.Unlock()
+	encoded := map[string]*anypb.Any{}
 	for name, r := range resources {
+		if !watched {
+			break
+		}
 		if b, err := cachev3.MarshalResource(r); err == nil {
 			encoded[name] = &anypb.Any{TypeUrl: c.typeURL, Value: b}
 		}

@@ -367,6 +367,11 @@ func TestDelta(t *testing.T) {
 			del("a"), wantGone(nil, "a"), ask("ack"),
 			set("b", "c"), want("c"), // a full push: b's content is the same, only c is new
 		}},
+		{"wildcard: a name unsubscribed is answered again (it is still wanted as part of the wildcard)", cds, []string{"a", "b"}, []step{
+			ask(""), want("a", "b"), ask("ack", "a"), want("a"),
+			ask("ack"), want("a"), ask("ack"),
+			del("a"), wantGone(nil, "a"),
+		}},
 		{"a reconnect with versions of another instance gets everything again", eds, []string{"a", "b"}, []step{
 			ask("other-3", "a", "b"), want("a", "b"),
 		}},
