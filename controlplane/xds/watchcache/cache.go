@@ -13,8 +13,8 @@
 //     index (name → watches, plus a set of wildcard watches) changes only when a
 //     subscription does.
 //   - Every resource carries the cache version at which it last changed, and a change log
-//     (ordered by version, one live entry per name) answers "what changed since the version
-//     this proxy was last answered at" by a binary search.
+//     (ordered by version, compacted to the latest change of each name) answers "what changed
+//     since the version this proxy was last answered at" by a binary search.
 //   - Full-state answers (SotW CDS/LDS to wildcard watches) are built and encoded once per
 //     cache version and shared by every proxy at that version; encoded resources are shared by
 //     all answers.
@@ -103,9 +103,10 @@ type Cache struct {
 	version uint64
 	entries map[string]*entry // live resources and tombstones
 	live    int
-	// log holds, in version order, the latest change of every name in entries (older changes
-	// of a name are compacted away: only the latest matters to "changed since").
-	log []change
+	// log holds, in version order, the changes of the names in entries; compact drops all but
+	// the latest of each name (only the latest matters to "changed since").
+	log       []change
+	compacted int // len(log) after the latest compaction
 
 	byName   map[string]map[*watch]struct{} // named subscriptions, by name
 	wildcard map[*watch]struct{}
@@ -271,14 +272,11 @@ func (c *Cache) Fetch(context.Context, *cachev3.Request) (cachev3.Response, erro
 	return nil, errors.New("watchcache: fetch (REST xDS) is not served")
 }
 
-// changed compacts the log when it is mostly superseded changes, and answers the armed watches
-// of names and every armed wildcard watch (lock held).
+// changed answers the armed watches of names and every armed wildcard watch, and compacts the
+// log once it has doubled (lock held).
 func (c *Cache) changed(names []string) {
 	c.full = nil
 	clear(c.since)
-	if len(c.log) > 1024 && len(c.log) > 2*len(c.entries) {
-		c.log = slices.DeleteFunc(c.log, func(ch change) bool { return c.entries[ch.name].version != ch.version })
-	}
 	notify := map[*watch]struct{}{}
 	for _, name := range names {
 		for w := range c.byName[name] {
@@ -295,6 +293,38 @@ func (c *Cache) changed(names []string) {
 	for w := range notify {
 		c.answer(w)
 	}
+	// After the answers: the armed watches have been offered this change.
+	if len(c.log) > max(1024, 2*c.compacted) { // amortized: at most once per doubling
+		c.compact()
+	}
+}
+
+// compact drops the tombstones no stream can still need, and the log entries of changes
+// superseded or dropped (lock held). An armed watch was offered every change since it was last
+// answered as it happened: only the others (answered and not re-armed yet, or parked) may still
+// have to learn of a deletion, at their next request; an answer the server dropped sends them
+// back to the version before it.
+func (c *Cache) compact() {
+	oldest := c.version
+	for _, w := range c.streams {
+		if w.armed {
+			continue
+		}
+		oldest = min(oldest, w.sent)
+		if w.flight != nil {
+			oldest = min(oldest, w.flight.sent)
+		}
+	}
+	for name, e := range c.entries {
+		if e.res == nil && e.version <= oldest {
+			delete(c.entries, name)
+		}
+	}
+	c.log = slices.DeleteFunc(c.log, func(ch change) bool {
+		e := c.entries[ch.name]
+		return e == nil || e.version != ch.version
+	})
+	c.compacted = len(c.log)
 }
 
 // changedSince lists the names changed after version v (deduplicated: only each name's latest

@@ -5,6 +5,7 @@ import (
 	"net"
 	"slices"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 
@@ -161,6 +162,15 @@ func (st step) errorDetail() *rpcstatus.Status {
 		return nil
 	}
 	return &rpcstatus.Status{Code: 3, Message: "rejected for the test"}
+}
+
+// many names n resources.
+func many(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "r" + strconv.Itoa(i)
+	}
+	return out
 }
 
 func put(n ...string) step                 { return step{put: n} }
@@ -372,6 +382,10 @@ func TestDelta(t *testing.T) {
 			ask("ack"), want("a"), ask("ack"),
 			del("a"), wantGone(nil, "a"),
 		}},
+		{"a deletion in the update that compacts the change log still reaches the stream", eds, []string{"a"}, []step{
+			ask("", "a"), want("a"), ask("ack", "a"),
+			{put: many(3000)}, {put: many(3000), del: []string{"a"}}, wantGone(nil, "a"),
+		}},
 		{"a reconnect with versions of another instance gets everything again", eds, []string{"a", "b"}, []step{
 			ask("other-3", "a", "b"), want("a", "b"),
 		}},
@@ -400,10 +414,7 @@ func TestDeltaReconnectSendsOnlyWhatDiffers(t *testing.T) {
 // An ACK with an unchanged subscription re-arms the stream's watch without touching the
 // reverse index: the index work is once per name subscribed, not once per name per ACK.
 func TestRearmDoesNotReindex(t *testing.T) {
-	var all []string
-	for i := range 200 {
-		all = append(all, "c"+string(rune('a'+i%26))+string(rune('a'+i/26)))
-	}
+	all := many(200)
 	r := newRig(t, resourcev3.EndpointType, "t-", all...)
 	c := r.sotw(t)
 	c.do(r, ask("", all...))
@@ -506,4 +517,25 @@ func TestDroppedAnswerIsSentAgain(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ch, 1, "the dropped answer is given again")
 	require.NotEqual(t, v, sendOf(<-ch))
+}
+
+// The change log and the tombstones of deleted resources do not grow with the changes: once
+// every stream has been answered past a deletion, its tombstone goes.
+func TestLogAndTombstonesAreCompacted(t *testing.T) {
+	r := newRig(t, resourcev3.EndpointType, "t-", "keep")
+	c := r.sotw(t)
+	c.do(r, ask("", "keep"))
+	c.do(r, want("keep"))
+	c.do(r, ask("ack", "keep"))
+	for _, name := range many(3000) {
+		require.NoError(t, r.cache.UpdateResource(name, resource(r.typ, name)))
+		require.NoError(t, r.cache.DeleteResource(name))
+	}
+	c.do(r, put("keep"))
+	c.do(r, want("keep"))
+	r.cache.mu.Lock()
+	defer r.cache.mu.Unlock()
+	require.Less(t, len(r.cache.log), 2100, "log entries")
+	require.Less(t, len(r.cache.entries), 1100, "entries and tombstones")
+	require.Equal(t, 1, r.cache.live)
 }
