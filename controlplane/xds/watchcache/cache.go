@@ -47,10 +47,11 @@ import (
 )
 
 // parkedGrace is how long a cancelled watch waits for its stream to re-arm it before it is
-// dropped. The server re-arms right after cancelling, once the responses of other types queued
-// for the stream are sent; a send blocks at most the server's send timeout (30 s) before the
-// connection is closed.
-const parkedGrace = 2 * time.Minute
+// dropped. go-control-plane's SotW and Delta servers cancel a stream's watch and create the
+// next one in the same goroutine, a few statements apart (its ordered-ADS mode, unused here,
+// sends other types' queued responses in between). A watch dropped too early costs its stream
+// a whole answer, not a wrong one; one kept too long keeps an ended stream's index entries.
+const parkedGrace = 10 * time.Second
 
 // entry is one resource (or the tombstone of a deleted one: res nil) at the version it was last
 // set (SotW answers resend what was set) and the version its content last changed (Delta
