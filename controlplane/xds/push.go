@@ -471,13 +471,20 @@ func (p *Pusher) edsPush(hosts map[string]struct{}) {
 // updateEndpoints writes CLAs that differ from the cache's; all means next is the complete set
 // (absent ones are deleted).
 func (p *Pusher) updateEndpoints(next map[string]types.Resource, sources map[string][]model.Endpoint, all bool) {
-	cur := p.caches.Endpoints.GetResources()
+	// An EDS push looks up only the CLAs it built; a full one also needs the whole set, for
+	// the deletions.
+	var cur map[string]types.Resource
+	lookup := p.caches.Endpoints.Resource
+	if all {
+		cur = p.caches.Endpoints.GetResources()
+		lookup = func(name string) (types.Resource, bool) { r, ok := cur[name]; return r, ok }
+	}
 	if p.pushed == nil {
 		p.pushed = map[string][]model.Endpoint{}
 	}
 	changed := map[string]types.Resource{}
 	for name, r := range next {
-		old, ok := cur[name]
+		old, ok := lookup(name)
 		if ok && sameSlice(p.pushed[name], sources[name]) {
 			continue // built from the very same model endpoints: unchanged
 		}

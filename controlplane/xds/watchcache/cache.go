@@ -254,6 +254,16 @@ func (c *Cache) GetResources() map[string]types.Resource {
 	return out
 }
 
+// Resource returns the resource called name, if there is one.
+func (c *Cache) Resource(name string) (types.Resource, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[name]; e != nil && e.res != nil {
+		return e.res, true
+	}
+	return nil, false
+}
+
 // NumResources is the number of resources.
 func (c *Cache) NumResources() int {
 	c.mu.Lock()

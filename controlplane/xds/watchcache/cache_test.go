@@ -533,6 +533,10 @@ func TestLogAndTombstonesAreCompacted(t *testing.T) {
 	}
 	c.do(r, put("keep"))
 	c.do(r, want("keep"))
+	_, ok := r.cache.Resource("keep")
+	require.True(t, ok)
+	_, ok = r.cache.Resource(many(1)[0])
+	require.False(t, ok, "deleted")
 	r.cache.mu.Lock()
 	defer r.cache.mu.Unlock()
 	require.Less(t, len(r.cache.log), 2100, "log entries")
