@@ -15,6 +15,8 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/config"
+	sotw "github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/stretchr/testify/require"
@@ -33,6 +35,12 @@ type rig struct {
 
 func newRig(t *testing.T, typeURL, prefix string, initial ...string) *rig {
 	t.Helper()
+	return newRigOpts(t, nil, typeURL, prefix, initial...)
+}
+
+// newRigOpts is newRig with the server's options.
+func newRigOpts(t *testing.T, opts []config.XDSOption, typeURL, prefix string, initial ...string) *rig {
+	t.Helper()
 	r := &rig{cache: New(typeURL, prefix), typ: typeURL}
 	if len(initial) > 0 {
 		require.NoError(t, r.cache.UpdateResources(resources(typeURL, initial...), nil))
@@ -41,7 +49,7 @@ func newRig(t *testing.T, typeURL, prefix string, initial ...string) *rig {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	g := grpc.NewServer()
-	discovery.RegisterAggregatedDiscoveryServiceServer(g, serverv3.NewServer(ctx, r.cache, nil))
+	discovery.RegisterAggregatedDiscoveryServiceServer(g, serverv3.NewServer(ctx, r.cache, nil, opts...))
 	go func() { _ = g.Serve(l) }()
 	t.Cleanup(func() { cancel(); g.Stop() })
 	r.addr = l.Addr().String()
@@ -194,16 +202,25 @@ type scenario struct {
 // stepper is a stream driven step by step.
 type stepper interface{ do(r *rig, st step) }
 
-// run plays each scenario on a new rig with one stream opened by open.
+// run plays each scenario on a new rig with one stream opened by open, under each of the
+// server's ADS modes: a response channel per request (the default, the control plane's), and
+// ordered ADS (one channel; other types' responses are sent between a watch's cancel and its
+// re-arm).
 func run(t *testing.T, cases []scenario, open func(t *testing.T, r *rig) stepper) {
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, tc.typ, "t-", tc.initial...)
-			c := open(t, r)
-			for _, st := range tc.steps {
-				c.do(r, st)
-			}
-		})
+	modes := []struct {
+		name string
+		opts []config.XDSOption
+	}{{"default", nil}, {"ordered", []config.XDSOption{sotw.WithOrderedADS()}}}
+	for _, mode := range modes {
+		for _, tc := range cases {
+			t.Run(mode.name+"/"+tc.name, func(t *testing.T) {
+				r := newRigOpts(t, mode.opts, tc.typ, "t-", tc.initial...)
+				c := open(t, r)
+				for _, st := range tc.steps {
+					c.do(r, st)
+				}
+			})
+		}
 	}
 }
 
