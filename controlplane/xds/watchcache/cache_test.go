@@ -544,6 +544,15 @@ func TestLogAndTombstonesAreCompacted(t *testing.T) {
 	c.do(r, ask("", "keep"))
 	c.do(r, want("keep"))
 	c.do(r, ask("ack", "keep"))
+	// The ACK re-arms the stream's watch: only then has it nothing left to learn.
+	require.Eventually(t, func() bool {
+		r.cache.mu.Lock()
+		defer r.cache.mu.Unlock()
+		for _, w := range r.cache.streams {
+			return w.armed
+		}
+		return false
+	}, 10*time.Second, time.Millisecond, "the ACK re-arms the watch")
 	for _, name := range many(3000) {
 		require.NoError(t, r.cache.UpdateResource(name, resource(r.typ, name)))
 		require.NoError(t, r.cache.DeleteResource(name))
