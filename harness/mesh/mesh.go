@@ -239,7 +239,7 @@ func workloadSubstrate(ctx context.Context, provider string, c cluster.Cluster) 
 	}
 	h, ok := c.(cluster.ImageHolder)
 	if !ok {
-		return wlmanifests.Kind(envoy), "Envoy " + envoy, nil
+		return wlmanifests.Local(), "xdsproxy: the " + provider + " substrate cannot give its nodes an Envoy image without a pull", nil
 	}
 	held, err := h.HoldImage(ctx, envoy)
 	if err != nil {

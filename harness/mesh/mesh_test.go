@@ -114,6 +114,11 @@ func TestDataPlaneChoice(t *testing.T) {
 	assert.Equal(t, wlmanifests.XDSProxy, wl.Proxy)
 	assert.Contains(t, why, "xdsproxy")
 
+	// A substrate that cannot be given images: never Envoy (its pods would pull it).
+	wl, why, err = workloadSubstrate(ctx, "e2e", nil)
+	require.NoError(t, err)
+	assert.Equal(t, wlmanifests.XDSProxy, wl.Proxy, why)
+
 	// kind without the Envoy image: xdsproxy, never a pull, and the note says how to get Envoy.
 	h := &holder{has: map[string]bool{}}
 	wl, why, err = workloadSubstrate(ctx, "kind", h)
