@@ -239,6 +239,9 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 			return c, fmt.Errorf("cluster DNS: %w", err)
 		}
 	}
+	if err := placeDNS(ctx, cs); err != nil {
+		return c, fmt.Errorf("cluster DNS: %w", err)
+	}
 	if err := kube.WaitNodesReady(ctx, cs, len(c.all), 3*time.Minute); err != nil {
 		return c, fmt.Errorf("nodes ready: %w", err)
 	}
