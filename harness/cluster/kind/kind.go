@@ -212,15 +212,31 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	start := time.Now()
 	mine := ours(cfg.Image)
 	cfg.Logf("[kind] creating %s: 1 control plane + %d workers, image %s", c.kindName, cfg.Nodes, cfg.Image)
-	if err := c.provider.Create(c.kindName,
-		kindcluster.CreateWithV1Alpha4Config(clusterConfig(cfg.Nodes, mine, cgroupV1())),
-		kindcluster.CreateWithNodeImage(cfg.Image),
-		kindcluster.CreateWithKubeconfigPath(c.kubeconfig),
-		kindcluster.CreateWithDisplayUsage(false),
-		kindcluster.CreateWithDisplaySalutation(false),
-		kindcluster.CreateWithRetain(retain),
-	); err != nil {
-		return c, fmt.Errorf("kind create %s: %w%s", c.kindName, err, commandOutput(err))
+	// kind's Create takes no context and runs kubeadm for a minute or more: an interrupted run
+	// removes the nodes under it, which makes Create fail at its next step (the deferred Down
+	// then removes whatever it created after that).
+	created := make(chan error, 1)
+	go func() {
+		created <- c.provider.Create(c.kindName,
+			kindcluster.CreateWithV1Alpha4Config(clusterConfig(cfg.Nodes, mine, cgroupV1())),
+			kindcluster.CreateWithNodeImage(cfg.Image),
+			kindcluster.CreateWithKubeconfigPath(c.kubeconfig),
+			kindcluster.CreateWithDisplayUsage(false),
+			kindcluster.CreateWithDisplaySalutation(false),
+			kindcluster.CreateWithRetain(retain),
+		)
+	}()
+	var cerr error
+	select {
+	case cerr = <-created:
+	case <-ctx.Done():
+		cfg.Logf("[kind] interrupted while creating %s: removing its nodes", c.kindName)
+		_ = Down(cfg.Name, cfg.Logf)
+		<-created
+		cerr = ctx.Err()
+	}
+	if cerr != nil {
+		return c, fmt.Errorf("kind create %s: %w%s", c.kindName, cerr, commandOutput(cerr))
 	}
 	cfg.Logf("[kind] kubeadm done in %s", time.Since(start).Round(time.Second))
 	if err := c.discover(); err != nil {
