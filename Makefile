@@ -42,9 +42,11 @@ kind-node-image: build bins docker
 	@bash hack/kindnode/rootfs.sh $(KIND_NODE)/rootfs.tar
 	@bash hack/kindnode/image.sh $(MESHCHAOS) $(BIN) $(KIND_NODE)
 
-## test: unit tests, then integration tests against a real local cluster
+## test: unit tests, then integration tests against real local clusters, and against kind clusters
+## when Docker can run them (on a machine like our CI, hack/docker.sh starts dockerd for the run
+## and stops it after; without Docker or root the kind tests skip and say why)
 test: deps bins images vet
-	MESHCHAOS_BIN_DIR=$(BIN) MESHCHAOS_IMAGES=$(BIN)/images $(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@GO=$(GO) bash hack/test.sh $(BIN) $(TEST_TIMEOUT)
 
 ## unit: tests that need no cluster and no root
 unit:

@@ -32,9 +32,11 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/envfuncs"
 	"sigs.k8s.io/e2e-framework/pkg/features"
+	"sigs.k8s.io/e2e-framework/support"
 
 	"github.com/meshchaos/meshchaos/experiments"
 	"github.com/meshchaos/meshchaos/harness/cluster"
+	"github.com/meshchaos/meshchaos/harness/cluster/kind"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 	"github.com/meshchaos/meshchaos/harness/experiment"
 	"github.com/meshchaos/meshchaos/harness/runner"
@@ -42,31 +44,45 @@ import (
 	"github.com/meshchaos/meshchaos/results"
 )
 
-// clusterKey holds the environment's cluster (the substrate seam's view of it) in the context.
+// clusterKey holds the environment's cluster (an envCluster) in the context.
 type clusterKey struct{}
+
+// envCluster is the environment's cluster (the substrate seam's view of it) and its substrate.
+type envCluster struct {
+	c         cluster.Cluster
+	substrate string
+}
 
 // CreateCluster creates the environment's cluster with the local provider (nodes worker nodes,
 // images from MESHCHAOS_IMAGES or `make images`) and makes it the cluster Feature runs on.
 func CreateCluster(name string, nodes int, opts ...local.Option) env.Func {
 	p := local.NewProvider(append([]local.Option{local.WithNodes(nodes)}, opts...)...)
+	return createWith(p, name, "local", func() cluster.Cluster { return p.Cluster() })
+}
+
+// CreateKindCluster is CreateCluster on the kind substrate (Docker; see harness/cluster/kind).
+func CreateKindCluster(name string, nodes int, opts ...kind.Option) env.Func {
+	p := kind.NewProvider(append([]kind.Option{kind.WithNodes(nodes)}, opts...)...)
+	return createWith(p, name, "kind", func() cluster.Cluster { return p.Cluster() })
+}
+
+func createWith(p support.E2EClusterProvider, name, substrate string, created func() cluster.Cluster) env.Func {
 	create := envfuncs.CreateCluster(p, name)
 	return func(ctx context.Context, cfg *envconf.Config) (context.Context, error) {
 		ctx, err := create(ctx, cfg)
 		if err != nil {
 			return ctx, fmt.Errorf("meshchaos e2e: create cluster %s: %w", name, err)
 		}
-		return context.WithValue(ctx, clusterKey{}, cluster.Cluster(p.Cluster())), nil
+		return context.WithValue(ctx, clusterKey{}, envCluster{created(), substrate}), nil
 	}
 }
 
-// DestroyCluster tears the environment's cluster down (every process, namespace and cgroup it
-// started).
 func DestroyCluster(name string) env.Func { return envfuncs.DestroyCluster(name) }
 
 // ClusterFrom returns the cluster CreateCluster put into the context.
 func ClusterFrom(ctx context.Context) (cluster.Cluster, bool) {
-	c, ok := ctx.Value(clusterKey{}).(cluster.Cluster)
-	return c, ok && c != nil
+	e, ok := ctx.Value(clusterKey{}).(envCluster)
+	return e.c, ok && e.c != nil
 }
 
 // Options adjust a feature beyond the experiment's parameters.
@@ -136,9 +152,9 @@ func FeatureWith(name string, o Options, sets ...string) features.Feature {
 
 // run resolves and runs the experiment on the environment's cluster.
 func run(ctx context.Context, t *testing.T, name string, o Options, sets []string) (results.Summary, string, error) {
-	c, ok := ClusterFrom(ctx)
-	if !ok {
-		return results.Summary{}, "", fmt.Errorf("no meshchaos cluster in the environment: set it up with e2e.CreateCluster")
+	e, _ := ctx.Value(clusterKey{}).(envCluster)
+	if e.c == nil {
+		return results.Summary{}, "", fmt.Errorf("no meshchaos cluster in the environment: set it up with e2e.CreateCluster or e2e.CreateKindCluster")
 	}
 	d, ok := experiments.Lookup(name)
 	if !ok {
@@ -152,7 +168,7 @@ func run(ctx context.Context, t *testing.T, name string, o Options, sets []strin
 	if err != nil {
 		return results.Summary{}, "", err
 	}
-	exp, err := d.Build(experiment.Env{Substrate: given{c}, ControlPlane: sut}, v)
+	exp, err := d.Build(experiment.Env{Substrate: given{e.c, e.substrate}, ControlPlane: sut}, v)
 	if err != nil {
 		return results.Summary{}, "", err
 	}
@@ -173,9 +189,13 @@ func run(ctx context.Context, t *testing.T, name string, o Options, sets []strin
 
 // given is a cluster.Provider whose Up hands out the environment's cluster: the experiment runs
 // on it, and its teardown leaves the cluster to the environment's DestroyCluster.
-type given struct{ c cluster.Cluster }
+type given struct {
+	c         cluster.Cluster
+	substrate string
+}
 
-func (g given) Name() string { return "e2e" }
+// Name is the substrate the environment's cluster is on (the data plane depends on it).
+func (g given) Name() string { return g.substrate }
 
 // used names the clusters an experiment already ran on: what it deployed is still there, and a
 // second experiment would measure (and be confused by) it.
@@ -188,6 +208,9 @@ func (g given) Up(_ context.Context, s cluster.Spec) (cluster.Cluster, error) {
 	if n := len(g.c.Nodes()); n < s.Nodes {
 		return nil, fmt.Errorf("the experiment needs %d nodes, the environment's cluster %s has %d: create it with more (e2e.CreateCluster(name, %d))", s.Nodes, g.c.Name(), n, s.Nodes)
 	}
+	if h, ok := g.c.(cluster.ImageHolder); ok {
+		return keptHolder{kept{g.c}, h}, nil
+	}
 	return kept{g.c}, nil
 }
 
@@ -195,6 +218,12 @@ func (g given) Up(_ context.Context, s cluster.Spec) (cluster.Cluster, error) {
 type kept struct{ cluster.Cluster }
 
 func (kept) Down(context.Context) error { return nil }
+
+// keptHolder is a kept cluster that can still be given images (kind: Envoy from Docker).
+type keptHolder struct {
+	kept
+	cluster.ImageHolder
+}
 
 type logWriter struct{ t *testing.T }
 

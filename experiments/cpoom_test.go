@@ -59,6 +59,10 @@ func TestCPOOMRestartBothWays(t *testing.T) { cpoomBothWays(t, newLocalRunner(t)
 // substrate.
 func TestCPOOMRestartBothWaysKind(t *testing.T) { cpoomBothWays(t, newKindRunner(t)) }
 
+// TestCPOOMRestartBothWaysExisting is the same through the existing substrate: a local cluster
+// used as someone else's, reached by its kubeconfig only, node chaos through the agent.
+func TestCPOOMRestartBothWaysExisting(t *testing.T) { cpoomBothWays(t, newExistingRunner(t)) }
+
 func cpoomBothWays(t *testing.T, l *localRunner) {
 	sets := []string{"rate=100", "duration=40s", "steady=8s", "throttleWindow=20s", "serviceEntries=" + testServiceEntries}
 	run := func(cp string) results.Summary {

@@ -16,9 +16,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshchaos/meshchaos/harness/cluster"
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
+	"github.com/meshchaos/meshchaos/harness/cluster/existing"
 	"github.com/meshchaos/meshchaos/harness/cluster/kind"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 	"github.com/meshchaos/meshchaos/harness/experiment"
@@ -73,6 +76,41 @@ func newKindRunner(t *testing.T) *localRunner {
 	return &localRunner{t: t, imagesDir: imagesDir,
 		sub:       kind.Substrate{ImagesDir: imagesDir},
 		leftovers: kind.Leftovers}
+}
+
+// newExistingRunner brings a 2-node local cluster up and runs on it through the existing
+// substrate (its kubeconfig only, --allow-node-chaos); the cluster goes down when the test ends.
+// A run leaves nothing when its namespaces are gone and the nodes carry no label of its own.
+func newExistingRunner(t *testing.T) *localRunner {
+	l := newLocalRunner(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	lc, err := l.sub.Up(ctx, cluster.Spec{Name: fmt.Sprintf("st%d", os.Getpid()%100000), Nodes: 2, Logf: t.Logf})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		require.NoError(t, lc.Down(context.Background()))
+		assert.Empty(t, local.Leftovers(l.home, lc.Name()), "the owner's cluster went down without leftovers")
+	})
+	cs, err := kubernetes.NewForConfig(lc.RESTConfig())
+	require.NoError(t, err)
+	l.sub = existing.Provider{Kubeconfig: lc.(*local.Cluster).KubeconfigPath(), AllowNodeChaos: true}
+	l.leftovers = func(run string) []string {
+		var left []string
+		nss, err := cs.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{LabelSelector: existing.RunLabel + "=" + run})
+		require.NoError(t, err)
+		for _, ns := range nss.Items {
+			left = append(left, "namespace "+ns.Name)
+		}
+		nodes, err := cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+		require.NoError(t, err)
+		for _, n := range nodes.Items {
+			if n.Annotations[existing.LabelledByAnnotation] == run {
+				left = append(left, "node label of the run on "+n.Name)
+			}
+		}
+		return left
+	}
+	return l
 }
 
 // run executes experiment name with sets against control plane cp; it returns the summary and

@@ -43,6 +43,15 @@ type Shared interface {
 	WorkloadNamespace() string
 }
 
+// ImageHolder is implemented by clusters whose nodes can be given an image the host already has,
+// never pulling it from a registry (kind: from Docker). The mesh runs Envoy only where the nodes
+// hold it; tests and CI must not reach registries.
+type ImageHolder interface {
+	// HoldImage loads ref into every node and reports true when the host has ref; false (and
+	// no error) when it has not.
+	HoldImage(ctx context.Context, ref string) (bool, error)
+}
+
 // Provider brings clusters up.
 type Provider interface {
 	// Name is the substrate's name in summaries: "local", "kind", "existing".

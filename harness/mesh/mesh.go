@@ -159,8 +159,12 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 	if m.Client, err = kubernetes.NewForConfig(c.RESTConfig()); err != nil {
 		return m, err
 	}
-	wl := workloadSubstrate(provider.Name())
+	wl, why, err := workloadSubstrate(ctx, provider.Name(), c)
+	if err != nil {
+		return m, err
+	}
 	m.wl = wl
+	rec.Event("note", "data plane", why)
 	for _, b := range spec.Backends {
 		if err := m.deploy(ctx, "echo", wlmanifests.Values{Substrate: wl, Namespace: ns, Name: b.Name, Replicas: b.Replicas}, b.Node); err != nil {
 			return m, fmt.Errorf("deploy backend %s: %w", b.Name, err)
@@ -216,13 +220,35 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 	return m, nil
 }
 
-// workloadSubstrate picks the data plane: xdsproxy on the local and existing substrates (our
-// images, which an existing cluster must hold: see harness/cluster/existing), Envoy elsewhere.
-func workloadSubstrate(provider string) wlmanifests.Substrate {
+// EnvoyImageEnv names the Envoy image the kind substrate's data plane runs (default
+// wlmanifests.DefaultEnvoyImage).
+const EnvoyImageEnv = "MESHCHAOS_ENVOY_IMAGE"
+
+// workloadSubstrate picks the data plane and says why: xdsproxy on the local and existing
+// substrates (our images, which an existing cluster must hold: see harness/cluster/existing);
+// Envoy on kind when the host already has its image, which the nodes are then given. Nothing is
+// ever pulled: without the image (no registry here, or not pulled yet) the data plane is
+// xdsproxy, and the run says how to get Envoy.
+func workloadSubstrate(ctx context.Context, provider string, c cluster.Cluster) (wlmanifests.Substrate, string, error) {
 	if provider == "local" || provider == "existing" {
-		return wlmanifests.Local()
+		return wlmanifests.Local(), "xdsproxy (meshchaos's xDS data plane)", nil
 	}
-	return wlmanifests.Kind(wlmanifests.DefaultEnvoyImage)
+	envoy := os.Getenv(EnvoyImageEnv)
+	if envoy == "" {
+		envoy = wlmanifests.DefaultEnvoyImage
+	}
+	h, ok := c.(cluster.ImageHolder)
+	if !ok {
+		return wlmanifests.Local(), "xdsproxy: the " + provider + " substrate cannot give its nodes an Envoy image without a pull", nil
+	}
+	held, err := h.HoldImage(ctx, envoy)
+	if err != nil {
+		return wlmanifests.Substrate{}, "", fmt.Errorf("give the nodes the Envoy image %s: %w", envoy, err)
+	}
+	if !held {
+		return wlmanifests.Local(), fmt.Sprintf("xdsproxy: the host has no Envoy image %s and meshchaos never pulls one ('docker pull %s', or set %s, to run Envoy)", envoy, envoy, EnvoyImageEnv), nil
+	}
+	return wlmanifests.Kind(envoy), "Envoy " + envoy, nil
 }
 
 func (m *Mesh) deploy(ctx context.Context, manifest string, v wlmanifests.Values, node int) error {

@@ -1,13 +1,16 @@
 package mesh
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/meshchaos/meshchaos/harness/cluster"
 	"github.com/meshchaos/meshchaos/harness/subject"
+	wlmanifests "github.com/meshchaos/meshchaos/workloads/manifests"
 )
 
 func TestValidate(t *testing.T) {
@@ -86,4 +89,57 @@ func TestSyntheticServiceEntriesWithOwnEndpointPorts(t *testing.T) {
 	assert.Equal(t, 12, exp.Endpoints())
 	_, plain := ServiceEntries{Count: 1, Endpoints: 2}.Objects(nil)
 	assert.Equal(t, []string{"10.128.0.0:8080", "10.128.0.1:8080"}, plain[Host(0)])
+}
+
+// holder is a cluster whose host has only the images in has.
+type holder struct {
+	cluster.Cluster
+	has  map[string]bool
+	held []string
+}
+
+func (h *holder) HoldImage(_ context.Context, ref string) (bool, error) {
+	if !h.has[ref] {
+		return false, nil
+	}
+	h.held = append(h.held, ref)
+	return true, nil
+}
+
+func TestDataPlaneChoice(t *testing.T) {
+	ctx := context.Background()
+	t.Setenv(EnvoyImageEnv, "")
+	wl, why, err := workloadSubstrate(ctx, "local", nil)
+	require.NoError(t, err)
+	assert.Equal(t, wlmanifests.XDSProxy, wl.Proxy)
+	assert.Contains(t, why, "xdsproxy")
+
+	// A substrate that cannot be given images: never Envoy (its pods would pull it).
+	wl, why, err = workloadSubstrate(ctx, "e2e", nil)
+	require.NoError(t, err)
+	assert.Equal(t, wlmanifests.XDSProxy, wl.Proxy, why)
+
+	// kind without the Envoy image: xdsproxy, never a pull, and the note says how to get Envoy.
+	h := &holder{has: map[string]bool{}}
+	wl, why, err = workloadSubstrate(ctx, "kind", h)
+	require.NoError(t, err)
+	assert.Equal(t, wlmanifests.XDSProxy, wl.Proxy)
+	assert.Equal(t, "Never", wl.PullPolicy, "meshchaos images are loaded, never pulled")
+	assert.Contains(t, why, "docker pull "+wlmanifests.DefaultEnvoyImage)
+	assert.Empty(t, h.held)
+
+	// kind with it: Envoy, given to the nodes.
+	h.has[wlmanifests.DefaultEnvoyImage] = true
+	wl, why, err = workloadSubstrate(ctx, "kind", h)
+	require.NoError(t, err)
+	assert.Equal(t, wlmanifests.Envoy, wl.Proxy)
+	assert.Equal(t, wlmanifests.DefaultEnvoyImage, wl.EnvoyImage)
+	assert.Equal(t, []string{wlmanifests.DefaultEnvoyImage}, h.held)
+	assert.Equal(t, "Envoy "+wlmanifests.DefaultEnvoyImage, why)
+
+	// The user's Envoy image, when named, is the one asked for.
+	t.Setenv(EnvoyImageEnv, "example.test/envoy:v1")
+	wl, _, err = workloadSubstrate(ctx, "kind", h)
+	require.NoError(t, err)
+	assert.Equal(t, wlmanifests.XDSProxy, wl.Proxy, "the host has no example.test/envoy:v1")
 }

@@ -263,11 +263,18 @@ func newClusterLoadCmd() *cobra.Command {
 func newClusterListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",
-		Short: "List the clusters that have state on this host",
+		Short: "List the clusters that have state on this host (local ones, and meshchaos's kind clusters as 'NAME (kind)')",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, n := range local.List("") {
 				fmt.Fprintln(cmd.OutOrStdout(), n)
+			}
+			kinds, err := kind.List()
+			if err != nil {
+				return WithExitCode(2, fmt.Errorf("list kind clusters: %w", err))
+			}
+			for _, n := range kinds {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s (kind)\n", n)
 			}
 			return nil
 		},

@@ -57,6 +57,10 @@ const Network = "meshchaos-kind"
 // ImageEnv overrides the node image.
 const ImageEnv = "MESHCHAOS_KIND_IMAGE"
 
+// RetainEnv, when set to 1, keeps the node containers of a cluster whose creation failed, so
+// 'docker exec NODE journalctl -u kubelet' can say why ('meshchaos cluster down' removes them).
+const RetainEnv = "MESHCHAOS_KIND_RETAIN"
+
 // MaxNodes bounds the worker count: each node is a container running systemd, containerd and
 // kubelet on a 2-core machine.
 const MaxNodes = 6
@@ -149,7 +153,10 @@ type Cluster struct {
 	down    sync.Once
 }
 
-var _ cluster.Cluster = (*Cluster)(nil)
+var (
+	_ cluster.Cluster     = (*Cluster)(nil)
+	_ cluster.ImageHolder = (*Cluster)(nil)
+)
 
 // Up creates the cluster, sets up its pod network, loads the images and waits for Ready nodes
 // and DNS. On error the cluster is removed again.
@@ -190,7 +197,12 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err := os.MkdirAll(filepath.Dir(c.kubeconfig), 0o700); err != nil {
 		return nil, err
 	}
+	retain := os.Getenv(RetainEnv) == "1"
 	defer func() {
+		if err != nil && retain {
+			cfg.Logf("[kind] %s=1: nodes of %s kept for debugging; remove them with 'meshchaos cluster down --substrate kind --name %s'", RetainEnv, c.kindName, cfg.Name)
+			return
+		}
 		if err != nil {
 			down, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
@@ -200,14 +212,31 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	start := time.Now()
 	mine := ours(cfg.Image)
 	cfg.Logf("[kind] creating %s: 1 control plane + %d workers, image %s", c.kindName, cfg.Nodes, cfg.Image)
-	if err := c.provider.Create(c.kindName,
-		kindcluster.CreateWithV1Alpha4Config(clusterConfig(cfg.Nodes, mine, cgroupV1())),
-		kindcluster.CreateWithNodeImage(cfg.Image),
-		kindcluster.CreateWithKubeconfigPath(c.kubeconfig),
-		kindcluster.CreateWithDisplayUsage(false),
-		kindcluster.CreateWithDisplaySalutation(false),
-	); err != nil {
-		return c, fmt.Errorf("kind create %s: %w%s", c.kindName, err, commandOutput(err))
+	// kind's Create takes no context and runs kubeadm for a minute or more: an interrupted run
+	// removes the nodes under it, which makes Create fail at its next step (the deferred Down
+	// then removes whatever it created after that).
+	created := make(chan error, 1)
+	go func() {
+		created <- c.provider.Create(c.kindName,
+			kindcluster.CreateWithV1Alpha4Config(clusterConfig(cfg.Nodes, mine, cgroupV1())),
+			kindcluster.CreateWithNodeImage(cfg.Image),
+			kindcluster.CreateWithKubeconfigPath(c.kubeconfig),
+			kindcluster.CreateWithDisplayUsage(false),
+			kindcluster.CreateWithDisplaySalutation(false),
+			kindcluster.CreateWithRetain(retain),
+		)
+	}()
+	var cerr error
+	select {
+	case cerr = <-created:
+	case <-ctx.Done():
+		cfg.Logf("[kind] interrupted while creating %s: removing its nodes", c.kindName)
+		_ = Down(cfg.Name, cfg.Logf)
+		<-created
+		cerr = ctx.Err()
+	}
+	if cerr != nil {
+		return c, fmt.Errorf("kind create %s: %w%s", c.kindName, cerr, commandOutput(cerr))
 	}
 	cfg.Logf("[kind] kubeadm done in %s", time.Since(start).Round(time.Second))
 	if err := c.discover(); err != nil {
@@ -225,6 +254,9 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		if err := configureDNS(ctx, cs); err != nil {
 			return c, fmt.Errorf("cluster DNS: %w", err)
 		}
+	}
+	if err := placeDNS(ctx, cs); err != nil {
+		return c, fmt.Errorf("cluster DNS: %w", err)
 	}
 	if err := kube.WaitNodesReady(ctx, cs, len(c.all), 3*time.Minute); err != nil {
 		return c, fmt.Errorf("nodes ready: %w", err)
@@ -460,6 +492,28 @@ func (c *Cluster) LoadImageArchive(ctx context.Context, path string) error {
 	return errors.Join(errs...)
 }
 
+// HoldImage implements cluster.ImageHolder: when Docker has ref, it is saved and loaded into
+// every node. Docker is never asked to pull it.
+func (c *Cluster) HoldImage(ctx context.Context, ref string) (bool, error) {
+	if exec.CommandContext(ctx, "docker", "image", "inspect", ref).Run() != nil {
+		return false, nil
+	}
+	dir, err := os.MkdirTemp("", "meshchaos-image-")
+	if err != nil {
+		return false, err
+	}
+	defer os.RemoveAll(dir)
+	tar := filepath.Join(dir, "image.tar")
+	if out, err := exec.CommandContext(ctx, "docker", "save", "-o", tar, ref).CombinedOutput(); err != nil {
+		return false, fmt.Errorf("docker save %s: %w: %s", ref, err, strings.TrimSpace(string(out)))
+	}
+	if err := c.LoadImageArchive(ctx, tar); err != nil {
+		return false, err
+	}
+	c.cfg.Logf("[kind] %s loaded into %d nodes", ref, len(c.all))
+	return true, nil
+}
+
 func (c *Cluster) loadImages(ctx context.Context) error {
 	if c.cfg.ImagesDir == "" {
 		return nil
@@ -542,7 +596,9 @@ func (c *Cluster) nodeCgroup(name string) (string, error) {
 		}
 		// The memory hierarchy on v1, the unified one ("0::") on v2.
 		if f[1] == "memory" || (f[0] == "0" && f[1] == "") {
-			return f[2], nil
+			// systemd, the node's PID 1, moves itself into init.scope below the container's
+			// cgroup; kubelet's cgroups are siblings of that scope.
+			return strings.TrimSuffix(f[2], "/init.scope"), nil
 		}
 	}
 	return "", fmt.Errorf("node %s: no memory cgroup in /proc/%d/cgroup", name, p)

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/kind/pkg/log"
 
@@ -78,6 +79,16 @@ func configureDNS(ctx context.Context, cs kubernetes.Interface) error {
 		return err
 	}
 	return cs.CoreV1().Pods("kube-system").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+}
+
+// placeDNS moves CoreDNS to the control-plane node (its kubeadm tolerations allow that): the
+// worker nodes are the experiment's, with all their CPU allocatable, as on the local substrate
+// where CoreDNS runs beside the apiserver. On a worker its 100m request left a neighbour that
+// asks for the whole node unschedulable.
+func placeDNS(ctx context.Context, cs kubernetes.Interface) error {
+	patch := []byte(`{"spec":{"template":{"spec":{"nodeSelector":{"node-role.kubernetes.io/control-plane":""}}}}}`)
+	_, err := cs.AppsV1().Deployments("kube-system").Patch(ctx, "coredns", types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	return err
 }
 
 // logger sends kind's messages to the progress reporter; kind's debug levels are dropped.

@@ -13,9 +13,9 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/e2e-framework/klient"
 	"sigs.k8s.io/e2e-framework/support"
-	"sigs.k8s.io/yaml"
 
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
+	"github.com/meshchaos/meshchaos/harness/cluster/internal/e2eprov"
 	"github.com/meshchaos/meshchaos/images"
 )
 
@@ -97,13 +97,8 @@ func (p *Provider) WithOpts(opts ...support.ClusterOpts) support.E2EClusterProvi
 
 // Create implements support.E2EClusterProvider. Args: --nodes=N.
 func (p *Provider) Create(ctx context.Context, args ...string) (string, error) {
-	for _, a := range args {
-		var n int
-		if _, err := fmt.Sscanf(a, "--nodes=%d", &n); err == nil {
-			p.nodes = n
-			continue
-		}
-		return "", fmt.Errorf("local provider: unknown argument %q (supported: --nodes=N)", a)
+	if err := e2eprov.ParseArgs("local", args, &p.nodes); err != nil {
+		return "", err
 	}
 	if p.version != KubernetesVersion && p.version != strings.TrimPrefix(KubernetesVersion, "v") {
 		return "", fmt.Errorf("local provider runs Kubernetes %s (what 'make bins' builds), not %s", KubernetesVersion, p.version)
@@ -122,19 +117,13 @@ func (p *Provider) Create(ctx context.Context, args ...string) (string, error) {
 }
 
 // ClusterConfig is the file CreateWithConfig reads.
-type ClusterConfig struct {
-	Nodes int `json:"nodes"`
-}
+type ClusterConfig = e2eprov.Config
 
 // CreateWithConfig implements support.E2EClusterProvider with a YAML file ("nodes: 2").
 func (p *Provider) CreateWithConfig(ctx context.Context, configFile string) (string, error) {
-	b, err := os.ReadFile(configFile)
+	cc, err := e2eprov.ReadConfig(configFile)
 	if err != nil {
 		return "", err
-	}
-	var cc ClusterConfig
-	if err := yaml.UnmarshalStrict(b, &cc); err != nil {
-		return "", fmt.Errorf("%s: %w", configFile, err)
 	}
 	if cc.Nodes > 0 {
 		p.nodes = cc.Nodes
@@ -155,17 +144,7 @@ func (p *Provider) GetKubeconfig() string {
 
 // GenerateKubeconfig implements support.E2EClusterProvider: writes a copy to args[0] if given.
 func (p *Provider) GenerateKubeconfig(args ...string) (string, error) {
-	if p.cluster == nil {
-		return "", errors.New("local provider: no cluster yet")
-	}
-	if len(args) == 0 {
-		return p.cluster.KubeconfigPath(), nil
-	}
-	b, err := os.ReadFile(p.cluster.KubeconfigPath())
-	if err != nil {
-		return "", err
-	}
-	return args[0], os.WriteFile(args[0], b, 0o600)
+	return e2eprov.GenerateKubeconfig("local", p.GetKubeconfig(), args...)
 }
 
 // GetKubectlContext implements support.E2EClusterProvider.
