@@ -159,7 +159,7 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 	if m.Client, err = kubernetes.NewForConfig(c.RESTConfig()); err != nil {
 		return m, err
 	}
-	wl, why, err := workloadSubstrate(ctx, provider.Name(), c)
+	wl, why, err := workloadSubstrate(ctx, c)
 	if err != nil {
 		return m, err
 	}
@@ -224,22 +224,19 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 // wlmanifests.DefaultEnvoyImage).
 const EnvoyImageEnv = "MESHCHAOS_ENVOY_IMAGE"
 
-// workloadSubstrate picks the data plane and says why: xdsproxy on the local and existing
-// substrates (our images, which an existing cluster must hold: see harness/cluster/existing);
-// Envoy on kind when the host already has its image, which the nodes are then given. Nothing is
-// ever pulled: without the image (no registry here, or not pulled yet) the data plane is
-// xdsproxy, and the run says how to get Envoy.
-func workloadSubstrate(ctx context.Context, provider string, c cluster.Cluster) (wlmanifests.Substrate, string, error) {
-	if provider == "local" || provider == "existing" {
+// workloadSubstrate picks the data plane and says why: Envoy only on a cluster whose nodes can
+// be given its image from the host (kind, when Docker has it); everywhere else xdsproxy (the
+// local and existing substrates run our images, which an existing cluster must hold: see
+// harness/cluster/existing). Nothing is ever pulled: without the image (no registry here, or not
+// pulled yet) the data plane is xdsproxy, and the run says how to get Envoy.
+func workloadSubstrate(ctx context.Context, c cluster.Cluster) (wlmanifests.Substrate, string, error) {
+	h, ok := c.(cluster.ImageHolder)
+	if !ok {
 		return wlmanifests.Local(), "xdsproxy (meshchaos's xDS data plane)", nil
 	}
 	envoy := os.Getenv(EnvoyImageEnv)
 	if envoy == "" {
 		envoy = wlmanifests.DefaultEnvoyImage
-	}
-	h, ok := c.(cluster.ImageHolder)
-	if !ok {
-		return wlmanifests.Local(), "xdsproxy: the " + provider + " substrate cannot give its nodes an Envoy image without a pull", nil
 	}
 	held, err := h.HoldImage(ctx, envoy)
 	if err != nil {

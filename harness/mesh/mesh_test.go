@@ -109,19 +109,19 @@ func (h *holder) HoldImage(_ context.Context, ref string) (bool, error) {
 func TestDataPlaneChoice(t *testing.T) {
 	ctx := context.Background()
 	t.Setenv(EnvoyImageEnv, "")
-	wl, why, err := workloadSubstrate(ctx, "local", nil)
+	wl, why, err := workloadSubstrate(ctx, nil)
 	require.NoError(t, err)
 	assert.Equal(t, wlmanifests.XDSProxy, wl.Proxy)
 	assert.Contains(t, why, "xdsproxy")
 
 	// A substrate that cannot be given images: never Envoy (its pods would pull it).
-	wl, why, err = workloadSubstrate(ctx, "e2e", nil)
+	wl, why, err = workloadSubstrate(ctx, nil)
 	require.NoError(t, err)
 	assert.Equal(t, wlmanifests.XDSProxy, wl.Proxy, why)
 
 	// kind without the Envoy image: xdsproxy, never a pull, and the note says how to get Envoy.
 	h := &holder{has: map[string]bool{}}
-	wl, why, err = workloadSubstrate(ctx, "kind", h)
+	wl, why, err = workloadSubstrate(ctx, h)
 	require.NoError(t, err)
 	assert.Equal(t, wlmanifests.XDSProxy, wl.Proxy)
 	assert.Equal(t, "Never", wl.PullPolicy, "meshchaos images are loaded, never pulled")
@@ -130,7 +130,7 @@ func TestDataPlaneChoice(t *testing.T) {
 
 	// kind with it: Envoy, given to the nodes.
 	h.has[wlmanifests.DefaultEnvoyImage] = true
-	wl, why, err = workloadSubstrate(ctx, "kind", h)
+	wl, why, err = workloadSubstrate(ctx, h)
 	require.NoError(t, err)
 	assert.Equal(t, wlmanifests.Envoy, wl.Proxy)
 	assert.Equal(t, wlmanifests.DefaultEnvoyImage, wl.EnvoyImage)
@@ -139,7 +139,7 @@ func TestDataPlaneChoice(t *testing.T) {
 
 	// The user's Envoy image, when named, is the one asked for.
 	t.Setenv(EnvoyImageEnv, "example.test/envoy:v1")
-	wl, _, err = workloadSubstrate(ctx, "kind", h)
+	wl, _, err = workloadSubstrate(ctx, h)
 	require.NoError(t, err)
 	assert.Equal(t, wlmanifests.XDSProxy, wl.Proxy, "the host has no example.test/envoy:v1")
 }
