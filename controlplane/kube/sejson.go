@@ -6,7 +6,6 @@ import (
 
 	apinet "istio.io/api/networking/v1alpha3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -102,8 +101,7 @@ func newServiceEntryInformer(cfg *rest.Config, transform cache.TransformFunc) (c
 	if err != nil {
 		return nil, fmt.Errorf("ServiceEntry client: %w", err)
 	}
-	lw := cache.NewListWatchFromClient(rc, "serviceentries", metav1.NamespaceAll, fields.Everything())
-	inf := cache.NewSharedIndexInformer(lw, &wireServiceEntry{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	inf := cache.NewSharedIndexInformer(seListWatch(rc), &wireServiceEntry{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	if err := inf.SetTransform(transform); err != nil {
 		return nil, err
 	}
