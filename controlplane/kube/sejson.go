@@ -101,7 +101,9 @@ func newServiceEntryInformer(cfg *rest.Config, transform cache.TransformFunc) (c
 	if err != nil {
 		return nil, fmt.Errorf("ServiceEntry client: %w", err)
 	}
-	inf := cache.NewSharedIndexInformer(seListWatch(rc), &wireServiceEntry{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	// Its watch events are ConvertedServiceEntries already (seEventDecoder); a LIST's items are
+	// wireServiceEntries, converted by the transform.
+	inf := cache.NewSharedIndexInformer(seListWatch(rc), &ConvertedServiceEntry{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	if err := inf.SetTransform(transform); err != nil {
 		return nil, err
 	}

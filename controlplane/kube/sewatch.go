@@ -107,8 +107,10 @@ func (d *seEventDecoder) readLine() ([]byte, error) {
 	}
 }
 
-// Decode returns the next event: a *wireServiceEntry for ADDED, MODIFIED, DELETED and BOOKMARK,
-// a *metav1.Status for ERROR.
+// Decode returns the next event: a *ConvertedServiceEntry for ADDED, MODIFIED, DELETED and
+// BOOKMARK (metadata only), a *metav1.Status for ERROR. The conversion is done here, in the
+// watch's own goroutine, while the apiserver is still sending: the informer's transform would
+// do it in the reflector's, and with WatchList only once the whole initial state has arrived.
 func (d *seEventDecoder) Decode() (watch.EventType, runtime.Object, error) {
 	line, err := d.readLine()
 	if err != nil {
@@ -133,15 +135,19 @@ func (d *seEventDecoder) Decode() (watch.EventType, runtime.Object, error) {
 		return "", nil, fmt.Errorf("watch event object is %s %s, want %s ServiceEntry", o.APIVersion, o.Kind, seGV)
 	}
 	m := &o.Metadata
+	if ev.Type == watch.Bookmark {
+		// Only its resourceVersion and the WatchList annotation mean anything.
+		bm := &ConvertedServiceEntry{ObjectMeta: metav1.ObjectMeta{ResourceVersion: m.ResourceVersion}}
+		if v := m.Annotations.InitialEventsEnd; v != "" {
+			bm.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: v}
+		}
+		return ev.Type, bm, nil
+	}
 	// TypeMeta stays empty, as client-go's decoder leaves typed objects.
-	se := &wireServiceEntry{
+	return ev.Type, convertServiceEntry(&wireServiceEntry{
 		ObjectMeta: metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID,
 			ResourceVersion: m.ResourceVersion, Generation: m.Generation, CreationTimestamp: m.CreationTimestamp},
-		Spec: o.Spec}
-	if v := m.Annotations.InitialEventsEnd; v != "" {
-		se.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: v}
-	}
-	return ev.Type, se, nil
+		Spec: o.Spec}), nil
 }
 
 // Close closes the response body (which ends a blocked Decode).

@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/protobuf/proto"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -80,24 +79,31 @@ func TestServiceEntryWatchDecoderMatchesClientGo(t *testing.T) {
 		require.NoError(t, wantErr)
 		require.NoError(t, gotErr, "event %d", i)
 		assert.Equal(t, wantType, gotType, "event %d", i)
-		want, got := wantObj.(*wireServiceEntry), gotObj.(*wireServiceEntry)
+		got := gotObj.(*ConvertedServiceEntry)
+		if gotType == watch.Bookmark {
+			assert.Equal(t, "true", got.Annotations[metav1.InitialEventsAnnotationKey])
+			assert.Equal(t, "99", got.ResourceVersion)
+			continue
+		}
+		// What the informer's transform makes of client-go's decoding.
+		conv, err := strip(wantObj)
+		require.NoError(t, err)
+		want := conv.(*ConvertedServiceEntry)
+		require.NotNil(t, want.Conv, "event %d", i)
 		assert.Equal(t, want.TypeMeta, got.TypeMeta, "event %d", i)
-		// What strip keeps, and the WatchList bookmark's annotation.
 		assert.Equal(t, want.Name, got.Name, "event %d", i)
 		assert.Equal(t, want.Namespace, got.Namespace, "event %d", i)
 		assert.Equal(t, want.UID, got.UID, "event %d", i)
 		assert.Equal(t, want.ResourceVersion, got.ResourceVersion, "event %d", i)
 		assert.Equal(t, want.Generation, got.Generation, "event %d", i)
 		assert.True(t, want.CreationTimestamp.Equal(&got.CreationTimestamp), "event %d", i)
-		assert.Equal(t, want.Annotations[metav1.InitialEventsAnnotationKey], got.Annotations[metav1.InitialEventsAnnotationKey], "event %d", i)
-		assert.True(t, proto.Equal(want.Spec.se, got.Spec.se), "event %d: spec differs", i)
-		assert.Nil(t, got.ManagedFields, "event %d: managedFields are skipped", i)
-		if gotType == watch.Bookmark {
-			assert.Equal(t, "true", got.Annotations[metav1.InitialEventsAnnotationKey])
-		} else {
-			assert.Len(t, got.Spec.se.GetEndpoints(), len(want.Spec.se.GetEndpoints()))
-			assert.NotEmpty(t, got.Spec.se.GetEndpoints())
-		}
+		assert.Equal(t, want.Conv, got.Conv, "event %d: conversion differs", i)
+		assert.Equal(t, want.Skips, got.Skips, "event %d", i)
+		assert.Len(t, got.Conv.Endpoints, len(wantObj.(*wireServiceEntry).Spec.se.GetEndpoints()), "event %d", i)
+		assert.Nil(t, got.Annotations, "event %d: annotations are skipped", i)
+		again, err := strip(got)
+		require.NoError(t, err)
+		assert.Same(t, got, again, "the informer's transform leaves a converted event alone")
 	}
 }
 

@@ -170,21 +170,26 @@ func (c *ConvertedServiceEntry) DeepCopyObject() runtime.Object {
 	return out
 }
 
+// convertServiceEntry is what the informer keeps of se (see ConvertedServiceEntry).
+func convertServiceEntry(se *wireServiceEntry) *ConvertedServiceEntry {
+	spec := se.Spec.se
+	if spec == nil {
+		spec = &apinet.ServiceEntry{}
+	}
+	conv, skips, _ := model.ConvertServiceEntry(se.Namespace, se.Name, spec)
+	return &ConvertedServiceEntry{TypeMeta: se.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Name: se.Name, Namespace: se.Namespace, UID: se.UID,
+			ResourceVersion: se.ResourceVersion, Generation: se.Generation, CreationTimestamp: se.CreationTimestamp},
+		Conv: conv, Skips: skips}
+}
+
 // strip drops managed fields and the last-applied annotation: the model never reads them and
 // they are a large share of an informer cache's memory. Pods are cut down to what the model
 // reads: labels, service account and the Ready condition; ServiceEntries are converted (see
 // ConvertedServiceEntry). Idempotent: client-go may hand it an object it already transformed.
 func strip(obj any) (any, error) {
 	if se, ok := obj.(*wireServiceEntry); ok {
-		spec := se.Spec.se
-		if spec == nil {
-			spec = &apinet.ServiceEntry{}
-		}
-		conv, skips, _ := model.ConvertServiceEntry(se.Namespace, se.Name, spec)
-		return &ConvertedServiceEntry{TypeMeta: se.TypeMeta,
-			ObjectMeta: metav1.ObjectMeta{Name: se.Name, Namespace: se.Namespace, UID: se.UID,
-				ResourceVersion: se.ResourceVersion, Generation: se.Generation, CreationTimestamp: se.CreationTimestamp},
-			Conv: conv, Skips: skips}, nil
+		return convertServiceEntry(se), nil
 	}
 	if p, ok := obj.(*corev1.Pod); ok {
 		slim := &corev1.Pod{
@@ -217,13 +222,15 @@ func (s *Source) Start(ctx context.Context) {
 	s.seDone = make(chan struct{})
 	go func() { defer close(s.seDone); s.seInformer.RunWithContext(ctx) }()
 	go func() {
-		syncs := make([]cache.InformerSynced, len(s.regs))
+		syncs := make([]cache.DoneChecker, len(s.regs))
 		for i, r := range s.regs {
-			syncs[i] = r.HasSynced
+			syncs[i] = r.HasSyncedChecker()
 		}
-		// Registration HasSynced: the informer has listed AND delivered every listed object to
+		// Registration synced: the informer has listed AND delivered every listed object to
 		// our handler (which enqueued it). The marker below then drains the queue up to here.
-		if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
+		// WaitFor wakes on the sync itself; WaitForCacheSync polled every 100 ms, up to a
+		// tenth of a second on the path to the sync gate.
+		if !cache.WaitFor(ctx, "", syncs...) {
 			return
 		}
 		s.log.Info("informers synced; applying the initial events", "queued", s.q.len())

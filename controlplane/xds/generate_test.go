@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -292,4 +293,36 @@ func TestNoListenerOnProxyPorts(t *testing.T) {
 		require.Contains(t, r.APIListeners, APIListenerName("proxy.test", p.Number), "proxyless gRPC binds nothing")
 	}
 	require.Contains(t, r.Listeners, "0.0.0.0_80")
+}
+
+// A generation large enough to build clusters and routes side by side gives what one goroutine
+// gives (run with -race: the two halves share only the read-only entries).
+func TestParallelGenerationMatchesSequential(t *testing.T) {
+	m := goldenModel(t)
+	for i := range parallelFrom + 50 {
+		res := v1alpha3.ServiceEntry_STATIC
+		if i%7 == 0 {
+			res = v1alpha3.ServiceEntry_DNS
+		}
+		addSE(t, m, fmt.Sprintf("se-%d", i), &v1alpha3.ServiceEntry{Hosts: []string{fmt.Sprintf("se-%d.test", i)}, Resolution: res,
+			Ports:     []*v1alpha3.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP"}, {Number: 9000 + uint32(i%3), Name: "grpc", Protocol: "GRPC"}},
+			Endpoints: []*v1alpha3.WorkloadEntry{{Address: fmt.Sprintf("10.2.%d.%d", i/256, i%256)}}})
+	}
+	entries := m.Entries()
+	require.GreaterOrEqual(t, len(entries), parallelFrom)
+	got, gotBad := generate(entries, GenOptions{Namespace: "app"}, true)
+
+	want := &Resources{Clusters: map[string]typesResource{}, Endpoints: map[string]typesResource{},
+		Listeners: map[string]typesResource{}, Routes: map[string]typesResource{},
+		APIListeners: map[string]typesResource{}, claSources: map[string][]model.Endpoint{}}
+	wantBad := append(generateClusters(want, entries, true), generateRoutes(want, entries, GenOptions{Namespace: "app"})...)
+	wantBad = append(wantBad, generateAPIListeners(want, entries, GenOptions{Namespace: "app"})...)
+	assert.Equal(t, string(dump(t, want)), string(dump(t, got)))
+	assert.Equal(t, wantBad, gotBad)
+	ports := 0
+	for _, e := range entries {
+		ports += len(e.Service.Ports)
+	}
+	assert.Len(t, got.Clusters, ports, "a cluster per service port")
+	assert.Equal(t, len(want.claSources), len(got.claSources))
 }
