@@ -63,7 +63,7 @@ bench: bins images bench-run
 ## bench-run: bench without building the binaries first (BIN must hold them)
 bench-run:
 	@mkdir -p $(BENCH_OUT) && rm -f $(BENCH_OUT)/*.txt && cat /proc/loadavg > $(BENCH_OUT)/loadavg-start
-	-MESHCHAOS_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench 'HeapPerEndpoint' -benchtime 1x -timeout 60m ./controlplane/ 2>&1 | tee $(BENCH_OUT)/controlplane.txt
+	-MESHCHAOS_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench 'HeapPerEndpoint' -benchtime 3x -timeout 60m ./controlplane/ 2>&1 | tee $(BENCH_OUT)/controlplane.txt
 	-$(GO) test -run '^$$' -bench 'EndpointChangeACKed1000' -benchtime 20x -timeout 30m ./controlplane/xds 2>&1 | tee $(BENCH_OUT)/eds.txt
 	-$(GO) test -run '^$$' -bench 'FullPush1000Proxies' -benchtime 3x -timeout 30m ./controlplane/xds 2>&1 | tee $(BENCH_OUT)/fullpush.txt
 	-MESHCHAOS_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench 'ServiceEntryApply' -benchtime 1x -timeout 20m ./harness/mesh 2>&1 | tee $(BENCH_OUT)/apply.txt

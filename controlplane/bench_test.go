@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -99,6 +100,16 @@ func loadavg() string {
 	return strings.Join(f[:min(3, len(f))], " ")
 }
 
+// median is the middle of ds (the upper middle of an even count).
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
 // growth is the exponent k of heap ∝ n^k between two sizes.
 func growth(heaps map[int]float64, lo, hi int) float64 {
 	return math.Log(heaps[hi]/heaps[lo]) / math.Log(float64(hi)/float64(lo))
@@ -113,7 +124,8 @@ func growth(heaps map[int]float64, lo, hi int) float64 {
 // The same control planes give the gated start-to-serve time (Start → sync gate open: informers
 // synced, every event in the model, the initial full push in the caches), reported as
 // s/start-to-gate, and s/start-to-serve: until a proxy that connects the moment the gate opens
-// holds its first complete CDS (every cluster: its scope generated on demand and sent).
+// holds its first complete CDS (every cluster: its scope generated on demand and sent). The times
+// reported are the medians of the -benchtime Nx starts at each size.
 func BenchmarkHeapPerEndpoint(b *testing.B) {
 	c := startCluster(b)
 	const eps = 10
@@ -135,17 +147,18 @@ func BenchmarkHeapPerEndpoint(b *testing.B) {
 			}
 			b.Run(tc.name+"/SE="+strconv.Itoa(n), func(b *testing.B) {
 				var perEP float64
-				var gate, serve, cpCPU, apiCPU time.Duration
+				var gates, serves, cpCPUs, apiCPUs []time.Duration
 				for i := 0; i < b.N; i++ {
 					progressf("%s/SE=%d: starting a control plane", tc.name, n)
 					before := heapstat.Live()
 					self0, api0 := selfCPU(b), c.serverCPU(b)
-					cp, toGate := startAndWait(b, c, tc.sw...)
-					gate = toGate
+					cp, gate := startAndWait(b, c, tc.sw...)
 					// One scope's clusters, listeners and routes, as the first connected proxy
 					// creates them (scopes are generated on demand).
-					serve = firstCompleteCDS(b, cp, n)
-					cpCPU, apiCPU = selfCPU(b)-self0, c.serverCPU(b)-api0
+					serve := firstCompleteCDS(b, cp, n)
+					cpCPU, apiCPU := selfCPU(b)-self0, c.serverCPU(b)-api0
+					gates, serves = append(gates, gate), append(serves, serve)
+					cpCPUs, apiCPUs = append(cpCPUs, cpCPU), append(apiCPUs, apiCPU)
 					hosts, endpoints := cp.Model.Stats()
 					if hosts < n || endpoints < n*eps {
 						b.Fatalf("model has %d hosts / %d endpoints, want %d / %d", hosts, endpoints, n, n*eps)
@@ -168,12 +181,14 @@ func BenchmarkHeapPerEndpoint(b *testing.B) {
 				b.ReportMetric(perEP, "B/endpoint")
 				b.ReportMetric(heaps[tc.name][n]/(1<<20), "heap-MiB")
 				if tc.sw == nil {
-					b.ReportMetric(gate.Seconds(), "s/start-to-gate")
-					b.ReportMetric(serve.Seconds(), "s/start-to-serve")
+					// Medians of the starts (-benchtime Nx): one start's time swings with the
+					// apiserver's CPU (its GC) and the machine's load.
+					b.ReportMetric(median(gates).Seconds(), "s/start-to-gate")
+					b.ReportMetric(median(serves).Seconds(), "s/start-to-serve")
 					// Where the time went: on a shared machine the wall time depends on the
 					// load; the CPU used does not.
-					b.ReportMetric(cpCPU.Seconds(), "cp-cpu-s/start-to-serve")
-					b.ReportMetric(apiCPU.Seconds(), "apiserver-cpu-s/start-to-serve")
+					b.ReportMetric(median(cpCPUs).Seconds(), "cp-cpu-s/start-to-serve")
+					b.ReportMetric(median(apiCPUs).Seconds(), "apiserver-cpu-s/start-to-serve")
 				}
 			})
 		}

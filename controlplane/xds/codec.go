@@ -3,6 +3,7 @@ package xds
 import (
 	"fmt"
 
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
@@ -25,7 +26,8 @@ var responsePool = func() mem.BufferPool {
 	return p
 }()
 
-// codec is gRPC's proto codec with responses encoded into responsePool's buffers.
+// codec is gRPC's proto codec with responses encoded into responsePool's buffers and the
+// resource names of requests shared (decodeRequest).
 type codec struct{ encoding.CodecV2 }
 
 func newCodec() codec { return codec{encoding.GetCodecV2("proto")} }
@@ -51,4 +53,15 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 		return nil, err
 	}
 	return mem.BufferSlice{mem.NewBuffer(buf, responsePool)}, nil
+}
+
+// Unmarshal decodes v; a DiscoveryRequest's resource names are shared (decodeRequest).
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	req, ok := v.(*discovery.DiscoveryRequest)
+	if !ok {
+		return c.CodecV2.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	return decodeRequest(buf.ReadOnlyData(), req, names, lists)
 }
