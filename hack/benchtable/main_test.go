@@ -29,6 +29,23 @@ func TestParse(t *testing.T) {
 	assert.Len(t, res, 2, "log and FAIL lines are not results")
 }
 
+// A benchmark that prints progress while it runs has its figures on a line of their own.
+func TestParseFiguresAfterProgress(t *testing.T) {
+	out := "BenchmarkHeapPerEndpoint/plain/SE=5000-2   \t08:38:15 plain/SE=5000: starting a control plane\n" +
+		"08:38:16 plain/SE=5000: 920 B/endpoint, gate after 791ms\n" +
+		"       3\t1001278613 ns/op\t       919.9 B/endpoint\t         0.8800 s/start-to-serve\n" +
+		"08:38:17 not a figure line: 3 12 ns/op\n" +
+		"BenchmarkHeapPerEndpoint/plain/growth-2   \t       3\t      1757 ns/op\t         0.9914 exponent\n" +
+		"       3\t 5 ns/op\t 1 stray\n"
+	res, err := Parse(strings.NewReader(out))
+	require.NoError(t, err)
+	assert.Equal(t, 919.9, res["BenchmarkHeapPerEndpoint/plain/SE=5000"]["B/endpoint"])
+	assert.Equal(t, 0.88, res["BenchmarkHeapPerEndpoint/plain/SE=5000"]["s/start-to-serve"])
+	assert.Equal(t, 0.9914, res["BenchmarkHeapPerEndpoint/plain/growth"]["exponent"])
+	assert.NotContains(t, res["BenchmarkHeapPerEndpoint/plain/growth"], "stray", "figures go to a pending name only once")
+	assert.Len(t, res, 2)
+}
+
 func TestParseRejectsGarbledValue(t *testing.T) {
 	_, err := Parse(strings.NewReader("BenchmarkX-2  1  12 ns/op  abc B/endpoint\n"))
 	require.Error(t, err)
