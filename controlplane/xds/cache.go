@@ -60,6 +60,8 @@ type Caches struct {
 	latest []*model.Entry // the model as of the latest full push
 	// populate fills a new scope from latest (set by the pusher; nil: scopes start empty).
 	populate func(sc *ScopeCaches, entries []*model.Entry)
+	// fillAPI generates a generated scope's API listeners, with sc.mu held (set by the pusher).
+	fillAPI func(sc *ScopeCaches)
 	// selected names the workloadSelector Sidecar that selects a (non-gateway) proxy, "" for
 	// none (set by the pusher; nil: scopes by namespace only).
 	selected func(node *core.Node, ns string) string
@@ -87,8 +89,13 @@ type ScopeCaches struct {
 	Listeners    *watchcache.Cache
 	APIListeners *watchcache.Cache
 
-	ready     chan struct{} // closed once filled for the first time
-	mu        sync.Mutex    // one generation into these caches at a time
+	ready chan struct{} // closed once filled for the first time
+	// apiWanted: a proxyless client of this scope has asked for listeners, so generations
+	// include the API listeners. Envoy sidecars never read them, and at 50 000 ServiceEntries
+	// they were half of a scope's generation time (each is a whole HTTP connection manager
+	// with its route, marshalled into an Any). Set under mu, once.
+	apiWanted atomic.Bool
+	mu        sync.Mutex // one generation into these caches at a time
 	generated bool
 	sidecar   *model.Sidecar
 	entries   []*model.Entry      // the visible entries the caches were generated from
@@ -271,7 +278,7 @@ func (c *Caches) ForNode(typeURL string, node *core.Node) *watchcache.Cache {
 	if sc == nil {
 		return nil
 	}
-	return scopeCache(sc, typeURL, node)
+	return c.scopeCache(sc, typeURL, node)
 }
 
 func knownType(typeURL string) bool {
@@ -282,7 +289,7 @@ func knownType(typeURL string) bool {
 	return false
 }
 
-func scopeCache(sc *ScopeCaches, typeURL string, node *core.Node) *watchcache.Cache {
+func (c *Caches) scopeCache(sc *ScopeCaches, typeURL string, node *core.Node) *watchcache.Cache {
 	switch typeURL {
 	case resourcev3.ClusterType:
 		return sc.Clusters
@@ -290,11 +297,29 @@ func scopeCache(sc *ScopeCaches, typeURL string, node *core.Node) *watchcache.Ca
 		return sc.Routes
 	case resourcev3.ListenerType:
 		if IsProxyless(node) {
+			c.wantAPIListeners(sc)
 			return sc.APIListeners
 		}
 		return sc.Listeners
 	}
 	return nil
+}
+
+// wantAPIListeners makes sc's generations include its API listeners from now on, generating
+// them at once if sc has been generated (waiting for a generation in progress).
+func (c *Caches) wantAPIListeners(sc *ScopeCaches) {
+	if sc.apiWanted.Load() {
+		return
+	}
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.apiWanted.Load() {
+		return
+	}
+	sc.apiWanted.Store(true)
+	if sc.generated && c.fillAPI != nil {
+		c.fillAPI(sc)
+	}
 }
 
 // movableWatch is an open watch on a scope's cache. When its proxy's scope changes (a
@@ -328,7 +353,7 @@ func (c *Caches) watch(typeURL string, node *core.Node, create func(lc *watchcac
 		}
 		return nil, status.Errorf(codes.ResourceExhausted, "too many proxy scopes (at most %d): not serving a new one", c.MaxScopes)
 	}
-	lc := scopeCache(sc, typeURL, node)
+	lc := c.scopeCache(sc, typeURL, node)
 	w := &movableWatch{node: node, typeURL: typeURL, create: create, key: sc.Key}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -372,7 +397,7 @@ func (c *Caches) Move() int {
 		w.mu.Lock()
 		if !w.done && w.key != sc.Key {
 			w.cancel()
-			cancel, err := w.create(scopeCache(sc, w.typeURL, w.node))
+			cancel, err := w.create(c.scopeCache(sc, w.typeURL, w.node))
 			if err != nil {
 				w.cancel, w.done = func() {}, true // the proxy's next request opens a new watch
 			} else {

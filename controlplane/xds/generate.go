@@ -103,7 +103,7 @@ type validator interface{ Validate() error }
 // Generate builds every resource from the model's entries (sorted by host). Resources that fail
 // Validate() are left out and reported; generation never fails as a whole.
 func Generate(entries []*model.Entry, opts GenOptions) (*Resources, []Invalid) {
-	return generate(entries, opts, true)
+	return generate(entries, opts, true, true)
 }
 
 // parallelFrom is the number of entries from which generate builds clusters and routes on two
@@ -112,19 +112,23 @@ func Generate(entries []*model.Entry, opts GenOptions) (*Resources, []Invalid) {
 const parallelFrom = 256
 
 // generate builds the resources of entries; withEndpoints adds the ClusterLoadAssignments (a
-// scope's generation leaves them out: they are shared by every scope). Clusters (and CLAs) and
-// routes, listeners and API listeners share nothing but the read-only entries, so large
-// generations build them side by side.
-func generate(entries []*model.Entry, opts GenOptions, withEndpoints bool) (*Resources, []Invalid) {
+// scope's generation leaves them out: they are shared by every scope), withAPI the API
+// listeners (a scope has them once a proxyless client asks). Clusters (and CLAs) and routes,
+// listeners and API listeners share nothing but the read-only entries, so large generations
+// build them side by side.
+func generate(entries []*model.Entry, opts GenOptions, withEndpoints, withAPI bool) (*Resources, []Invalid) {
 	r := &Resources{
 		Clusters: map[string]types.Resource{}, Endpoints: map[string]types.Resource{},
 		Listeners: map[string]types.Resource{}, Routes: map[string]types.Resource{},
 		APIListeners: map[string]types.Resource{}, claSources: map[string][]model.Endpoint{},
 	}
-	if len(entries) < parallelFrom {
+	if len(entries) < parallelFrom || !withAPI {
 		bad := generateClusters(r, entries, withEndpoints)
 		bad = append(bad, generateRoutes(r, entries, opts)...)
-		return r, append(bad, generateAPIListeners(r, entries, opts)...)
+		if withAPI {
+			bad = append(bad, generateAPIListeners(r, entries, opts)...)
+		}
+		return r, bad
 	}
 	// API listeners (each with its own route configuration, marshalled into an Any) cost about
 	// as much as the clusters and routes together (CPU profile at 5000 ServiceEntries).

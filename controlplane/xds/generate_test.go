@@ -310,7 +310,7 @@ func TestParallelGenerationMatchesSequential(t *testing.T) {
 	}
 	entries := m.Entries()
 	require.GreaterOrEqual(t, len(entries), parallelFrom)
-	got, gotBad := generate(entries, GenOptions{Namespace: "app"}, true)
+	got, gotBad := generate(entries, GenOptions{Namespace: "app"}, true, true)
 
 	want := &Resources{Clusters: map[string]typesResource{}, Endpoints: map[string]typesResource{},
 		Listeners: map[string]typesResource{}, Routes: map[string]typesResource{},

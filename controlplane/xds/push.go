@@ -75,6 +75,7 @@ func NewPusher(m *model.Model, c *Caches, opts PushOptions) *Pusher {
 		kick: make(chan struct{}, 1), lastPush: map[string]*pushRecord{}}
 	c.mu.Lock()
 	c.populate = func(sc *ScopeCaches, entries []*model.Entry) { p.pushScopeLocked(sc, entries, nil) }
+	c.fillAPI = p.fillAPIListenersLocked
 	c.selected = func(node *core.Node, ns string) string {
 		sc := m.SidecarForProxy(ns, ProxyLabels(node, m))
 		if sc == nil || len(sc.Selector) == 0 || sc.Namespace != ns {
@@ -391,14 +392,26 @@ func (p *Pusher) pushScopeLocked(sc *ScopeCaches, entries []*model.Entry, ch *mo
 	}
 	opts := p.opts.Generate
 	opts.Namespace = sc.Namespace
-	res, bad := generate(visible, opts, false)
+	res, bad := generate(visible, opts, false, sc.apiWanted.Load())
 	p.reportInvalid(bad)
 	sc.Clusters.SetResources(res.Clusters)
 	sc.Listeners.SetResources(res.Listeners)
-	sc.APIListeners.SetResources(res.APIListeners)
+	if sc.apiWanted.Load() {
+		sc.APIListeners.SetResources(res.APIListeners)
+	}
 	sc.Routes.SetResources(res.Routes)
 	sc.generated, sc.sidecar, sc.entries, sc.hosts = true, sidecar, visible, hostSet(visible)
 	sc.pushes++
+}
+
+// fillAPIListenersLocked generates sc's API listeners from the entries of its last generation
+// (sc.mu held): the first proxyless client of a generated scope asked for them.
+func (p *Pusher) fillAPIListenersLocked(sc *ScopeCaches) {
+	opts := p.opts.Generate
+	opts.Namespace = sc.Namespace
+	r := &Resources{APIListeners: map[string]types.Resource{}}
+	p.reportInvalid(generateAPIListeners(r, sc.entries, opts))
+	sc.APIListeners.SetResources(r.APIListeners)
 }
 
 // generateEndpoints builds the ClusterLoadAssignments of every STATIC service port.

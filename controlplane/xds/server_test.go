@@ -15,6 +15,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -400,6 +401,35 @@ func TestProxylessAndEnvoyListeners(t *testing.T) {
 	t.Cleanup(g.Close)
 	eventually(t, "gRPC LDS", func() bool { return len(g.Resources(resourcev3.ListenerType)) == 1 })
 	require.Contains(t, g.Resources(resourcev3.ListenerType), "a.test:80", "a subset request is answered")
+}
+
+// A scope's API listeners are generated once a proxyless client of the scope asks for listeners
+// (Envoy never reads them), then kept up to date by every generation.
+func TestAPIListenersGeneratedOnceAProxylessClientAsks(t *testing.T) {
+	r := newRig(t, 10*time.Millisecond, time.Second)
+	r.apply(t, "a", "10.0.0.1")
+	r.start(t)
+	envoy := r.client(t, "sidecar~envoy")
+	require.NoError(t, envoy.SetNames(resourcev3.ListenerType, nil))
+	eventually(t, "envoy LDS", func() bool { return len(envoy.Resources(resourcev3.ListenerType)) == 1 })
+	scopes := r.caches.Scopes()
+	require.Len(t, scopes, 1)
+	sc := scopes[0]
+	assert.Zero(t, sc.APIListeners.NumResources(), "no API listeners while only Envoy is connected")
+	pushes := sc.Pushes()
+
+	g, err := adsclient.Dial(context.Background(), r.addr, "grpc~client")
+	require.NoError(t, err)
+	require.NoError(t, g.SetNames(resourcev3.ListenerType, []string{"a.test:80", "b.test:80"}))
+	go g.Run()
+	t.Cleanup(g.Close)
+	eventually(t, "gRPC LDS", func() bool { return len(g.Resources(resourcev3.ListenerType)) == 1 })
+	require.Len(t, r.caches.Scopes(), 1, "the proxyless client shares the Envoy's scope")
+	assert.Equal(t, pushes, sc.Pushes(), "filling the API listeners is not a generation of the scope")
+
+	r.apply(t, "b", "10.0.0.2")
+	eventually(t, "gRPC LDS after a push", func() bool { return len(g.Resources(resourcev3.ListenerType)) == 2 })
+	assert.Equal(t, 2, sc.APIListeners.NumResources())
 }
 
 // TestQuadraticScopeMemory: what the switch retains after a full push is at least one 80-byte
