@@ -155,7 +155,7 @@ func BenchmarkHeapPerEndpoint(b *testing.B) {
 					cp, gate := startAndWait(b, c, tc.sw...)
 					// One scope's clusters, listeners and routes, as the first connected proxy
 					// creates them (scopes are generated on demand).
-					serve := firstCompleteCDS(b, cp, n)
+					serve, proxy := firstCompleteCDS(b, cp, n)
 					cpCPU, apiCPU := selfCPU(b)-self0, c.serverCPU(b)-api0
 					gates, serves = append(gates, gate), append(serves, serve)
 					cpCPUs, apiCPUs = append(cpCPUs, cpCPU), append(apiCPUs, apiCPU)
@@ -163,7 +163,12 @@ func BenchmarkHeapPerEndpoint(b *testing.B) {
 					if hosts < n || endpoints < n*eps {
 						b.Fatalf("model has %d hosts / %d endpoints, want %d / %d", hosts, endpoints, n, n*eps)
 					}
+					// With the proxy still connected: its scope is dropped when its last
+					// stream ends.
 					after := heapstat.Live()
+					if len(cp.Caches.Scopes()) != 1 {
+						b.Fatalf("%d scopes held while measuring, want the proxy's one", len(cp.Caches.Scopes()))
+					}
 					heap := float64(after) - float64(before)
 					perEP = heap / float64(endpoints)
 					heaps[tc.name][n] = heap
@@ -174,6 +179,7 @@ func BenchmarkHeapPerEndpoint(b *testing.B) {
 							f.Close()
 						}
 					}
+					proxy.Close()
 					cp.Stop()
 					progressf("%s/SE=%d: %.0f B/endpoint, gate after %s, first complete CDS after %s (CPU: control plane %s, apiserver+etcd %s; load %s)",
 						tc.name, n, perEP, gate, serve, cpCPU, apiCPU, loadavg())
@@ -209,8 +215,9 @@ func BenchmarkHeapPerEndpoint(b *testing.B) {
 }
 
 // firstCompleteCDS connects one Envoy-like proxy (wildcard CDS) the moment the gate is open and
-// returns the time from the control plane's start until it holds every one of the n clusters.
-func firstCompleteCDS(b *testing.B, cp *controlplane.ControlPlane, n int) time.Duration {
+// returns the time from the control plane's start until it holds every one of the n clusters,
+// and the proxy, still connected (the caller closes it).
+func firstCompleteCDS(b *testing.B, cp *controlplane.ControlPlane, n int) (time.Duration, *adsclient.Client) {
 	b.Helper()
 	done := make(chan time.Time, 1)
 	cl, err := adsclient.Dial(context.Background(), cp.XDSAddr(), "sidecar~10.0.0.1~bench-0.bulk~bulk.svc.cluster.local")
@@ -229,12 +236,12 @@ func firstCompleteCDS(b *testing.B, cp *controlplane.ControlPlane, n int) time.D
 		b.Fatalf("subscribe to CDS: %v", err)
 	}
 	go cl.Run()
-	defer cl.Close()
 	select {
 	case at := <-done:
-		return at.Sub(cp.StartedAt())
+		return at.Sub(cp.StartedAt()), cl
 	case <-time.After(120 * time.Second):
+		cl.Close()
 		b.Fatalf("no CDS with %d clusters within 120 s", n)
-		return 0
+		return 0, nil
 	}
 }
