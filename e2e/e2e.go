@@ -77,6 +77,8 @@ func createWith(p support.E2EClusterProvider, name, substrate string, created fu
 	}
 }
 
+// DestroyCluster tears the environment's cluster down (every process, namespace, cgroup and
+// container it started).
 func DestroyCluster(name string) env.Func { return envfuncs.DestroyCluster(name) }
 
 // ClusterFrom returns the cluster CreateCluster put into the context.
@@ -194,7 +196,7 @@ type given struct {
 	substrate string
 }
 
-// Name is the substrate the environment's cluster is on (the data plane depends on it).
+// Name is the substrate the environment's cluster is on, as summaries name it.
 func (g given) Name() string { return g.substrate }
 
 // used names the clusters an experiment already ran on: what it deployed is still there, and a

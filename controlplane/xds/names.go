@@ -155,9 +155,9 @@ func (t *internTable) intern(raw [][]byte, out []string) error {
 // decodeRequest decodes b into req as proto.Unmarshal does, with req.ResourceNames shared
 // through table, and through known (when not nil) for a list of names it has seen.
 func decodeRequest(b []byte, req *discovery.DiscoveryRequest, table *internTable, known *nameLists) error {
-	// First pass: find the names (and whether they are one run of fields, as every encoder
-	// writes a repeated field) and the size of everything else.
-	count, restLen := 0, 0
+	// First pass: find the names, and whether they are one run of fields (as every encoder
+	// writes a repeated field; the wire allows them anywhere).
+	count := 0
 	first, end, contiguous := -1, -1, true
 	for off := 0; off < len(b); {
 		p := b[off:]
@@ -178,54 +178,65 @@ func decodeRequest(b []byte, req *discovery.DiscoveryRequest, table *internTable
 				contiguous = false
 			}
 			end = off + n + m
-		} else {
-			restLen += n + m
 		}
 		off += n + m
 	}
+	if count == 0 {
+		return proto.Unmarshal(b, req)
+	}
+	// Everything but the names goes through proto.Unmarshal.
 	var rest []byte
-	if restLen > 0 {
-		rest = make([]byte, 0, restLen)
-	}
-	if count > 0 && contiguous && known != nil && count >= known.min {
-		region := b[first:end]
-		shared, h := known.get(region)
-		if shared != nil {
-			rest = append(append(rest, b[:first]...), b[end:]...)
-			if err := proto.Unmarshal(rest, req); err != nil {
-				return err
+	if contiguous {
+		rest = append(append(make([]byte, 0, len(b)-(end-first)), b[:first]...), b[end:]...)
+	} else {
+		forEachField(b, func(name bool, field, _ []byte) {
+			if !name {
+				rest = append(rest, field...)
 			}
-			req.ResourceNames = shared
-			return nil
-		}
-		defer func() {
-			if req.ResourceNames != nil {
-				known.put(h, region, req.ResourceNames)
-			}
-		}()
-	}
-	raw := make([][]byte, 0, count)
-	for p := b; len(p) > 0; {
-		num, typ, n := protowire.ConsumeTag(p)
-		m := protowire.ConsumeFieldValue(num, typ, p[n:])
-		if num == requestNameField && typ == protowire.BytesType {
-			v, _ := protowire.ConsumeBytes(p[n:])
-			raw = append(raw, v)
-		} else {
-			rest = append(rest, p[:n+m]...)
-		}
-		p = p[n+m:]
+		})
 	}
 	if err := proto.Unmarshal(rest, req); err != nil {
 		return err
 	}
-	if count == 0 {
-		return nil
+	var region []byte
+	var h uint64
+	if contiguous && known != nil && count >= known.min {
+		region = b[first:end]
+		var shared []string
+		if shared, h = known.get(region); shared != nil {
+			req.ResourceNames = shared
+			return nil
+		}
 	}
-	req.ResourceNames = make([]string, count)
-	if err := table.intern(raw, req.ResourceNames); err != nil {
-		req.ResourceNames = nil
+	raw := make([][]byte, 0, count)
+	forEachField(b, func(name bool, _, value []byte) {
+		if name {
+			raw = append(raw, value)
+		}
+	})
+	names := make([]string, count)
+	if err := table.intern(raw, names); err != nil {
 		return errors.Join(errors.New("decode DiscoveryRequest"), err)
 	}
+	req.ResourceNames = names
+	if region != nil {
+		known.put(h, region, names)
+	}
 	return nil
+}
+
+// forEachField calls fn with each field of b (already checked by decodeRequest's first pass):
+// whether it is a resource name, the whole field, and a name's bytes.
+func forEachField(b []byte, fn func(name bool, field, value []byte)) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		name := num == requestNameField && typ == protowire.BytesType
+		var v []byte
+		if name {
+			v, _ = protowire.ConsumeBytes(b[n:])
+		}
+		fn(name, b[:n+m], v)
+		b = b[n+m:]
+	}
 }

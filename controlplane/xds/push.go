@@ -390,13 +390,12 @@ func (p *Pusher) pushScopeLocked(sc *ScopeCaches, entries []*model.Entry, ch *mo
 		p.rec.scopes[sc.Key] = true
 		p.rec.mu.Unlock()
 	}
-	opts := p.opts.Generate
-	opts.Namespace = sc.Namespace
-	res, bad := generate(visible, opts, false, sc.apiWanted.Load())
+	api := sc.apiWanted.Load() // set only under sc.mu
+	res, bad := generate(visible, p.scopeOptions(sc), false, api)
 	p.reportInvalid(bad)
 	sc.Clusters.SetResources(res.Clusters)
 	sc.Listeners.SetResources(res.Listeners)
-	if sc.apiWanted.Load() {
+	if api {
 		sc.APIListeners.SetResources(res.APIListeners)
 	}
 	sc.Routes.SetResources(res.Routes)
@@ -407,11 +406,17 @@ func (p *Pusher) pushScopeLocked(sc *ScopeCaches, entries []*model.Entry, ch *mo
 // fillAPIListenersLocked generates sc's API listeners from the entries of its last generation
 // (sc.mu held): the first proxyless client of a generated scope asked for them.
 func (p *Pusher) fillAPIListenersLocked(sc *ScopeCaches) {
+	r := &Resources{APIListeners: map[string]types.Resource{}}
+	p.reportInvalid(generateAPIListeners(r, sc.entries, p.scopeOptions(sc)))
+	sc.APIListeners.SetResources(r.APIListeners)
+}
+
+// scopeOptions are the generation options for sc's proxies (short names resolve in their
+// namespace).
+func (p *Pusher) scopeOptions(sc *ScopeCaches) GenOptions {
 	opts := p.opts.Generate
 	opts.Namespace = sc.Namespace
-	r := &Resources{APIListeners: map[string]types.Resource{}}
-	p.reportInvalid(generateAPIListeners(r, sc.entries, opts))
-	sc.APIListeners.SetResources(r.APIListeners)
+	return opts
 }
 
 // generateEndpoints builds the ClusterLoadAssignments of every STATIC service port.

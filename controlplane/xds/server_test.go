@@ -385,20 +385,32 @@ func TestDeltaADS(t *testing.T) {
 	require.Contains(t, resp.GetRemovedResources(), cb)
 }
 
-func TestProxylessAndEnvoyListeners(t *testing.T) {
+// envoyWithListeners starts a rig serving a.test and an Envoy-like client holding its LDS.
+func envoyWithListeners(t *testing.T) (*rig, *adsclient.Client) {
 	r := newRig(t, 10*time.Millisecond, time.Second)
 	r.apply(t, "a", "10.0.0.1")
 	r.start(t)
 	envoy := r.client(t, "sidecar~envoy")
 	require.NoError(t, envoy.SetNames(resourcev3.ListenerType, nil))
 	eventually(t, "envoy LDS", func() bool { return len(envoy.Resources(resourcev3.ListenerType)) == 1 })
-	require.Contains(t, envoy.Resources(resourcev3.ListenerType), ListenerName(80), "Envoy gets only outbound listeners")
+	return r, envoy
+}
 
+// grpcListeners connects a proxyless gRPC client asking for the listeners names.
+func grpcListeners(t *testing.T, r *rig, names ...string) *adsclient.Client {
 	g, err := adsclient.Dial(context.Background(), r.addr, "grpc~client")
 	require.NoError(t, err)
-	require.NoError(t, g.SetNames(resourcev3.ListenerType, []string{"a.test:80"}))
+	require.NoError(t, g.SetNames(resourcev3.ListenerType, names))
 	go g.Run()
 	t.Cleanup(g.Close)
+	return g
+}
+
+func TestProxylessAndEnvoyListeners(t *testing.T) {
+	r, envoy := envoyWithListeners(t)
+	require.Contains(t, envoy.Resources(resourcev3.ListenerType), ListenerName(80), "Envoy gets only outbound listeners")
+
+	g := grpcListeners(t, r, "a.test:80")
 	eventually(t, "gRPC LDS", func() bool { return len(g.Resources(resourcev3.ListenerType)) == 1 })
 	require.Contains(t, g.Resources(resourcev3.ListenerType), "a.test:80", "a subset request is answered")
 }
@@ -406,23 +418,14 @@ func TestProxylessAndEnvoyListeners(t *testing.T) {
 // A scope's API listeners are generated once a proxyless client of the scope asks for listeners
 // (Envoy never reads them), then kept up to date by every generation.
 func TestAPIListenersGeneratedOnceAProxylessClientAsks(t *testing.T) {
-	r := newRig(t, 10*time.Millisecond, time.Second)
-	r.apply(t, "a", "10.0.0.1")
-	r.start(t)
-	envoy := r.client(t, "sidecar~envoy")
-	require.NoError(t, envoy.SetNames(resourcev3.ListenerType, nil))
-	eventually(t, "envoy LDS", func() bool { return len(envoy.Resources(resourcev3.ListenerType)) == 1 })
+	r, _ := envoyWithListeners(t)
 	scopes := r.caches.Scopes()
 	require.Len(t, scopes, 1)
 	sc := scopes[0]
 	assert.Zero(t, sc.APIListeners.NumResources(), "no API listeners while only Envoy is connected")
 	pushes := sc.Pushes()
 
-	g, err := adsclient.Dial(context.Background(), r.addr, "grpc~client")
-	require.NoError(t, err)
-	require.NoError(t, g.SetNames(resourcev3.ListenerType, []string{"a.test:80", "b.test:80"}))
-	go g.Run()
-	t.Cleanup(g.Close)
+	g := grpcListeners(t, r, "a.test:80", "b.test:80")
 	eventually(t, "gRPC LDS", func() bool { return len(g.Resources(resourcev3.ListenerType)) == 1 })
 	require.Len(t, r.caches.Scopes(), 1, "the proxyless client shares the Envoy's scope")
 	assert.Equal(t, pushes, sc.Pushes(), "filling the API listeners is not a generation of the scope")
