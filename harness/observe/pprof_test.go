@@ -4,8 +4,11 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,6 +51,26 @@ func TestProfilerCapturesFromRealProcess(t *testing.T) {
 	all := p.Profiles()
 	assert.GreaterOrEqual(t, len(all), 3+2*2, "at least two scheduled heap+goroutine sets")
 	assert.Equal(t, "scheduled", all[len(all)-1].Reason)
+}
+
+// TestHeapCaptureLeavesPoolsOut: a heap capture reads a heap that no longer counts what sync.Pool
+// held (after one GC the pool's victim cache still does), so a scale step's heap does not depend
+// on how many buffers gRPC happened to have pooled. The process profiled is this one.
+func TestHeapCaptureLeavesPoolsOut(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.Handle("/debug/pprof/heap", pprof.Handler("heap"))
+	ts := httptest.NewServer(mux)
+	defer ts.Close()
+
+	const pooled = 64 << 20
+	var pool sync.Pool
+	pool.Put(make([]byte, pooled))
+	_, err := NewProfiler(ts.URL, t.TempDir(), nil).Capture(context.Background(), Heap, "x")
+	require.NoError(t, err)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms) // no GC: the figure the last collection left
+	assert.Less(t, ms.HeapAlloc, uint64(pooled), "the pooled buffer is not in the heap read")
+	runtime.KeepAlive(&pool)
 }
 
 func TestProfilerReportsMissingPprof(t *testing.T) {

@@ -83,7 +83,7 @@ func (c *CgroupMemory) ReadRSS() (int64, error) {
 	return statValue(c.files(), c.Dir+"/memory.stat", "rss")
 }
 
-// CaptureHeap takes a heap profile after a forced GC now and returns it (its in-use total and
+// CaptureHeap takes a heap profile after forced GCs now and returns it (its in-use total and
 // top allocation sites).
 func (p *Profiles) CaptureHeap(ctx context.Context, reason string) (results.Profile, error) {
 	return p.Capture(ctx, Heap, reason)
