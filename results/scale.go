@@ -43,7 +43,7 @@ type ScaleStep struct {
 	// expected config (or the wait ended); Converged says whether it did.
 	ConvergeSeconds float64 `json:"convergeSeconds"`
 	Converged       bool    `json:"converged"`
-	// HeapBytes is the in-use heap the process reports right after the forced GC of a heap
+	// HeapBytes is the in-use heap the process reports right after the forced GCs of a heap
 	// profile; Profile is that profile's file, ProfileInUseBytes its (sampled) in-use total and
 	// Top its heaviest allocation sites.
 	HeapBytes         int64       `json:"heapBytes"`
@@ -71,6 +71,9 @@ type PowerFit struct {
 	StdErr float64 `json:"stdErr"`
 	Coeff  float64 `json:"coeff"`
 	Points int     `json:"points"`
+	// Resolution is how far the measurement's own jitter could move the exponent (see
+	// ExponentResolution); 0 when not known.
+	Resolution float64 `json:"resolution,omitempty"`
 }
 
 // At is the fitted y at x.
@@ -116,6 +119,31 @@ func FitPower(xs, ys []float64) (PowerFit, error) {
 		f.StdErr = math.Sqrt(sse / (n - 2) / sxx)
 	}
 	return f, nil
+}
+
+// ExponentResolution is how far the fitted exponent could move if each y were off by jitter
+// (the measurement's noise between runs), to first order: jitter·(1/y₁ + 1/yₙ) / ln(xₙ/x₁)
+// over the smallest and largest x that FitPower uses. Small growth over a narrow range resolves
+// nothing: a heap 0.7 and 2.9 MiB above its baseline at 507 and 1014 endpoints, with 0.5 MiB of
+// jitter, gives ±1.3, and the reference's exponent there came out anywhere from −0.14 to 2.01
+// in four runs. It is +Inf without two such points.
+func ExponentResolution(xs, ys []float64, jitter float64) float64 {
+	lo, hi := -1, -1
+	for i := range xs {
+		if i >= len(ys) || xs[i] <= 0 || ys[i] <= 0 {
+			continue
+		}
+		if lo < 0 || xs[i] < xs[lo] {
+			lo = i
+		}
+		if hi < 0 || xs[i] > xs[hi] {
+			hi = i
+		}
+	}
+	if lo < 0 || xs[hi] <= xs[lo] {
+		return math.Inf(1)
+	}
+	return jitter * (1/ys[lo] + 1/ys[hi]) / math.Log(xs[hi]/xs[lo])
 }
 
 // Projection is the largest config a memory budget holds, by the fit, and its verification.
@@ -175,7 +203,11 @@ func (s *Scale) Markdown() string {
 			mibs(st.HeapBytes), mibs(st.RSSBytes), st.BytesPerEndpoint, mibs(st.APIServerRSSBytes), mibs(st.EtcdDBBytes), st.Mismatches, top)
 	}
 	if f := s.Fit; f != nil {
-		fmt.Fprintf(&b, "\nGrowth: heap above the baseline ∝ endpoints^**%.3f** ± %.3f (%d points, log-log least squares).", f.Exponent, f.StdErr, f.Points)
+		fmt.Fprintf(&b, "\nGrowth: heap above the baseline ∝ endpoints^**%.3f** ± %.3f (%d points, log-log least squares", f.Exponent, f.StdErr, f.Points)
+		if f.Resolution > 0 {
+			fmt.Fprintf(&b, "; the heap's jitter alone could move it by %.2f", f.Resolution)
+		}
+		b.WriteString(").")
 		if r := s.RSSFit; r != nil {
 			fmt.Fprintf(&b, " RSS above its baseline ∝ endpoints^%.3f ± %.3f.", r.Exponent, r.StdErr)
 		}

@@ -35,6 +35,20 @@ func TestFitPower(t *testing.T) {
 	assert.ErrorContains(t, err, "1 usable points")
 }
 
+func TestExponentResolution(t *testing.T) {
+	const mib = 1 << 20
+	// The kind example's run in CI on 2026-11-24: 50 and 100 ServiceEntries, exponent 2.011.
+	tiny := ExponentResolution([]float64{507, 1014}, []float64{0.7 * mib, 2.9 * mib}, 0.5*mib)
+	assert.InDelta(t, 1.28, tiny, 0.01)
+	// The both-ways test's scale (200/400/800), its smallest growth measured: resolved.
+	small := ExponentResolution([]float64{2007, 4014, 8021}, []float64{2.1 * mib, 5.6 * mib, 9.5 * mib}, 0.5*mib)
+	assert.InDelta(t, 0.21, small, 0.01)
+	// Points the fit skips are skipped here too; without two of them nothing is resolved.
+	assert.Equal(t, small, ExponentResolution([]float64{1000, 2007, 4014, 8021}, []float64{-1, 2.1 * mib, 5.6 * mib, 9.5 * mib}, 0.5*mib))
+	assert.True(t, math.IsInf(ExponentResolution([]float64{1000, 2000}, []float64{mib, 0}, 0.5*mib), 1))
+	assert.True(t, math.IsInf(ExponentResolution(nil, nil, 0.5*mib), 1))
+}
+
 func TestScaleMarkdown(t *testing.T) {
 	s := &Scale{Baseline: ScaleStep{HeapBytes: 1 << 20}, MismatchCount: map[string]int{"endpoint-port": 2}}
 	for _, n := range []int{50, 100, 200} {
@@ -46,10 +60,12 @@ func TestScaleMarkdown(t *testing.T) {
 	}
 	f, err := FitPower(xs, ys)
 	require.NoError(t, err)
+	f.Resolution = ExponentResolution(xs, ys, 512<<10)
 	s.Fit = &f
 	s.Mismatches = []Mismatch{{Step: 50, Scenario: "endpoint-port", Cluster: "outbound|80||a", Want: "10.0.0.1:9000", Got: "10.0.0.1:80"}}
 	md := s.Markdown()
 	assert.Contains(t, md, "endpoints^**1.000**")
+	assert.Contains(t, md, "the heap's jitter alone could move it by 0.47)", "the fit says how much its steps resolve")
 	assert.Contains(t, md, "| 200 | 2000 |")
 	assert.Contains(t, md, "| not measured |", "push counts never read are not shown as 0")
 	assert.Contains(t, md, "endpoint-port 2")

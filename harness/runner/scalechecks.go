@@ -21,12 +21,20 @@ func scaleValue(f func(s *results.Scale) (float64, error)) func(s *results.Summa
 	}
 }
 
+// MaxExponentResolution is the coarsest resolution (PowerFit.Resolution) at which the growth
+// exponent is judged: a third still tells linear from quadratic growth; coarser, the heap's
+// jitter decides the verdict, not the config.
+const MaxExponentResolution = 1.0 / 3
+
 // GrowthExponent checks the exponent of heap (above the baseline) against endpoints, fitted
-// log-log over the steps.
+// log-log over the steps. Steps too small to resolve it give an error, not a verdict on noise.
 func GrowthExponent(op results.Op, k float64) Check {
 	return withDetail(Metric("heap growth exponent", scaleValue(func(s *results.Scale) (float64, error) {
 		if s.Fit == nil {
 			return 0, fmt.Errorf("no growth fit: %d step(s) measured, at least 2 needed above the baseline", len(s.Steps))
+		}
+		if r := s.Fit.Resolution; r > MaxExponentResolution {
+			return 0, fmt.Errorf("the steps resolve the exponent only to ±%.2f (want ±%.2f or finer): the heap grew too little over too narrow a range for its jitter, so the fit (%.3f) says nothing; use larger steps over a wider range, e.g. steps=200,400,800", r, MaxExponentResolution, s.Fit.Exponent)
 		}
 		return s.Fit.Exponent, nil
 	}), op, k, ""), func(s *results.Summary) string {

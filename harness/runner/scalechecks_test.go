@@ -29,6 +29,18 @@ func TestScaleChecks(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, c.Pass)
 	assert.Contains(t, c.Detail, "endpoints^1.800 ± 0.050")
+	// An exponent the steps cannot resolve is an error (whatever its value), not a verdict.
+	s.Scale.Fit = &results.PowerFit{Exponent: 2.011, Points: 2, Resolution: 1.28}
+	_, err = GrowthExponent(results.LE, 2)(s)
+	assert.ErrorContains(t, err, "resolve the exponent only to ±1.28")
+	assert.ErrorContains(t, err, "use larger steps")
+	s.Scale.Fit = &results.PowerFit{Exponent: 0.25, Points: 2, Resolution: 1.28}
+	_, err = GrowthExponent(results.LE, 2)(s)
+	assert.Error(t, err, "a noise exponent that happens to be low is not a pass")
+	s.Scale.Fit = &results.PowerFit{Exponent: 1.08, StdErr: 0.1, Points: 3, Resolution: 0.21}
+	c, err = GrowthExponent(results.LE, 1.15)(s)
+	require.NoError(t, err)
+	assert.True(t, c.Pass)
 
 	c, err = BytesPerEndpoint(results.LE, 2048)(s)
 	require.NoError(t, err)

@@ -64,7 +64,7 @@ func TestSuiteBadInputExitsTwo(t *testing.T) {
 }
 
 // TestSuiteTinyBothWays is the small honesty run `make test` makes through the suite runner:
-// serviceentry-scale at tiny steps passes on the reference and is failed by se-endpoint-port,
+// serviceentry-scale at small steps passes on the reference and is failed by se-endpoint-port,
 // and the suite (exit 0: both as expected) leaves each run's directory, a combined junit.xml,
 // suite.json, index.html and a history line.
 func TestSuiteTinyBothWays(t *testing.T) {

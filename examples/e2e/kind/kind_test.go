@@ -39,11 +39,11 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.Run(m))
 }
 
-// TestServiceEntryScale runs serviceentry-scale at tiny steps on the environment's 1-worker kind
-// cluster against the reference control plane.
+// TestServiceEntryScale runs serviceentry-scale on the environment's 1-worker kind cluster
+// against the reference control plane, at the both-ways test's steps (see examples/e2e).
 func TestServiceEntryScale(t *testing.T) {
 	if skip != "" {
 		t.Skip(skip)
 	}
-	testenv.Test(t, e2e.Feature("serviceentry-scale", "steps=50,100", "convergeTimeout=60s", "maxBytesPerEndpoint=16384", "maxExponent=2"))
+	testenv.Test(t, e2e.Feature("serviceentry-scale", "steps=200,400,800", "convergeTimeout=60s", "maxBytesPerEndpoint=3072"))
 }
