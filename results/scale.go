@@ -85,11 +85,10 @@ func (f PowerFit) Inverse(y float64) float64 { return math.Pow(y/f.Coeff, 1/f.Ex
 // FitPower fits y = c·x^k to the points with x, y > 0 (others are skipped: a step whose heap
 // did not rise above the baseline says nothing about growth).
 func FitPower(xs, ys []float64) (PowerFit, error) {
-	var lx, ly []float64
-	for i := range xs {
-		if i < len(ys) && xs[i] > 0 && ys[i] > 0 {
-			lx, ly = append(lx, math.Log(xs[i])), append(ly, math.Log(ys[i]))
-		}
+	px, py := positivePoints(xs, ys)
+	lx, ly := make([]float64, len(px)), make([]float64, len(py))
+	for i := range px {
+		lx[i], ly[i] = math.Log(px[i]), math.Log(py[i])
 	}
 	n := float64(len(lx))
 	if len(lx) < 2 {
@@ -128,22 +127,33 @@ func FitPower(xs, ys []float64) (PowerFit, error) {
 // jitter, gives ±1.3, and the reference's exponent there came out anywhere from −0.14 to 2.01
 // in four runs. It is +Inf without two such points.
 func ExponentResolution(xs, ys []float64, jitter float64) float64 {
-	lo, hi := -1, -1
-	for i := range xs {
-		if i >= len(ys) || xs[i] <= 0 || ys[i] <= 0 {
-			continue
-		}
-		if lo < 0 || xs[i] < xs[lo] {
+	px, py := positivePoints(xs, ys)
+	if len(px) == 0 {
+		return math.Inf(1)
+	}
+	lo, hi := 0, 0
+	for i := range px {
+		if px[i] < px[lo] {
 			lo = i
 		}
-		if hi < 0 || xs[i] > xs[hi] {
+		if px[i] > px[hi] {
 			hi = i
 		}
 	}
-	if lo < 0 || xs[hi] <= xs[lo] {
+	if px[hi] <= px[lo] {
 		return math.Inf(1)
 	}
-	return jitter * (1/ys[lo] + 1/ys[hi]) / math.Log(xs[hi]/xs[lo])
+	return jitter * (1/py[lo] + 1/py[hi]) / math.Log(px[hi]/px[lo])
+}
+
+// positivePoints are the points (x, y) with both above zero: what a log-log fit can use.
+func positivePoints(xs, ys []float64) (px, py []float64) {
+	for i := range xs {
+		if i < len(ys) && xs[i] > 0 && ys[i] > 0 {
+			px, py = append(px, xs[i]), append(py, ys[i])
+		}
+	}
+	return px, py
 }
 
 // Projection is the largest config a memory budget holds, by the fit, and its verification.
