@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -181,6 +182,36 @@ func TestExistingCluster(t *testing.T) {
 	for _, n := range nodes.Items {
 		assert.NotEmpty(t, n.Labels[cluster.NodeLabel], "labels the cluster's owner set stay")
 	}
+
+	t.Run("a Down out of time says what is left", func(t *testing.T) {
+		c, err := p.Up(ctx, cluster.Spec{Name: "run-c", Nodes: 2, Logf: t.Logf, Namespaces: []string{WorkloadNamespace}})
+		require.NoError(t, err)
+		// A pod held by a finalizer (and never scheduled): its namespace cannot go until it does.
+		const hold = "meshchaos.io/test-hold"
+		_, err = cs.CoreV1().Pods(WorkloadNamespace).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "held", Finalizers: []string{hold}},
+			Spec: corev1.PodSpec{NodeSelector: map[string]string{"meshchaos.io/no-such-node": "x"},
+				Containers: []corev1.Container{{Name: "c", Image: "meshchaos.invalid/none:0"}}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		release := func() {
+			_, _ = cs.CoreV1().Pods(WorkloadNamespace).Patch(ctx, "held", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		}
+		t.Cleanup(release)
+		short, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		err = c.Down(short)
+		require.Error(t, err)
+		t.Log(err)
+		assert.Contains(t, err.Error(), "namespace "+WorkloadNamespace+" still terminating")
+		assert.Contains(t, err.Error(), "pod held (unscheduled, ")
+		assert.Contains(t, err.Error(), "deletion timestamp")
+		assert.Contains(t, err.Error(), "finalizers "+hold)
+		release()
+		for _, ns := range []string{AgentNamespace, WorkloadNamespace} {
+			waitGone(ctx, t, cs, ns)
+		}
+	})
 }
 
 // TestWithoutNodeAccessErrors: the agent has no privilege, dials still work, node methods say why not.

@@ -540,6 +540,48 @@ func (c *existingCluster) nodeGroup(k int, op string) (*cgroup.Group, error) {
 	return s.group(op, "")
 }
 
+// whyTerminating says what keeps namespace ns from going: its conditions that are true
+// (content that cannot be deleted, finalizers left) and the pods still in it, for the error of
+// a Down that ran out of time. It has its own short deadline: Down's has passed.
+func (c *existingCluster) whyTerminating(ns string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var why []string
+	if n, err := c.client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err == nil {
+		for _, cond := range n.Status.Conditions {
+			if cond.Status == corev1.ConditionTrue {
+				why = append(why, fmt.Sprintf("%s: %s", cond.Type, cond.Message))
+			}
+		}
+	}
+	pods, err := c.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return strings.Join(append(why, fmt.Sprintf("pods not listed: %v", err)), "; ")
+	}
+	for i, p := range pods.Items {
+		if i == 3 {
+			why = append(why, fmt.Sprintf("%d more pods", len(pods.Items)-i))
+			break
+		}
+		state := "node " + p.Spec.NodeName
+		if p.Spec.NodeName == "" {
+			state = "unscheduled"
+		}
+		state += ", " + string(p.Status.Phase)
+		if p.DeletionTimestamp != nil {
+			state += fmt.Sprintf(", deletion timestamp %s ago", time.Since(p.DeletionTimestamp.Time).Round(time.Second))
+		}
+		if len(p.Finalizers) > 0 {
+			state += ", finalizers " + strings.Join(p.Finalizers, ",")
+		}
+		why = append(why, fmt.Sprintf("pod %s (%s)", p.Name, state))
+	}
+	if len(why) == 0 {
+		return "no pods left, no condition set"
+	}
+	return strings.Join(why, "; ")
+}
+
 // KubeProxyCgroup implements cluster.Cluster: the agent finds kube-proxy's process on node k.
 func (c *existingCluster) KubeProxyCgroup(k int) (*cgroup.Group, error) {
 	return c.nodeGroup(k, "kube-proxy")
@@ -601,7 +643,7 @@ func (c *existingCluster) Down(ctx context.Context) error {
 				break
 			}
 			if ctx.Err() != nil {
-				errs = append(errs, fmt.Errorf("namespace %s still terminating: %w", ns, ctx.Err()))
+				errs = append(errs, fmt.Errorf("namespace %s still terminating (%s): %w", ns, c.whyTerminating(ns), ctx.Err()))
 				break
 			}
 			time.Sleep(250 * time.Millisecond)
