@@ -649,7 +649,10 @@ func (c *Cache) answerSotw(w *watch) bool {
 		} else {
 			out = c.liveOf(w.names)
 		}
-		if len(out) == 0 && !w.reply {
+		// A full-state answer is sent even when it lists nothing: it is how a stream learns
+		// that the last resource it subscribes to is gone (grpc-go's one listener and one
+		// cluster by name). Without it, a deleted ServiceEntry never reached such a client.
+		if len(out) == 0 && !w.reply && !c.fullState {
 			return false
 		}
 	case c.fullState:

@@ -2,15 +2,20 @@ package watchcache
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -38,6 +43,16 @@ func newRig(t *testing.T, typeURL, prefix string, initial ...string) *rig {
 	return newRigOpts(t, nil, typeURL, prefix, initial...)
 }
 
+// newCacheRig is a rig without a server: its streams are served by the cache itself.
+func newCacheRig(t *testing.T, typeURL, prefix string, initial ...string) *rig {
+	t.Helper()
+	r := &rig{cache: New(typeURL, prefix), typ: typeURL}
+	if len(initial) > 0 {
+		require.NoError(t, r.cache.UpdateResources(resources(typeURL, initial...), nil))
+	}
+	return r
+}
+
 // newRigOpts is newRig with the server's options.
 func newRigOpts(t *testing.T, opts []config.XDSOption, typeURL, prefix string, initial ...string) *rig {
 	t.Helper()
@@ -57,8 +72,13 @@ func newRigOpts(t *testing.T, opts []config.XDSOption, typeURL, prefix string, i
 }
 
 func resource(typeURL, name string) types.Resource {
-	if typeURL == resourcev3.ClusterType {
+	switch typeURL {
+	case resourcev3.ClusterType:
 		return &cluster.Cluster{Name: name}
+	case resourcev3.ListenerType:
+		return &listener.Listener{Name: name}
+	case resourcev3.RouteType:
+		return &route.RouteConfiguration{Name: name}
 	}
 	return &endpoint.ClusterLoadAssignment{ClusterName: name}
 }
@@ -94,19 +114,88 @@ func streamCtx(t *testing.T) context.Context {
 	return ctx
 }
 
+// sotwStream is a SotW stream: over go-control-plane's server, or to the cache itself.
+type sotwStream interface {
+	Send(*discovery.DiscoveryRequest) error
+	Recv() (*discovery.DiscoveryResponse, error)
+}
+
 // sotwClient is one SotW ADS stream driven step by step.
 type sotwClient struct {
 	t    *testing.T
 	typ  string
-	s    discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	s    sotwStream
 	last *discovery.DiscoveryResponse // the latest response received
 	acc  string                       // the latest version accepted
 }
 
 func (r *rig) sotw(t *testing.T) *sotwClient {
+	if r.addr == "" {
+		return &sotwClient{t: t, typ: r.typ, s: &cacheSotw{c: r.cache}}
+	}
 	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn(t, r.addr)).StreamAggregatedResources(streamCtx(t))
 	require.NoError(t, err)
 	return &sotwClient{t: t, typ: r.typ, s: s}
+}
+
+// answerWait bounds the wait for an answer the cache gives directly (Recv fails, not hangs).
+const answerWait = 5 * time.Second
+
+// errUnread: a request came while an answer was still unread (the server would drop it); the
+// table cases claim every answer they cause.
+var errUnread = errors.New("a request came while an answer of the cache was unread")
+
+// wire is m as a receiver reads it: through its encoding (a shared full-state answer carries its
+// resources as encoded bytes).
+func wire[M proto.Message](m proto.Message, into M) (M, error) {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return into, err
+	}
+	return into, proto.Unmarshal(b, into)
+}
+
+// cacheSotw is a SotW stream served by the cache itself, as go-control-plane's SotW server
+// serves one: a subscription kept for the stream's life, the watch cancelled before each
+// request re-arms it, an answer counted as sent when it is read.
+type cacheSotw struct {
+	c      *Cache
+	sub    *stream.Subscription
+	ch     chan cachev3.Response
+	cancel func()
+}
+
+func (s *cacheSotw) Send(req *discovery.DiscoveryRequest) error {
+	if len(s.ch) > 0 {
+		return errUnread
+	}
+	if s.cancel != nil {
+		s.cancel()
+	}
+	if s.sub == nil {
+		sub := stream.NewSotwSubscription(req.GetResourceNames(), true)
+		s.sub = &sub
+	} else {
+		s.sub.SetResourceSubscription(req.GetResourceNames())
+	}
+	s.ch = make(chan cachev3.Response, 1)
+	cancel, err := s.c.CreateWatch(req, *s.sub, s.ch)
+	s.cancel = cancel
+	return err
+}
+
+func (s *cacheSotw) Recv() (*discovery.DiscoveryResponse, error) {
+	select {
+	case r := <-s.ch:
+		s.sub.SetReturnedResources(r.GetReturnedResources())
+		out, err := r.GetDiscoveryResponse()
+		if err != nil {
+			return nil, err
+		}
+		return wire(out, &discovery.DiscoveryResponse{})
+	case <-time.After(answerWait):
+		return nil, fmt.Errorf("no answer in %s", answerWait)
+	}
 }
 
 // step is one action of a table test: change the cache, send a request, or expect the next
@@ -202,19 +291,25 @@ type scenario struct {
 // stepper is a stream driven step by step.
 type stepper interface{ do(r *rig, st step) }
 
-// run plays each scenario on a new rig with one stream opened by open, under each of the
-// server's ADS modes: a response channel per request (the default, the control plane's), and
-// ordered ADS (one channel; other types' responses are sent between a watch's cancel and its
-// re-arm).
+// run plays each scenario on a new rig with one stream opened by open: to the cache itself,
+// and under each of go-control-plane's server's ADS modes: a response channel per request
+// (the default, the control plane's), and ordered ADS (one channel; other types' responses are
+// sent between a watch's cancel and its re-arm).
 func run(t *testing.T, cases []scenario, open func(t *testing.T, r *rig) stepper) {
 	modes := []struct {
-		name string
-		opts []config.XDSOption
-	}{{"default", nil}, {"ordered", []config.XDSOption{sotw.WithOrderedADS()}}}
+		name   string
+		direct bool
+		opts   []config.XDSOption
+	}{{"cache", true, nil}, {"default", false, nil}, {"ordered", false, []config.XDSOption{sotw.WithOrderedADS()}}}
 	for _, mode := range modes {
 		for _, tc := range cases {
 			t.Run(mode.name+"/"+tc.name, func(t *testing.T) {
-				r := newRigOpts(t, mode.opts, tc.typ, "t-", tc.initial...)
+				var r *rig
+				if mode.direct {
+					r = newCacheRig(t, tc.typ, "t-", tc.initial...)
+				} else {
+					r = newRigOpts(t, mode.opts, tc.typ, "t-", tc.initial...)
+				}
 				c := open(t, r)
 				for _, st := range tc.steps {
 					c.do(r, st)
@@ -306,13 +401,62 @@ func TestSotw(t *testing.T) {
 type deltaClient struct {
 	t     *testing.T
 	typ   string
-	s     discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
+	s     deltaStream
 	last  *discovery.DeltaDiscoveryResponse
 	names []string // the subscription as of the latest request
 	known map[string]string
 }
 
+// deltaStream is a Delta stream: over go-control-plane's server, or to the cache itself.
+type deltaStream interface {
+	Send(*discovery.DeltaDiscoveryRequest) error
+	Recv() (*discovery.DeltaDiscoveryResponse, error)
+}
+
+// cacheDelta is a Delta stream served by the cache itself, as go-control-plane's Delta server
+// serves one (see cacheSotw).
+type cacheDelta struct {
+	c      *Cache
+	sub    *stream.Subscription
+	ch     chan cachev3.DeltaResponse
+	cancel func()
+}
+
+func (s *cacheDelta) Send(req *discovery.DeltaDiscoveryRequest) error {
+	if len(s.ch) > 0 {
+		return errUnread
+	}
+	if s.sub == nil {
+		sub := stream.NewDeltaSubscription(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), req.GetInitialResourceVersions(), true)
+		s.sub = &sub
+	} else {
+		s.cancel()
+		s.sub.UpdateResourceSubscriptions(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
+	}
+	s.ch = make(chan cachev3.DeltaResponse, 1)
+	cancel, err := s.c.CreateDeltaWatch(req, *s.sub, s.ch)
+	s.cancel = cancel
+	return err
+}
+
+func (s *cacheDelta) Recv() (*discovery.DeltaDiscoveryResponse, error) {
+	select {
+	case r := <-s.ch:
+		s.sub.SetReturnedResources(r.GetNextVersionMap())
+		out, err := r.GetDeltaDiscoveryResponse()
+		if err != nil {
+			return nil, err
+		}
+		return wire(out, &discovery.DeltaDiscoveryResponse{})
+	case <-time.After(answerWait):
+		return nil, fmt.Errorf("no answer in %s", answerWait)
+	}
+}
+
 func (r *rig) delta(t *testing.T) *deltaClient {
+	if r.addr == "" {
+		return &deltaClient{t: t, typ: r.typ, s: &cacheDelta{c: r.cache}, known: map[string]string{}}
+	}
 	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn(t, r.addr)).DeltaAggregatedResources(streamCtx(t))
 	require.NoError(t, err)
 	return &deltaClient{t: t, typ: r.typ, s: s, known: map[string]string{}}
@@ -568,4 +712,87 @@ func TestLogAndTombstonesAreCompacted(t *testing.T) {
 	require.Less(t, len(r.cache.log), 2100, "log entries")
 	require.Less(t, len(r.cache.entries), 1100, "entries and tombstones")
 	require.Equal(t, 1, r.cache.live)
+}
+
+// deletionCases are the ways a subscribed resource can be deleted, for one type: by name and
+// by wildcard, one of several and the last one, while the stream waits and while it has not
+// ACKed yet, in the update that compacts the change log and before a compaction the stream
+// has not ACKed. SotW full-state types (CDS, LDS) must answer each with the resources left,
+// even none (an empty response is the deletion); Delta names each in removed_resources.
+func deletionCases(typ string, delta bool) []scenario {
+	gone := func(upd []string, g ...string) step {
+		if delta {
+			return wantGone(upd, g...)
+		}
+		return want(upd...)
+	}
+	return []scenario{
+		{"named: one of two deleted", typ, []string{"a", "b"}, []step{
+			ask("", "a", "b"), want("a", "b"), ask("ack", "a", "b"),
+			del("b"), gone(pick(delta, nil, []string{"a"}), "b"), ask("ack", "a", "b"),
+			put("b"), want(pick(delta, []string{"b"}, []string{"a", "b"})...),
+		}},
+		{"named: the last subscribed resource deleted", typ, []string{"a", "x"}, []step{
+			ask("", "a"), want("a"), ask("ack", "a"),
+			del("a"), gone(nil, "a"), ask("ack", "a"),
+			put("a"), want("a"),
+		}},
+		{"named: deleted before the stream ACKed", typ, []string{"a", "b"}, []step{
+			ask("", "a", "b"), want("a", "b"),
+			del("a"), ask("ack", "a", "b"), gone(pick(delta, nil, []string{"b"}), "a"),
+		}},
+		{"named: deleted in the update that compacts the log", typ, []string{"a"}, []step{
+			ask("", "a"), want("a"), ask("ack", "a"),
+			{put: many(3000)}, {put: many(4000), del: []string{"a"}}, gone(nil, "a"),
+		}},
+		{"named: deleted, the log compacted, then the ACK", typ, []string{"a", "b"}, []step{
+			ask("", "a", "b"), want("a", "b"),
+			del("a"), {put: many(3000)}, {put: many(4000)},
+			ask("ack", "a", "b"), gone(pick(delta, nil, []string{"b"}), "a"),
+		}},
+		{"named: a reconnect that names a resource deleted since", typ, []string{"a", "b"}, []step{
+			del("a"), ask("t-1", "a", "b"), gone(pick(delta, nil, []string{"b"}), "a"), // Delta: b's t-1 is current
+		}},
+		{"wildcard: one of two deleted", typ, []string{"a", "b"}, []step{
+			ask(""), want("a", "b"), ask("ack"),
+			del("a"), gone(pick(delta, nil, []string{"b"}), "a"), ask("ack"),
+		}},
+		{"wildcard: the last resource deleted", typ, []string{"a"}, []step{
+			ask(""), want("a"), ask("ack"),
+			del("a"), gone(nil, "a"), ask("ack"),
+			put("b"), want("b"),
+		}},
+		{"wildcard: deleted before the stream ACKed", typ, []string{"a", "b"}, []step{
+			ask(""), want("a", "b"),
+			del("a"), ask("ack"), gone(pick(delta, nil, []string{"b"}), "a"),
+		}},
+	}
+}
+
+// pick is a when delta, else b.
+func pick[T any](delta bool, a, b T) T {
+	if delta {
+		return a
+	}
+	return b
+}
+
+// A deleted resource reaches SotW streams of the full-state types, by name and by wildcard
+// (grpc-go subscribes to its listener and cluster by name and learns of a deletion only from
+// a response without them).
+func TestSotwDeletion(t *testing.T) {
+	for _, typ := range []string{resourcev3.ClusterType, resourcev3.ListenerType} {
+		t.Run(typ[strings.LastIndex(typ, ".")+1:], func(t *testing.T) {
+			run(t, deletionCases(typ, false), func(t *testing.T, r *rig) stepper { return r.sotw(t) })
+		})
+	}
+}
+
+// A deleted resource reaches Delta streams of every type in removed_resources.
+func TestDeltaDeletion(t *testing.T) {
+	for _, typ := range []string{resourcev3.ClusterType, resourcev3.ListenerType, resourcev3.EndpointType, resourcev3.RouteType} {
+		t.Run(typ[strings.LastIndex(typ, ".")+1:], func(t *testing.T) {
+			run(t, deletionCases(typ, true), func(t *testing.T, r *rig) stepper { return r.delta(t) })
+		})
+	}
 }
