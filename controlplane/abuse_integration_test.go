@@ -58,6 +58,9 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(envAbuseMode); mode != "" {
 		os.Exit(runAbuser(mode))
 	}
+	if spec := os.Getenv(envCPChild); spec != "" {
+		os.Exit(runCPChild(spec))
+	}
 	os.Exit(m.Run())
 }
 

@@ -2,8 +2,6 @@ package controlplane_test
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"slices"
 	"testing"
 	"time"
@@ -11,10 +9,7 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/xds" // the xds:/// resolver and balancers
+	healthpb "google.golang.org/grpc/health/grpc_health_v1" // the xds:/// resolver and balancers
 	apinet "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -129,37 +124,14 @@ func sortedPorts(t testing.TB, cp *controlplane.ControlPlane, cn string) []uint3
 
 // testGRPC: a grpc-go client with the xds:/// resolver reaches a backend through the control plane.
 func testGRPC(t *testing.T, c *testCluster) {
-	ctx := context.Background()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	backend := grpc.NewServer()
-	healthpb.RegisterHealthServer(backend, health.NewServer())
-	go backend.Serve(l)
-	t.Cleanup(backend.Stop)
-	backendPort := uint32(l.Addr().(*net.TCPAddr).Port)
-
-	const ns, host = "grpc", "echo.grpc.test"
-	se := &networkingv1.ServiceEntry{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns}, Spec: apinet.ServiceEntry{
-		Hosts: []string{host}, Resolution: apinet.ServiceEntry_STATIC,
-		Ports:     []*apinet.ServicePort{{Number: 7070, Name: "grpc", Protocol: "GRPC"}},
-		Endpoints: []*apinet.WorkloadEntry{{Address: "127.0.0.1", Ports: map[string]uint32{"grpc": backendPort}}}}}
-	_, err = c.istio.NetworkingV1().ServiceEntries(ns).Create(ctx, se, metav1.CreateOptions{})
-	require.NoError(t, err)
+	const ns = "grpc"
+	target := newGRPCTarget(t, ns, "echo", "echo.grpc.test")
+	target.create(t, c)
 	cp := startCP(t, c.cfg, true)
 	<-cp.Gate.Done()
-
-	resolver, err := xds.NewXDSResolverWithConfigForTesting([]byte(fmt.Sprintf(`{
-	  "xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
-	  "node": {"id": "grpc~127.0.0.1~client.grpc~grpc.svc.cluster.local", "metadata": {"GENERATOR": "grpc"}}
-	}`, cp.XDSAddr())))
-	require.NoError(t, err)
-	conn, err := grpc.NewClient("xds:///"+host+":7070", grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithResolvers(resolver))
-	require.NoError(t, err)
-	defer conn.Close()
-	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	resp, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
-	require.NoError(t, err, "grpc-go through xds:///%s:7070", host)
+	resp, err := healthpb.NewHealthClient(target.dial(t, cp.XDSAddr(), ns)).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+	require.NoError(t, err, "grpc-go through xds:///%s:7070", target.host)
 	require.Equal(t, healthpb.HealthCheckResponse_SERVING, resp.GetStatus())
 }
