@@ -5,12 +5,12 @@ package images
 
 import (
 	"archive/tar"
-	"bytes"
 	"debug/elf"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"time"
 
@@ -130,24 +130,30 @@ func (b *Builder) buildOne(s Spec, out string) error {
 	if err != nil {
 		return err
 	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return err
-	}
-	cf = cf.DeepCopy()
-	cf.Architecture, cf.OS = "amd64", "linux"
-	cf.Config.Entrypoint = s.Entrypoint()
-	cf.Config.Env = []string{"PATH=/", "TMPDIR=/tmp"}
-	cf.Config.Labels = map[string]string{"io.meshchaos.image": s.Name}
-	img, err = mutate.ConfigFile(img, cf)
+	img, err := image(layer, s.Entrypoint(), "/", "", map[string]string{"io.meshchaos.image": s.Name})
 	if err != nil {
 		return err
 	}
 	return WriteTarball(s.Ref(), img, out)
+}
+
+// image is the empty base plus layer, with entrypoint, PATH, user ("" = root) and labels.
+func image(layer v1.Layer, entrypoint []string, path, user string, labels map[string]string) (v1.Image, error) {
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture, cf.OS = "amd64", "linux"
+	cf.Config.Entrypoint = entrypoint
+	cf.Config.Env = []string{"PATH=" + path, "TMPDIR=/tmp"}
+	cf.Config.User = user
+	cf.Config.Labels = labels
+	return mutate.ConfigFile(img, cf)
 }
 
 // WriteTarball writes img, tagged ref, as a tarball `docker load` and containerd import read; out
@@ -164,44 +170,12 @@ func WriteTarball(ref string, img v1.Image, out string) error {
 	return os.Rename(tmp, out)
 }
 
-// layer returns the single layer for a binary: /<name> (0755) and a world-writable /tmp.
+// layer returns the single layer for a catalog binary: /<name> (0755) and a world-writable /tmp.
 func (b *Builder) layer(binName, path string) (v1.Layer, error) {
 	if l, ok := b.layers[binName]; ok {
 		return l, nil
 	}
-	if err := checkStatic(path); err != nil {
-		return nil, err
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	// A fixed mtime keeps layer digests stable across builds of the same binary.
-	mtime := time.Unix(0, 0)
-	hdrs := []*tar.Header{
-		{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777, ModTime: mtime},
-		{Name: binName, Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(data)), ModTime: mtime},
-	}
-	sort.Slice(hdrs, func(i, j int) bool { return hdrs[i].Name < hdrs[j].Name })
-	for _, h := range hdrs {
-		if err := tw.WriteHeader(h); err != nil {
-			return nil, err
-		}
-		if h.Typeflag == tar.TypeReg {
-			if _, err := tw.Write(data); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	raw := buf.Bytes()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(raw)), nil
-	})
+	l, err := binaryLayer(path, binName)
 	if err != nil {
 		return nil, err
 	}
@@ -210,6 +184,103 @@ func (b *Builder) layer(binName, path string) (v1.Layer, error) {
 	}
 	b.layers[binName] = l
 	return l, nil
+}
+
+// binaryLayer is a layer holding the static executable at path as the file at (relative to the
+// image's root, e.g. "usr/local/bin/pilot-discovery"; 0755, its parent directories 0755) and a
+// world-writable /tmp. The tar is streamed from the file each time the layer is read, so a
+// large binary is never held in memory.
+func binaryLayer(path, at string) (v1.Layer, error) {
+	if err := checkStatic(path); err != nil {
+		return nil, err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	// A fixed mtime keeps layer digests stable across builds of the same binary.
+	mtime := time.Unix(0, 0)
+	hdrs := []*tar.Header{{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777, ModTime: mtime}}
+	for d := filepath.Dir(at); d != "."; d = filepath.Dir(d) {
+		hdrs = append(hdrs, &tar.Header{Name: d + "/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: mtime})
+	}
+	hdrs = append(hdrs, &tar.Header{Name: at, Typeflag: tar.TypeReg, Mode: 0o755, Size: fi.Size(), ModTime: mtime})
+	// Sorted by name, a directory comes before what it holds.
+	sort.Slice(hdrs, func(i, j int) bool { return hdrs[i].Name < hdrs[j].Name })
+	write := func(w io.Writer) error {
+		tw := tar.NewWriter(w)
+		for _, h := range hdrs {
+			if err := tw.WriteHeader(h); err != nil {
+				return err
+			}
+			if h.Typeflag != tar.TypeReg {
+				continue
+			}
+			f, err := os.Open(path)
+			if err != nil {
+				return err
+			}
+			n, err := io.Copy(tw, f)
+			f.Close()
+			if err != nil {
+				return err
+			}
+			if n != h.Size {
+				return fmt.Errorf("%s changed while it was packaged", path)
+			}
+		}
+		return tw.Close()
+	}
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(write(pw)) }()
+		return pr, nil
+	})
+}
+
+// Binary describes an image of one static executable that meshchaos does not build itself,
+// such as istio's pilot-discovery (hack/istiod/build.sh packages it with 'meshchaos images
+// binary'). Such images are not in the Catalog: nothing loads them into every cluster.
+type Binary struct {
+	// Ref is the image's full reference, e.g. meshchaos.local/istio/pilot:2026-08.
+	Ref string
+	// Path is the executable on this host.
+	Path string
+	// At is its absolute path in the image, e.g. /usr/local/bin/pilot-discovery: where the
+	// manifests that run it expect it.
+	At string
+	// Args follow At in the entrypoint.
+	Args []string
+	// User is the image's default user, "UID[:GID]" ("" = root). Numeric: the image has no
+	// /etc/passwd, and kubelet can check runAsNonRoot only against a numeric user.
+	User string
+	// Labels are the image config's labels.
+	Labels map[string]string
+}
+
+var numericUser = regexp.MustCompile(`^[0-9]+(:[0-9]+)?$`)
+
+// BuildBinary writes the image b describes as a tarball to out (as Builder does for catalog
+// images: empty base, one layer with the binary and /tmp).
+func BuildBinary(b Binary, out string) error {
+	if !filepath.IsAbs(b.At) || filepath.Clean(b.At) != b.At || b.At == "/" {
+		return fmt.Errorf("image path %q: want a clean absolute file path", b.At)
+	}
+	if _, err := name.NewTag(b.Ref); err != nil {
+		return err
+	}
+	if b.User != "" && !numericUser.MatchString(b.User) {
+		return fmt.Errorf("user %q: want a numeric UID or UID:GID (the image has no /etc/passwd)", b.User)
+	}
+	layer, err := binaryLayer(b.Path, b.At[1:])
+	if err != nil {
+		return err
+	}
+	img, err := image(layer, append([]string{b.At}, b.Args...), filepath.Dir(b.At), b.User, b.Labels)
+	if err != nil {
+		return err
+	}
+	return WriteTarball(b.Ref, img, out)
 }
 
 // checkStatic refuses dynamically linked binaries: an image has no libc to load them with.

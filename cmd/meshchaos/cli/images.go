@@ -44,7 +44,37 @@ func newImagesCmd() *cobra.Command {
 	}
 	build.Flags().StringVar(&out, "out", "bin/images", "output directory")
 	build.Flags().StringVar(&binDir, "bin-dir", "", "directory with the pause and coredns binaries (default: the parent of --out)")
-	cmd.AddCommand(build, newKindNodeImageCmd())
+	cmd.AddCommand(build, newImagesBinaryCmd(), newKindNodeImageCmd())
+	return cmd
+}
+
+// newImagesBinaryCmd packages a static executable meshchaos does not build (istio's
+// pilot-discovery: hack/istiod/build.sh) with the same layer code as the catalog's images.
+func newImagesBinaryCmd() *cobra.Command {
+	var b images.Binary
+	var out string
+	cmd := &cobra.Command{
+		Use:   "binary --ref REF --binary PATH --at /IN/IMAGE --out FILE.tar [--user UID:GID] [--label K=V]… [-- ARG…]",
+		Short: "Write an image tarball of one static executable outside the catalog (entrypoint: --at, then ARGs)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if b.Ref == "" || b.Path == "" || b.At == "" || out == "" {
+				return Usagef("--ref, --binary, --at and --out are required")
+			}
+			b.Args = args
+			if err := images.BuildBinary(b, out); err != nil {
+				return WithExitCode(2, err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "image:", out, b.Ref)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&b.Ref, "ref", "", "the image's reference, e.g. "+images.Registry+"/istio/pilot:2026-08")
+	f.StringVar(&b.Path, "binary", "", "the static executable to package")
+	f.StringVar(&b.At, "at", "", "its absolute path in the image, e.g. /usr/local/bin/pilot-discovery")
+	f.StringVar(&b.User, "user", "", "the image's user, numeric UID[:GID] (default root)")
+	f.StringToStringVar(&b.Labels, "label", nil, "image label K=V (repeatable)")
+	f.StringVar(&out, "out", "", "the tarball to write")
 	return cmd
 }
 
