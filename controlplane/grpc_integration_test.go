@@ -37,6 +37,7 @@ import (
 	controlxds "github.com/meshchaos/meshchaos/controlplane/xds"
 	"github.com/meshchaos/meshchaos/harness/cgroup"
 	"github.com/meshchaos/meshchaos/harness/cluster/apiserver"
+	"github.com/meshchaos/meshchaos/internal/prereq"
 )
 
 // grpc-go's own xDS client, a peer nobody here wrote, against the reference: a deleted
@@ -326,9 +327,7 @@ func testGRPCDeletion(t *testing.T, c *testCluster) {
 // fails RPCs (the client reconnects before the sync and is served a config without its
 // listener: incident 1 for a by-name client); gated, none does.
 func testGRPCRestarts(t *testing.T, c *testCluster) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the restarts run the control plane in a cgroup with a CPU quota: they need root")
-	}
+	prereq.Root(t, "the restarts run the control plane in a cgroup with a CPU quota")
 	const ns = "grpc-restart"
 	c.createSEs(t, ns, 0, restartFillers, restartFillerEndpoints) // se-N: before the target
 	target := newGRPCTarget(t, ns, "zz-echo", "echo.restart.test")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meshchaos/meshchaos/harness/kube"
+	"github.com/meshchaos/meshchaos/internal/prereq"
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/stretchr/testify/require"
@@ -32,9 +33,7 @@ import (
 // built by `make images`), waits for its readiness probe (the sync gate), and checks from node 1
 // that it serves the cluster's real EndpointSlices: an echo Deployment's pod IPs.
 func TestInCluster(t *testing.T) {
-	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
-		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
-	}
+	prereq.Integration(t)
 	require.NoError(t, local.Preflight(), "the in-cluster test needs root, 'make deps' and 'make bins'")
 	imgs, err := bins.ImagesDir("")
 	require.NoError(t, err)

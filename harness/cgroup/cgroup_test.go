@@ -7,17 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshchaos/meshchaos/internal/prereq"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 func needRoot(t *testing.T) {
-	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
-		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("cgroup tests need root")
-	}
+	prereq.Root(t, "cgroup tests create cgroups")
 }
 
 // A CPU-bound process in a group with a 10 % quota gets throttled; clearing the quota stops it.

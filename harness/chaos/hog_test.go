@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshchaos/meshchaos/harness/cgroup"
+	"github.com/meshchaos/meshchaos/internal/prereq"
 )
 
 // hostCluster is a one-node cluster whose node is this host: NodeExec runs here and the pod's
@@ -43,9 +44,7 @@ func (c *hostCluster) PodCgroup(*corev1.Pod) (*cgroup.Group, error) { return c.p
 // cgroup with a 64 MiB limit holding one small process: the kernel must kill that process, not
 // the hog (which holds nearly all the memory), and the hog must then end by itself.
 func TestHogGetsTheContainersProcessOOMKilled(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (cgroups)")
-	}
+	prereq.Root(t, "creates cgroups")
 	const id = "0123abcd"
 	podPath := fmt.Sprintf("/meshchaos-hogtest-%d", os.Getpid())
 	pod, err := cgroup.Create(podPath)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/meshchaos/meshchaos/harness/kube"
+	"github.com/meshchaos/meshchaos/internal/prereq"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -49,9 +50,7 @@ func TestMain(m *testing.M) {
 // end). It skips under MESHCHAOS_SKIP_INTEGRATION=1; a failed bring-up fails every test asking.
 func sharedCluster(t *testing.T, ns string) (*local.Cluster, kubernetes.Interface) {
 	t.Helper()
-	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
-		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
-	}
+	prereq.Integration(t)
 	shared.once.Do(func() {
 		if shared.err = local.Preflight(); shared.err != nil {
 			return

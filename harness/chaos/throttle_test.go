@@ -18,15 +18,14 @@ import (
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 	"github.com/meshchaos/meshchaos/images"
+	"github.com/meshchaos/meshchaos/internal/prereq"
 )
 
 // TestKubeProxyThrottleDelaysRuleRemoval reproduces the incident's precondition on a real
 // cluster: with kube-proxy throttled, a deleted pod's IP stays in the node's iptables rules
 // longer than without, and the injector's evidence shows the kernel throttled it.
 func TestKubeProxyThrottleDelaysRuleRemoval(t *testing.T) {
-	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
-		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
-	}
+	prereq.Integration(t)
 	require.NoError(t, local.Preflight())
 	imgs, err := bins.ImagesDir("")
 	require.NoError(t, err)
@@ -99,9 +98,7 @@ func TestKubeProxyThrottleDelaysRuleRemoval(t *testing.T) {
 // TestCPUThrottleRestoresTheQuotaItFound: a pod's cgroup may have its own CPU limit; clearing
 // the throttle must give that back, not lift every limit.
 func TestCPUThrottleRestoresTheQuotaItFound(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a cgroup")
-	}
+	prereq.Root(t, "creates a cgroup")
 	g, err := cgroup.Create(fmt.Sprintf("/meshchaos-test-throttle-%d", os.Getpid()))
 	require.NoError(t, err)
 	defer g.Remove(5 * time.Second)

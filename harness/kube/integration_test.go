@@ -25,6 +25,7 @@ import (
 	cpmanifests "github.com/meshchaos/meshchaos/controlplane/manifests"
 	"github.com/meshchaos/meshchaos/harness/cluster/apiserver"
 	"github.com/meshchaos/meshchaos/harness/kube"
+	"github.com/meshchaos/meshchaos/internal/prereq"
 )
 
 // One kube-apiserver (and etcd) for every test here, stopped by TestMain: starting one costs
@@ -50,9 +51,7 @@ func TestMain(m *testing.M) {
 // MESHCHAOS_SKIP_INTEGRATION=1; missing binaries fail it.
 func server(t *testing.T) (*rest.Config, kubernetes.Interface) {
 	t.Helper()
-	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
-		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
-	}
+	prereq.Integration(t)
 	srvOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()

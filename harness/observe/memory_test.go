@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshchaos/meshchaos/harness/internal/memhog"
+	"github.com/meshchaos/meshchaos/internal/prereq"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -72,7 +73,7 @@ func TestCgroupMemoryV2(t *testing.T) {
 func TestCgroupMemoryForSelf(t *testing.T) {
 	m, err := CgroupMemoryForPID(os.Getpid())
 	if err != nil {
-		t.Skipf("no memory cgroup visible here: %v", err) // containers without cgroupfs
+		prereq.Missing(t, "no memory cgroup visible here: %v", err) // containers without cgroupfs
 	}
 	u, err := m.ReadMemory()
 	require.NoError(t, err)
@@ -127,9 +128,7 @@ func TestOOMTriggerReportsNeverRead(t *testing.T) {
 // memory-limited cgroup; the trigger must capture a heap profile from the process's pprof port
 // before the kernel's OOM killer ends it.
 func TestOOMTriggerCapturesHeapBeforeKernelKill(t *testing.T) {
-	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
-		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
-	}
+	prereq.Integration(t)
 	const limit = 160 << 20
 	cg := memhog.NewCgroup(t, limit)
 	c := memhog.Start(t, memhog.Options{Cgroup: cg})

@@ -25,6 +25,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/observe"
 	"github.com/meshchaos/meshchaos/harness/subject"
 	"github.com/meshchaos/meshchaos/harness/traffic"
+	"github.com/meshchaos/meshchaos/internal/prereq"
 	"github.com/meshchaos/meshchaos/results"
 	"github.com/meshchaos/meshchaos/results/respflags"
 )
@@ -77,9 +78,7 @@ func freeAddr(t *testing.T) string {
 // error window and per-flag counts the proxy injected, a failed error-rate check (verdict fail),
 // a passing oomKills check, JUnit and reports. Set MESHCHAOS_KEEP_RUN_DIR=DIR to keep it.
 func TestExecuteOOMIncidentRunDir(t *testing.T) {
-	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
-		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
-	}
+	prereq.Integration(t)
 	dir := t.TempDir()
 	if keep := os.Getenv("MESHCHAOS_KEEP_RUN_DIR"); keep != "" {
 		dir = keep

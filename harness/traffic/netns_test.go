@@ -14,18 +14,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshchaos/meshchaos/harness/netns"
+	"github.com/meshchaos/meshchaos/internal/prereq"
 )
 
 // TestAttackDialsIntoNetworkNamespace: with netns.Dialer as the dial hook, the attack reaches a
 // server listening on the loopback of a network namespace this test creates (the way the local
 // substrate's gateway is reached).
 func TestAttackDialsIntoNetworkNamespace(t *testing.T) {
-	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
-		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("this test creates a network namespace and needs root (or set MESHCHAOS_SKIP_INTEGRATION=1)")
-	}
+	prereq.Root(t, "this test creates a network namespace")
 	name := fmt.Sprintf("meshchaos-traffic-%d", os.Getpid())
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v: %s", err, out)

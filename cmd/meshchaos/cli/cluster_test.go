@@ -20,6 +20,7 @@ import (
 
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
+	"github.com/meshchaos/meshchaos/internal/prereq"
 )
 
 // run executes the CLI in-process and returns its exit code and output.
@@ -66,9 +67,7 @@ func TestClusterBadInputExitsTwo(t *testing.T) {
 }
 
 func TestClusterUpMissingBinaryExitsTwo(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the binary check comes after the root check")
-	}
+	prereq.Root(t, "the binary check comes after the root check")
 	t.Setenv("MESHCHAOS_HOME", t.TempDir())
 	t.Setenv("MESHCHAOS_KUBELET", "/nonexistent/kubelet")
 	code, out := run(t, "cluster", "up", "--name", "nobins")
@@ -114,9 +113,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestClusterUpAsNonRootExitsTwo(t *testing.T) {
-	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" || os.Geteuid() != 0 {
-		t.Skip("needs root to drop to another user")
-	}
+	prereq.Root(t, "drops to another user")
 	code, out := runAsNobody(t, "cluster", "up", "--name", "nonroot")
 	assert.Equal(t, 2, code, out)
 	assert.Contains(t, out, "needs root")
@@ -140,9 +137,7 @@ func runAsNobody(t *testing.T, args ...string) (int, string) {
 // TestClusterCrashRecovery: a `cluster up` killed with SIGKILL leaves everything running;
 // `cluster down --name` removes all of it.
 func TestClusterCrashRecovery(t *testing.T) {
-	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
-		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
-	}
+	prereq.Integration(t)
 	require.NoError(t, local.Preflight())
 	imagesDir, err := bins.ImagesDir("")
 	require.NoError(t, err)

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
+	"github.com/meshchaos/meshchaos/internal/prereq"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -157,9 +158,7 @@ func phaseNames(s *results.Summary) []string {
 // integrationCLI skips without integration, builds the CLI and gives it a home of its own.
 func integrationCLI(t *testing.T) (bin, home string, env []string) {
 	t.Helper()
-	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
-		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
-	}
+	prereq.Integration(t)
 	require.NoError(t, local.Preflight())
 	bin = buildCLI(t)
 	home, err := os.MkdirTemp("", "mc")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 	"github.com/meshchaos/meshchaos/images"
+	"github.com/meshchaos/meshchaos/internal/prereq"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -64,7 +65,7 @@ func TestRunBadInputExitsTwo(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.afterPreflight && preflight != nil {
-				t.Skipf("checked after the preflight, which fails here: %v", preflight)
+				prereq.Missing(t, "checked after the preflight, which fails here: %v", preflight)
 			}
 			home := t.TempDir()
 			t.Setenv("MESHCHAOS_HOME", home)
@@ -83,15 +84,13 @@ func TestRunBadInputExitsTwo(t *testing.T) {
 
 // TestRunRefusesAFullDisk: a run directory on a full file system is refused before a cluster is up.
 func TestRunRefusesAFullDisk(t *testing.T) {
-	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" || os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs")
-	}
+	prereq.Root(t, "mounts a small tmpfs")
 	if err := local.Preflight(); err != nil {
-		t.Skipf("checked after the preflight, which fails here: %v", err)
+		prereq.Missing(t, "checked after the preflight, which fails here: %v", err)
 	}
 	mnt := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k", "meshchaos-test", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here: %v: %s", err, out)
+		prereq.Missing(t, "cannot mount a tmpfs here: %v: %s", err, out)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(mnt, syscall.MNT_DETACH) })
 	// Fill it.
@@ -116,9 +115,7 @@ func TestRunRefusesAFullDisk(t *testing.T) {
 
 // TestRunAsNonRootExitsTwo: the local substrate needs root, and says so before anything starts.
 func TestRunAsNonRootExitsTwo(t *testing.T) {
-	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" || os.Geteuid() != 0 {
-		t.Skip("needs root to drop to another user")
-	}
+	prereq.Root(t, "drops to another user")
 	code, out := runAsNobody(t, "run", "cp-oom-restart", "--out", filepath.Join(t.TempDir(), "run"))
 	assert.Equal(t, 2, code, out)
 	assert.Contains(t, out, "needs root")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 	"github.com/meshchaos/meshchaos/harness/suite"
+	"github.com/meshchaos/meshchaos/internal/prereq"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -68,9 +69,7 @@ func TestSuiteBadInputExitsTwo(t *testing.T) {
 // and the suite (exit 0: both as expected) leaves each run's directory, a combined junit.xml,
 // suite.json, index.html and a history line.
 func TestSuiteTinyBothWays(t *testing.T) {
-	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
-		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
-	}
+	prereq.Integration(t)
 	require.NoError(t, local.Preflight())
 	t.Setenv("MESHCHAOS_HOME", t.TempDir())
 	out := filepath.Join(t.TempDir(), "suite")

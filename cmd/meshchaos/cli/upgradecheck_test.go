@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshchaos/meshchaos/harness/suite"
+	"github.com/meshchaos/meshchaos/internal/prereq"
 	"github.com/meshchaos/meshchaos/results"
 	"github.com/meshchaos/meshchaos/results/stats"
 )
@@ -67,9 +68,7 @@ func TestPreUpgradeSuiteResolves(t *testing.T) {
 // serves an unsynced config: the candidate's errors make a regression on the error measures and
 // its failed checks; exit 1, and the report names them.
 func TestUpgradeCheckCatchesUngated(t *testing.T) {
-	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" || os.Geteuid() != 0 {
-		t.Skip("needs root and a local cluster (MESHCHAOS_SKIP_INTEGRATION unset)")
-	}
+	prereq.Root(t, "runs local clusters")
 	f := suiteFile(t, `name: tiny-upgrade
 entries:
 - experiment: cp-oom-restart

@@ -14,6 +14,7 @@ import (
 
 	"github.com/meshchaos/meshchaos/e2e"
 	"github.com/meshchaos/meshchaos/harness/cluster/kind"
+	"github.com/meshchaos/meshchaos/internal/prereq"
 )
 
 var (
@@ -23,15 +24,15 @@ var (
 
 func TestMain(m *testing.M) {
 	switch {
-	case os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1":
-		skip = "MESHCHAOS_SKIP_INTEGRATION=1"
+	case os.Getenv(prereq.SkipIntegration) == "1":
+		skip = prereq.SkipIntegration + "=1"
 	case kind.Preflight() != nil:
 		skip = fmt.Sprintf("kind substrate not usable here: %v", kind.Preflight())
 	case !kind.ImagePresent(kind.DefaultImage()):
 		skip = fmt.Sprintf("kind node image %s is not in Docker and there is no registry to pull it from: run 'make kind-node-image'", kind.DefaultImage())
 	}
 	if skip != "" {
-		os.Exit(m.Run()) // the tests skip themselves
+		os.Exit(m.Run()) // the tests skip themselves (or fail, in CI)
 	}
 	name := fmt.Sprintf("ex%d", os.Getpid()%100000)
 	testenv = env.New()
@@ -43,7 +44,7 @@ func TestMain(m *testing.M) {
 // against the reference control plane, at the both-ways test's steps (see examples/e2e).
 func TestServiceEntryScale(t *testing.T) {
 	if skip != "" {
-		t.Skip(skip)
+		prereq.Missing(t, "%s", skip)
 	}
 	testenv.Test(t, e2e.Feature("serviceentry-scale", "steps=200,400,800", "convergeTimeout=60s", "maxBytesPerEndpoint=3072"))
 }

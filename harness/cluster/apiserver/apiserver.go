@@ -26,6 +26,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/cluster/internal/pki"
 	"github.com/meshchaos/meshchaos/harness/cluster/internal/proc"
 	"github.com/meshchaos/meshchaos/harness/netns"
+	"github.com/meshchaos/meshchaos/internal/prereq"
 )
 
 // Options configure Start. The zero value runs on 127.0.0.1 with free ports in a temp dir.
@@ -121,9 +122,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 // It skips the test only when MESHCHAOS_SKIP_INTEGRATION=1; missing binaries fail it.
 func StartForTest(t testing.TB) *Server {
 	t.Helper()
-	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
-		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
-	}
+	prereq.Integration(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s, err := Start(ctx, Options{Logf: t.Logf})

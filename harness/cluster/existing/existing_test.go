@@ -22,6 +22,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 	"github.com/meshchaos/meshchaos/harness/observe"
+	"github.com/meshchaos/meshchaos/internal/prereq"
 )
 
 func TestRESTConfigSaysWhatIsWrong(t *testing.T) {
@@ -39,9 +40,7 @@ func TestRESTConfigSaysWhatIsWrong(t *testing.T) {
 // TestExistingCluster uses a local cluster as if it were someone else's: only its kubeconfig is
 // handed to the existing substrate.
 func TestExistingCluster(t *testing.T) {
-	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
-		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
-	}
+	prereq.Integration(t)
 	require.NoError(t, local.Preflight())
 	imagesDir, err := bins.ImagesDir("")
 	require.NoError(t, err)

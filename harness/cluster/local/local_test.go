@@ -27,6 +27,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/kube"
 	"github.com/meshchaos/meshchaos/images"
+	"github.com/meshchaos/meshchaos/internal/prereq"
 	"github.com/meshchaos/meshchaos/workloads/echo"
 )
 
@@ -55,9 +56,7 @@ func TestLayoutKeepsClustersApart(t *testing.T) {
 // returns a fresh home and the images directory.
 func integration(t *testing.T) (home, imagesDir string) {
 	t.Helper()
-	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
-		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
-	}
+	prereq.Integration(t)
 	require.NoError(t, Preflight(), "the local substrate's integration tests need root, 'make deps' and 'make bins'")
 	imagesDir, err := bins.ImagesDir("")
 	require.NoError(t, err)
