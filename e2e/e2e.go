@@ -94,6 +94,9 @@ type Options struct {
 	// Expect is the verdict the feature asserts (default pass; fail for a regression switch the
 	// experiment must catch).
 	Expect results.Verdict
+	// Failing names the checks a fail must fail, and no other (see results.Expect): required
+	// with Expect fail, so that a run that fails for another reason is not taken for the bug.
+	Failing []string
 	// Timeout bounds the run (default 30 minutes).
 	Timeout time.Duration
 	// Dir is where the run directory goes (default a new temporary directory, removed when the
@@ -116,6 +119,13 @@ func FeatureWith(name string, o Options, sets ...string) features.Feature {
 	if o.Expect == "" {
 		o.Expect = results.VerdictPass
 	}
+	expect := results.Expect{Verdict: o.Expect, Failing: o.Failing}
+	if err := expect.Validate(); err != nil {
+		panic("e2e.FeatureWith " + name + ": " + err.Error())
+	}
+	if o.Expect == results.VerdictFail && len(o.Failing) == 0 {
+		panic("e2e.FeatureWith " + name + ": expect fail names no check (Options.Failing): a run failing for another reason would count as caught")
+	}
 	if o.Timeout == 0 {
 		o.Timeout = 30 * time.Minute
 	}
@@ -132,7 +142,7 @@ func FeatureWith(name string, o Options, sets ...string) features.Feature {
 			if err != nil {
 				t.Fatalf("meshchaos e2e: %s: %v", name, err)
 			}
-			if s.Verdict != o.Expect {
+			if miss := expect.Judge(s.Verdict, s.Checks); miss != "" {
 				for _, c := range s.Checks {
 					if !c.Pass {
 						t.Errorf("check failed: %s", c.String())
@@ -141,7 +151,7 @@ func FeatureWith(name string, o Options, sets ...string) features.Feature {
 				if s.Error != "" {
 					t.Errorf("run error: %s", s.Error)
 				}
-				t.Errorf("%s against %s: verdict %s, want %s (run directory %s)", name, o.ControlPlane, s.Verdict, o.Expect, dir)
+				t.Errorf("%s against %s: %s (run directory %s)", name, o.ControlPlane, miss, dir)
 				return ctx
 			}
 			t.Logf("%s against %s: %s as expected (%d checks)", name, o.ControlPlane, s.Verdict, len(s.Checks))

@@ -118,6 +118,10 @@ func SuiteJUnit(s *SuiteResult) ([]byte, error) {
 		case r.Verdict == VerdictError:
 			suite.Errors++
 			tc.Error = &junitFailure{Message: "the run could not be carried out: " + r.Error, Type: "RunError", Text: r.Error}
+		case r.Unexpected != "":
+			suite.Failures++
+			msg := "failed, but not as the entry expects: " + r.Unexpected
+			tc.Failure = &junitFailure{Message: msg, Type: "WrongChecks", Text: msg + "\n" + strings.Join(r.Failed, "\n")}
 		case !r.AsExpected() && r.Verdict == VerdictPass:
 			suite.Failures++
 			msg := "passed, but the entry expects fail: the experiment did not catch " + r.ControlPlane

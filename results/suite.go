@@ -45,7 +45,12 @@ type SuiteRun struct {
 	ControlPlane string   `json:"controlPlane"`
 	Set          []string `json:"set,omitempty"`
 	Expect       Verdict  `json:"expect"`
-	Verdict      Verdict  `json:"verdict"`
+	// ExpectFailing are the checks the entry expects to fail (see Expect.Failing).
+	ExpectFailing []string `json:"expectFailing,omitempty"`
+	Verdict       Verdict  `json:"verdict"`
+	// Unexpected says how the run missed its expectation beyond the verdict (the wrong checks
+	// failed); empty when it met it.
+	Unexpected string `json:"unexpected,omitempty"`
 	// Dir is the run directory relative to the suite's output directory.
 	Dir     string  `json:"dir"`
 	Seconds float64 `json:"seconds"`
@@ -67,9 +72,9 @@ type RunMeasure struct {
 const MeasureWallTime = "wall time"
 
 // NewSuiteRun records what a finished run gave; s may be nil when the run wrote no summary.
-func NewSuiteRun(s *Summary, entry, repeat int, experiment, cp string, set []string, expect Verdict, dir string, seconds float64, runErr error) SuiteRun {
+func NewSuiteRun(s *Summary, entry, repeat int, experiment, cp string, set []string, expect Expect, dir string, seconds float64, runErr error) SuiteRun {
 	r := SuiteRun{Entry: entry, Repeat: repeat, Experiment: experiment, ControlPlane: cp, Set: set,
-		Expect: expect, Verdict: VerdictError, Dir: dir, Seconds: seconds,
+		Expect: expect.Verdict, ExpectFailing: expect.Failing, Verdict: VerdictError, Dir: dir, Seconds: seconds,
 		Measures: map[string]RunMeasure{MeasureWallTime: {Value: math.Round(seconds), Unit: "s"}}}
 	if s != nil && s.Verdict != "" {
 		r.Verdict = s.Verdict
@@ -87,11 +92,15 @@ func NewSuiteRun(s *Summary, entry, repeat int, experiment, cp string, set []str
 	if r.Error == "" && runErr != nil && r.Verdict == VerdictError {
 		r.Error = runErr.Error()
 	}
+	if s != nil && r.Verdict == expect.Verdict {
+		r.Unexpected = expect.Judge(r.Verdict, s.Checks)
+	}
 	return r
 }
 
-// AsExpected reports whether the run gave the verdict its entry expects.
-func (r SuiteRun) AsExpected() bool { return r.Verdict == r.Expect }
+// AsExpected reports whether the run gave the verdict its entry expects, failing the checks it
+// names.
+func (r SuiteRun) AsExpected() bool { return r.Verdict == r.Expect && r.Unexpected == "" }
 
 // Key names the entry across nights: experiment, control plane and parameters.
 func (r SuiteRun) Key() string {

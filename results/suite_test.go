@@ -54,8 +54,10 @@ func TestSuiteJUnitFailsAnUnexpectedVerdict(t *testing.T) {
 	missed := SuiteRun{Entry: 2, Repeat: 1, Experiment: "endpoint-flap", ControlPlane: "reference:full-push-on-endpoint-reappear", Expect: VerdictFail, Verdict: VerdictPass}
 	broke := SuiteRun{Entry: 3, Repeat: 1, Experiment: "serviceentry-scale", ControlPlane: "reference", Expect: VerdictPass, Verdict: VerdictFail,
 		Failed: []string{"bytes per endpoint: observed 4096 B, want ≤ 2048 B"}}
+	wrong := NewSuiteRun(&Summary{Verdict: VerdictFail, Checks: []Check{{Name: "error rate", Pass: true}, {Name: "control-plane OOM kills", Op: GE, Threshold: 1}}},
+		5, 1, "cp-oom-restart", "reference:ungated", []string{"rate=50"}, Expect{Verdict: VerdictFail, Failing: []string{"error rate"}}, "05", 60, nil)
 	errored := SuiteRun{Entry: 4, Repeat: 1, Experiment: "sidecar-startup", ControlPlane: "reference", Expect: VerdictPass, Verdict: VerdictError, Error: "cluster up: no space"}
-	s := night(at, 100, caught, missed, broke, errored)
+	s := night(at, 100, caught, missed, broke, errored, wrong)
 	s.Planned++ // one run never ran
 	assert.False(t, s.OK())
 
@@ -65,8 +67,8 @@ func TestSuiteJUnitFailsAnUnexpectedVerdict(t *testing.T) {
 	require.NoError(t, xml.Unmarshal(b, &doc))
 	require.Len(t, doc.Suites, 1)
 	js := doc.Suites[0]
-	assert.Equal(t, 6, js.Tests, "five runs and the interruption")
-	assert.Equal(t, 2, js.Failures)
+	assert.Equal(t, 7, js.Tests, "six runs and the interruption")
+	assert.Equal(t, 3, js.Failures)
 	assert.Equal(t, 2, js.Errors)
 	byName := map[string]junitCase{}
 	for _, c := range js.Cases {
@@ -76,6 +78,9 @@ func TestSuiteJUnitFailsAnUnexpectedVerdict(t *testing.T) {
 	assert.Contains(t, byName["endpoint-flap [reference:full-push-on-endpoint-reappear]"].Failure.Message, "did not catch")
 	assert.Contains(t, byName["serviceentry-scale [reference]"].Failure.Message, "bytes per endpoint")
 	assert.Contains(t, byName["sidecar-startup [reference]"].Error.Message, "no space")
+	// The switch's verdict, but not its bug: the OOM kill missing is not the ungated restart caught.
+	assert.False(t, wrong.AsExpected())
+	assert.Contains(t, byName["cp-oom-restart [reference:ungated] rate=50"].Failure.Message, `check "error rate" passed`)
 }
 
 func TestSuiteIndexShowsRunsSpreadAndTrends(t *testing.T) {

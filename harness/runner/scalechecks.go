@@ -61,6 +61,13 @@ func BytesPerEndpoint(op results.Op, bytes float64) Check {
 // "endpoint-port", "workload-entry").
 func OracleMismatches(scenario string, op results.Op, n float64) Check {
 	return withDetail(Metric(scenario+" oracle mismatches", scaleValue(func(s *results.Scale) (float64, error) {
+		// A step the client never held whole is a timeout: what it lacked is counted as
+		// mismatches, but they say nothing of a bug, and must not pass for one caught.
+		for _, st := range s.Steps {
+			if !st.Converged {
+				return 0, fmt.Errorf("step %d never reached the oracle client (raise convergeTimeout, or the control plane does not serve it): its mismatches are not a verdict", st.ServiceEntries)
+			}
+		}
 		return float64(s.MismatchCount[scenario]), nil
 	}), op, n, ""), func(s *results.Summary) string {
 		var first []string

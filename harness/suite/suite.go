@@ -30,6 +30,18 @@ type Entry struct {
 	// Expect is the verdict the entry should give: pass (default) or fail (a regression switch
 	// the experiment must catch).
 	Expect results.Verdict `json:"expect,omitempty"`
+	// Failing names the checks a fail must fail, and no other (see results.Expect); a name
+	// ending in "?" may fail or pass. Empty: any failed check will do.
+	Failing []string `json:"failing,omitempty"`
+}
+
+// Expectation is what a run of the entry must give.
+func (e Entry) Expectation() results.Expect {
+	v := e.Expect
+	if v == "" {
+		v = results.VerdictPass
+	}
+	return results.Expect{Verdict: v, Failing: e.Failing}
 }
 
 // Suite is a named list of entries.
@@ -64,10 +76,8 @@ func (s Suite) Validate() error {
 		if e.Repeats < 0 || e.Repeats > 100 {
 			return fmt.Errorf("suite %s entry %d (%s): repeats %d out of range 0–100", s.Name, i+1, e.Experiment, e.Repeats)
 		}
-		switch e.Expect {
-		case "", results.VerdictPass, results.VerdictFail:
-		default:
-			return fmt.Errorf("suite %s entry %d (%s): expect %q: want pass or fail", s.Name, i+1, e.Experiment, e.Expect)
+		if err := e.Expectation().Validate(); err != nil {
+			return fmt.Errorf("suite %s entry %d (%s): %w", s.Name, i+1, e.Experiment, err)
 		}
 		for _, kv := range e.Set {
 			if !strings.Contains(kv, "=") {

@@ -48,6 +48,8 @@ YAML file:
     set: [rate=50, duration=40s]
     repeats: 2
     expect: fail                      # default: pass
+    failing: [error rate, error window]  # the checks a fail must fail, and no other;
+                                         # "NAME?" may fail or pass (default: any failed check)
 
 Every entry is checked before the first run starts. The output directory holds each run's
 directory, a combined junit.xml, suite.json and index.html. With --history DIR the suite's result
@@ -87,7 +89,7 @@ func printSuites(w io.Writer) {
 // plannedRun is one run of a suite, prepared (every input checked, its directory claimed).
 type plannedRun struct {
 	entry, repeat, repeats int
-	expect                 results.Verdict
+	expect                 results.Expect
 	set                    []string
 	p                      *prepared
 }
@@ -102,10 +104,7 @@ func planSuite(s suite.Suite, j job, o suiteOpts, out string) ([]plannedRun, err
 	var runs []plannedRun
 	for i, e := range entries {
 		sets, cp := e.Sets, e.CP
-		expect := e.Expect
-		if expect == "" {
-			expect = results.VerdictPass
-		}
+		expect := e.Expectation()
 		n := max(e.Repeats, 1)
 		for r := 1; r <= n; r++ {
 			rj := j
@@ -180,7 +179,7 @@ func runSuite(ctx context.Context, s suite.Suite, j job, o suiteOpts, stdout, st
 		}
 		key := results.SuiteRun{Experiment: r.p.Experiment, ControlPlane: r.p.CP, Set: r.set}.Key()
 		fmt.Fprintf(stderr, "suite %s: run %d/%d %s (expect %s) · elapsed %s · %s\n", s.Name, i+1, len(runs), key,
-			r.expect, time.Since(res.StartedAt).Round(time.Second), eta.remaining(runs[i:]))
+			expectText(r.expect), time.Since(res.StartedAt).Round(time.Second), eta.remaining(runs[i:]))
 		start := time.Now()
 		sum, err := r.p.execute(ctx, runner.NewProgress(stderr))
 		secs := time.Since(start).Seconds()
@@ -196,7 +195,10 @@ func runSuite(ctx context.Context, s suite.Suite, j job, o suiteOpts, stdout, st
 		if !sr.AsExpected() {
 			mark = "UNEXPECTED"
 		}
-		fmt.Fprintf(stderr, "suite %s: run %d/%d %s: %s (expected %s) %s in %s\n", s.Name, i+1, len(runs), key, sr.Verdict, sr.Expect, mark, time.Duration(secs*float64(time.Second)).Round(time.Second))
+		fmt.Fprintf(stderr, "suite %s: run %d/%d %s: %s (expected %s) %s in %s\n", s.Name, i+1, len(runs), key, sr.Verdict, expectText(r.expect), mark, time.Duration(secs*float64(time.Second)).Round(time.Second))
+		if sr.Unexpected != "" {
+			fmt.Fprintf(stderr, "suite %s: run %d/%d: %s\n", s.Name, i+1, len(runs), sr.Unexpected)
+		}
 		// Written after every run, so an interrupted suite still leaves its junit and index.
 		res.FinishedAt = time.Now().UTC()
 		if err := results.WriteSuite(out, res, nil); err != nil {
@@ -223,9 +225,13 @@ func runSuite(ctx context.Context, s suite.Suite, j job, o suiteOpts, stdout, st
 			status = "FAIL"
 			bad++
 		}
-		fmt.Fprintf(stdout, "  %-4s  %s #%d: %s (expected %s)\n", status, r.Key(), r.Repeat, r.Verdict, r.Expect)
+		fmt.Fprintf(stdout, "  %-4s  %s #%d: %s (expected %s)\n", status, r.Key(), r.Repeat, r.Verdict,
+			expectText(results.Expect{Verdict: r.Expect, Failing: r.ExpectFailing}))
 		for _, f := range r.Failed {
 			fmt.Fprintf(stdout, "          %s\n", f)
+		}
+		if r.Unexpected != "" {
+			fmt.Fprintf(stdout, "          unexpected: %s\n", r.Unexpected)
 		}
 	}
 	fmt.Fprintf(stdout, "junit: %s\nindex: %s\n", filepath.Join(out, results.JUnitFile), filepath.Join(out, results.SuiteIndexFile))
@@ -234,6 +240,14 @@ func runSuite(ctx context.Context, s suite.Suite, j job, o suiteOpts, stdout, st
 	}
 	missing := res.Planned - len(res.Runs)
 	return WithExitCode(1, fmt.Errorf("suite %s: %d of %d runs did not give their expected verdict, %d did not run", s.Name, bad, res.Planned, missing))
+}
+
+// expectText is an expectation as the suite prints it: "pass", or "fail on CHECK, CHECK".
+func expectText(e results.Expect) string {
+	if len(e.Failing) == 0 {
+		return string(e.Verdict)
+	}
+	return fmt.Sprintf("%s on %s", e.Verdict, strings.Join(e.Failing, ", "))
 }
 
 // suiteETA estimates the time left: a run takes what the same entry took last night, else the
