@@ -7,7 +7,7 @@ MESHCHAOS := $(BIN)/meshchaos
 # Integration tests bring real clusters up; they need root and the binaries below.
 TEST_TIMEOUT ?= 80m
 
-.PHONY: all build deps bins images kind-node-image docker test unit integration bench bench-run bench-other run soak interrupt cluster-up clean fmt vet
+.PHONY: all build deps bins images istiod kind-node-image docker test unit integration bench bench-run bench-other run soak interrupt cluster-up clean fmt vet
 
 all: build
 
@@ -27,6 +27,12 @@ bins:
 images: build bins
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/pause ./workloads/pause
 	$(MESHCHAOS) images build --out $(BIN)/images --bin-dir $(BIN)
+
+## istiod: istiod (pilot-discovery) from istio's source at each pin of hack/istiod/pins, its Helm
+## charts rendered, and its image tarball, into bin/istiod/<pin>/ (not bin/images: only runs of istiod
+## load it). Cold: ~10 min per pin on 2 cores; then cached. docs/istiod.md
+istiod: build
+	@bash hack/istiod/build.sh $(BIN)
 
 ## docker: start Docker where none runs (CI VM; root); does nothing where 'docker info' works
 docker:
