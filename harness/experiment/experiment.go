@@ -248,8 +248,8 @@ func (s *State) standardMeasurements(spec mesh.Spec, metricsEvery time.Duration)
 	if len(cp.Metrics()) > 0 {
 		ms = append(ms, &observe.ControlPlaneMetrics{URL: cp.AdminURL(pod) + cp.MetricsPath(), Dial: dial, Measures: cp.Metrics(), Interval: metricsEvery})
 	}
-	if cp.PprofPath() != "" {
-		s.Profiles = &observe.Profiles{BaseURL: cp.AdminURL(pod), RunDir: s.Dir(), Dial: dial}
+	if u := cp.PprofURL(pod); u != "" {
+		s.Profiles = &observe.Profiles{BaseURL: u, RunDir: s.Dir(), Dial: dial}
 		ms = append(ms, s.Profiles)
 	}
 	if len(s.Mesh.GatewayIPs) > 0 {

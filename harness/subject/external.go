@@ -78,8 +78,11 @@ type ServicePort struct {
 type Admin struct {
 	Port        int    `json:"port"`
 	MetricsPath string `json:"metricsPath"`
-	// PprofPath is the pprof base under the same port ("" none).
+	// PprofPath is the pprof base, /debug/pprof ("" none), under Port or under PprofPort.
 	PprofPath string `json:"pprofPath,omitempty"`
+	// PprofPort is the port of the pprof server when it is not Port (istiod: its debug port
+	// 8080, metrics on 15014).
+	PprofPort int `json:"pprofPort,omitempty"`
 }
 
 // Ready is how long the control plane may take to become available.
@@ -176,8 +179,10 @@ func (e *External) check() error {
 		return fmt.Errorf("admin.port %d: want 1-65535", d.Admin.Port)
 	case !strings.HasPrefix(d.Admin.MetricsPath, "/"):
 		return fmt.Errorf("admin.metricsPath %q: want a path starting with /, e.g. /metrics", d.Admin.MetricsPath)
-	case d.Admin.PprofPath != "" && !strings.HasPrefix(d.Admin.PprofPath, "/"):
-		return fmt.Errorf("admin.pprofPath %q: want a path starting with /, or leave it out", d.Admin.PprofPath)
+	case d.Admin.PprofPath != "" && d.Admin.PprofPath != "/debug/pprof":
+		return fmt.Errorf("admin.pprofPath %q: want /debug/pprof (Go's net/http/pprof), or leave it out", d.Admin.PprofPath)
+	case d.Admin.PprofPort != 0 && (!validPort(d.Admin.PprofPort) || d.Admin.PprofPath == ""):
+		return fmt.Errorf("admin.pprofPort %d: want 1-65535, with admin.pprofPath", d.Admin.PprofPort)
 	case d.Ballast != nil && (!strings.HasPrefix(d.Ballast.Path, "/") || !strings.Contains(d.Ballast.Path, "{mib}")):
 		return fmt.Errorf("ballast.path %q: want a path starting with / holding {mib} (the size to grow to)", d.Ballast.Path)
 	}
@@ -383,8 +388,16 @@ func (e *External) AdminURL(pod *corev1.Pod) string {
 // MetricsPath implements ControlPlane.
 func (e *External) MetricsPath() string { return e.d.Admin.MetricsPath }
 
-// PprofPath implements ControlPlane.
-func (e *External) PprofPath() string { return e.d.Admin.PprofPath }
+// PprofURL implements ControlPlane.
+func (e *External) PprofURL(pod *corev1.Pod) string {
+	switch {
+	case e.d.Admin.PprofPath == "":
+		return ""
+	case e.d.Admin.PprofPort != 0:
+		return "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(e.d.Admin.PprofPort))
+	}
+	return e.AdminURL(pod)
+}
 
 // Metrics implements ControlPlane.
 func (e *External) Metrics() map[Measure]Metric {

@@ -30,9 +30,9 @@ func TestReferenceDescriptor(t *testing.T) {
 	assert.Equal(t, ref.Selector(), cp.Selector())
 	assert.Equal(t, ref.Container(), cp.Container())
 	assert.Equal(t, ref.MetricsPath(), cp.MetricsPath())
-	assert.Equal(t, ref.PprofPath(), cp.PprofPath())
 	pod := &corev1.Pod{Status: corev1.PodStatus{PodIP: "10.244.0.5"}}
 	assert.Equal(t, ref.AdminURL(pod), cp.AdminURL(pod))
+	assert.Equal(t, ref.PprofURL(pod), cp.PprofURL(pod))
 	_, hook := cp.(Ballaster)
 	assert.False(t, hook, "the example leaves the ballast hook out, so memory faults use the generic hog")
 	var _ Remover = cp.(Remover)

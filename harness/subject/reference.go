@@ -123,8 +123,8 @@ func (r *Reference) AdminURL(pod *corev1.Pod) string {
 // MetricsPath implements ControlPlane.
 func (r *Reference) MetricsPath() string { return "/metrics" }
 
-// PprofPath implements ControlPlane.
-func (r *Reference) PprofPath() string { return "/debug/pprof" }
+// PprofURL implements ControlPlane: pprof is on the admin port.
+func (r *Reference) PprofURL(pod *corev1.Pod) string { return r.AdminURL(pod) }
 
 // Metrics implements ControlPlane.
 func (r *Reference) Metrics() map[Measure]Metric {

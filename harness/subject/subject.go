@@ -125,9 +125,11 @@ type ControlPlane interface {
 	XDSAddress() string
 	// AdminURL is the base URL of a pod's admin port (metrics, pprof), e.g. http://10.244.0.5:15014.
 	AdminURL(pod *corev1.Pod) string
-	// MetricsPath is the Prometheus endpoint under AdminURL; PprofPath the pprof base ("" none).
+	// MetricsPath is the Prometheus endpoint under AdminURL.
 	MetricsPath() string
-	PprofPath() string
+	// PprofURL is the base URL of a pod's pprof server, which serves /debug/pprof/ (istiod's is
+	// on its debug port, not its monitoring port); "" when it serves none.
+	PprofURL(pod *corev1.Pod) string
 	// Metrics maps the measures it exposes to its metric names; a missing measure is not measured.
 	Metrics() map[Measure]Metric
 }
