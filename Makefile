@@ -30,7 +30,7 @@ images: build bins
 
 ## istiod: istiod (pilot-discovery) from istio's source at each pin of hack/istiod/pins, its Helm
 ## charts rendered, and its image tarball, into bin/istiod/<pin>/ (not bin/images: only runs of istiod
-## load it). Cold: ~10 min per pin on 2 cores; then cached. docs/istiod.md
+## load it). Cold: 6-7 min per pin on 2 cores; then cached. docs/istiod.md
 istiod: build
 	@bash hack/istiod/build.sh $(BIN)
 
