@@ -179,6 +179,19 @@ func envoyLike(t testing.TB, cp *controlplane.ControlPlane, id string) *adsclien
 	return c
 }
 
+// firstResponse is the next response client receives; a stream that is refused or never
+// answered fails the test in 60 s instead of hanging until the package's timeout.
+func firstResponse(t testing.TB, client *adsclient.Client) adsclient.Response {
+	t.Helper()
+	select {
+	case r := <-client.Notify():
+		return r
+	case <-time.After(60 * time.Second):
+		t.Fatal("no xDS response within 60 s")
+		return adsclient.Response{}
+	}
+}
+
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
@@ -271,7 +284,7 @@ func testBulk(t *testing.T, c *testCluster) {
 
 		// The first config a proxy gets is complete.
 		client := envoyLike(t, cp, "sidecar~after")
-		r := <-client.Notify()
+		r := firstResponse(t, client)
 		require.Equal(t, resourcev3.ClusterType, r.TypeURL)
 		require.GreaterOrEqual(t, len(r.Resources), n, "first CDS must hold every cluster")
 		var names []string
@@ -295,7 +308,7 @@ func testBulk(t *testing.T, c *testCluster) {
 		cp := startCP(t, slowListConfig(c.cfg, 2*time.Second), false)
 		require.Equal(t, http.StatusOK, readyStatus(t, cp), "ungated is ready at once")
 		client := envoyLike(t, cp, "sidecar~early")
-		r := <-client.Notify()
+		r := firstResponse(t, client)
 		require.Equal(t, resourcev3.ClusterType, r.TypeURL)
 		require.Less(t, len(r.Resources), n, "an early client gets an incomplete CDS without the gate")
 		t.Logf("ungated: first CDS had %d of %d clusters", len(r.Resources), n)
@@ -306,7 +319,7 @@ func testBulk(t *testing.T, c *testCluster) {
 	t.Run("RegressUngatedSwitch", func(t *testing.T) {
 		cp := startCP(t, slowListConfig(c.cfg, 2*time.Second), true, regress.Ungated)
 		client := envoyLike(t, cp, "sidecar~early")
-		r := <-client.Notify()
+		r := firstResponse(t, client)
 		require.Less(t, len(r.Resources), n, "--regress ungated serves before sync")
 	})
 }

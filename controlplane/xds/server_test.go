@@ -186,13 +186,18 @@ func TestDebouncedEndpointChangesAreOneEDSPush(t *testing.T) {
 		r.apply(t, "a", addrs...)
 	}
 	eventually(t, "EDS update", func() bool { return endpointsOf(t, c, ca) == 6 })
-	time.Sleep(150 * time.Millisecond)
-	require.Equal(t, 1.0, testutil.ToFloat64(r.met.Pushes.WithLabelValues("eds")), "merged into one push")
+	// A marker: one change of "b" after a's push. Pushes reach the client in order, so once the
+	// marker has arrived, every push made before it has been counted.
+	r.apply(t, "b", "10.0.0.2", "10.0.0.3")
+	eventually(t, "the marker's EDS", func() bool { return endpointsOf(t, c, cb) == 2 })
+	require.Equal(t, 2.0, testutil.ToFloat64(r.met.Pushes.WithLabelValues("eds")), "a's five changes merged into one push, then the marker's")
 	require.Equal(t, 1.0, testutil.ToFloat64(r.met.Pushes.WithLabelValues("full")), "only the initial full push")
 	require.Equal(t, cds, count(c, resourcev3.ClusterType), "no CDS on an endpoint change")
-	require.Equal(t, eds+1, count(c, resourcev3.EndpointType), "one EDS response")
-	last := c.Received()[len(c.Received())-1]
-	require.Len(t, last.Resources, 1, "the EDS response carries only the changed cluster")
+	require.Equal(t, eds+2, count(c, resourcev3.EndpointType), "one EDS response for a's changes, one for the marker")
+	received := c.Received()
+	for _, resp := range received[len(received)-2:] {
+		require.Len(t, resp.Resources, 1, "an EDS response carries only the changed cluster")
+	}
 	require.Equal(t, 1, testutil.CollectAndCount(r.met.DebounceTime))
 
 	// A new service is a full push: CDS is resent.

@@ -2,6 +2,7 @@ package observe
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -138,6 +139,10 @@ func TestPodWatcherOnRealAPIServer(t *testing.T) {
 		ready(s, true, tReady)
 	})
 	require.NoError(t, cs.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}))
+	// A marker pod after everything else: the watch delivers in order, so once its creation is
+	// in the log, nothing of cp-0 can still arrive.
+	_, err = cs.CoreV1().Pods(ns).Create(ctx, newPod("cp-marker"), metav1.CreateOptions{})
+	require.NoError(t, err)
 
 	want := []string{
 		"pod.created default/cp-0",
@@ -147,9 +152,9 @@ func TestPodWatcherOnRealAPIServer(t *testing.T) {
 		"pod.restarted default/cp-0/discovery",
 		"pod.ready default/cp-0",
 		"pod.deleted default/cp-0",
+		"pod.created default/cp-marker",
 	}
-	require.Eventually(t, func() bool { return len(log.kinds()) >= len(want) }, 10*time.Second, 10*time.Millisecond, "events: %v", log.kinds())
-	time.Sleep(200 * time.Millisecond) // nothing more may arrive
+	require.Eventually(t, func() bool { return slices.Contains(log.kinds(), want[len(want)-1]) }, 10*time.Second, 10*time.Millisecond, "events: %v", log.kinds())
 	assert.Equal(t, want, log.kinds())
 	assert.Equal(t, PodStats{Restarts: 1, OOMKills: 1, Ready: 2, NotReady: 1}, w.Stats())
 
