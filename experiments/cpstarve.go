@@ -80,12 +80,12 @@ func init() {
 				"the neighbour's load: cpu (busy workers) or download (a server streaming 150 MiB files to a client pod, as in the incident)"),
 			params.IntParam("downloadStreams", 8, 1, 256, "", "concurrent downloads the client keeps running (neighbour=download)"),
 			params.DurationParam("window", 30*time.Second, 5*time.Second, time.Hour, "how long the neighbour saturates the node"),
-			params.DurationParam("baseline", 3*time.Second, 0, time.Minute, "probing under the budget before the neighbour starts"),
+			params.DurationParam("baseline", 5*time.Second, time.Second, time.Minute, "probing under the budget before the neighbour starts: what the availability in the window is held against"),
 			params.DurationParam("recoveryWait", 20*time.Second, time.Second, 10*time.Minute, "longest wait after the window for the mesh to serve again"),
 			params.DurationParam("xdsDeadline", time.Second, 50*time.Millisecond, time.Minute, "a new proxy's deadline for its first xDS response"),
 			params.DurationParam("configEvery", 2*time.Second, 100*time.Millisecond, time.Minute, "a new ServiceEntry every so often during the window"),
 			// Checks.
-			params.FloatParam("minAvailability", 99, 0, 100, "%", "xDS availability in the window at least"),
+			params.FloatParam("minAvailability", 99, 0, 100, "%", "xDS availability (and injection) in the window at least, as a share of the baseline's"),
 			params.DurationParam("maxStalenessP99", 5*time.Second, 0, time.Hour, "P99 time from a ServiceEntry's creation to every gateway serving it, at most"),
 			params.DurationParam("maxRecovery", 10*time.Second, 0, time.Hour, "time from the window's end until xDS and traffic are clean again, at most"),
 			// Mitigations; the defaults are the incident's configuration.
@@ -230,10 +230,10 @@ func starveChaos(ctx context.Context, s *experiment.State) error {
 	sum := s.Summary()
 	if f, err := figures(&sum); err == nil {
 		s.Event("starvation.figures", "cp-cpu-starvation", fmt.Sprintf(
-			"window: xDS availability %.1f %%, injection admitted %.1f %% (P99 %.0f ms), invalid config accepted %d (validation P99 %.0f ms), staleness P99 %.1f s; "+
+			"baseline: xDS availability %.1f %%, injection admitted %.1f %%; window: xDS availability %.1f %%, injection admitted %.1f %% (P99 %.0f ms), invalid config accepted %d (validation P99 %.0f ms), staleness P99 %.1f s; "+
 				"lying: Running %.1f s / Ready %.1f s while not serving xDS; busy node's pods %.2f CPU (throttled %.0f %% of periods), control plane %.3f CPU; "+
 				"gateway xDS disconnects %d",
-			f.XDSAvailability, f.InjectSuccess, f.InjectP99Ms, f.InvalidAccepted, f.ValidateP99Ms, f.StalenessP99, f.RunningNotServing, f.ReadyNotServing,
+			f.BaselineXDS, f.BaselineInject, f.XDSAvailability, f.InjectSuccess, f.InjectP99Ms, f.InvalidAccepted, f.ValidateP99Ms, f.StalenessP99, f.RunningNotServing, f.ReadyNotServing,
 			f.NodeCPU, 100*f.NodeThrottled, f.CPCPU, f.GatewayDisconnects))
 	}
 	return nil
@@ -464,8 +464,11 @@ func serves(ctx context.Context, c *http.Client, ip, host string) bool {
 
 // starveFigures are what the probes measured, for the checks and the report.
 type starveFigures struct {
-	// XDSAvailability is the share of xDS probes in the window that succeeded, in percent.
-	XDSAvailability float64
+	// XDSAvailability is the share of xDS probes in the window that succeeded, in percent;
+	// BaselineXDS the share before it, under the same node budget without the neighbour.
+	XDSAvailability, BaselineXDS float64
+	// BaselineInject is InjectSuccess before the window.
+	BaselineInject float64
 	// InjectSuccess is the share of pod creations in the window the injection webhook admitted
 	// (with a sidecar), in percent; InvalidAccepted the invalid ServiceEntries accepted.
 	InjectSuccess   float64
@@ -501,7 +504,8 @@ func figures(s *results.Summary) (starveFigures, error) {
 	}
 	w := *p.Window
 	in := func(x results.ProbeSample) bool { return x.T >= w.Start && x.T < w.End }
-	rate := func(series string, ok func(results.ProbeSample) bool) (float64, int, error) {
+	before := func(x results.ProbeSample) bool { return x.T < w.Start }
+	rateIn := func(in func(results.ProbeSample) bool, where, series string, ok func(results.ProbeSample) bool) (float64, int, error) {
 		n, good := 0, 0
 		for _, x := range p.Series[series] {
 			if in(x) {
@@ -512,9 +516,12 @@ func figures(s *results.Summary) (starveFigures, error) {
 			}
 		}
 		if n == 0 {
-			return 0, 0, fmt.Errorf("no %s probe in the window", series)
+			return 0, 0, fmt.Errorf("no %s probe %s", series, where)
 		}
 		return 100 * float64(good) / float64(n), n - good, nil
+	}
+	rate := func(series string, ok func(results.ProbeSample) bool) (float64, int, error) {
+		return rateIn(in, "in the window", series, ok)
 	}
 	var err error
 	okf := func(x results.ProbeSample) bool { return x.OK }
@@ -522,6 +529,14 @@ func figures(s *results.Summary) (starveFigures, error) {
 		return f, err
 	}
 	if f.InjectSuccess, _, err = rate(seriesInject, okf); err != nil {
+		return f, err
+	}
+	// The same probes under the same budget before the neighbour: what this host gave the
+	// control plane without it, the measure the window's availability is held against.
+	if f.BaselineXDS, _, err = rateIn(before, "before the window (raise baseline)", seriesXDS, okf); err != nil {
+		return f, err
+	}
+	if f.BaselineInject, _, err = rateIn(before, "before the window (raise baseline)", seriesInject, okf); err != nil {
 		return f, err
 	}
 	if _, f.InvalidAccepted, err = rate(seriesValidate, func(x results.ProbeSample) bool {
@@ -658,6 +673,22 @@ func meanIn(ss []results.ProbeSample, in func(results.ProbeSample) bool) float64
 	return sum / float64(n)
 }
 
+// relative is a window's figure as a percentage of the baseline's (at most 100); a baseline of 0
+// (the control plane served nothing even without the neighbour) is an error: nothing to judge.
+func relative(get func(starveFigures) (window, baseline float64)) func(*results.Summary) (float64, error) {
+	return func(s *results.Summary) (float64, error) {
+		f, err := figures(s)
+		if err != nil {
+			return 0, err
+		}
+		w, b := get(f)
+		if b == 0 {
+			return 0, errors.New("no probe succeeded before the window: the control plane did not serve even without the neighbour")
+		}
+		return min(100, 100*w/b), nil
+	}
+}
+
 func figure(get func(starveFigures) float64) func(*results.Summary) (float64, error) {
 	return func(s *results.Summary) (float64, error) {
 		f, err := figures(s)
@@ -667,8 +698,14 @@ func figure(get func(starveFigures) float64) func(*results.Summary) (float64, er
 
 func starveChecks(v params.Values) []runner.Check {
 	return []runner.Check{
-		runner.Metric("xDS availability in the window", figure(func(f starveFigures) float64 { return f.XDSAvailability }), results.GE, v.Float("minAvailability"), "%"),
-		runner.Metric("pod creations admitted by the injection webhook in the window", figure(func(f starveFigures) float64 { return f.InjectSuccess }), results.GE, v.Float("minAvailability"), "%"),
+		// Availability is held against the same probes' before the window (same host, same
+		// node budget, no neighbour): a busy host fails some probes of a healthy control plane
+		// too (a mitigated run measured 93.8 % on a host loaded by other tests), and that is
+		// not the starvation the experiment is about.
+		runner.Metric("xDS availability in the window, of the baseline's", relative(func(f starveFigures) (float64, float64) { return f.XDSAvailability, f.BaselineXDS }),
+			results.GE, v.Float("minAvailability"), "%"),
+		runner.Metric("pod creations admitted by the injection webhook in the window, of the baseline's", relative(func(f starveFigures) (float64, float64) { return f.InjectSuccess, f.BaselineInject }),
+			results.GE, v.Float("minAvailability"), "%"),
 		runner.Metric("invalid config accepted in the window (validation failed open)", figure(func(f starveFigures) float64 { return float64(f.InvalidAccepted) }), results.LE, 0, ""),
 		runner.Metric("config staleness P99", figure(func(f starveFigures) float64 { return f.StalenessP99 }), results.LE, v.Duration("maxStalenessP99").Seconds(), "s"),
 		runner.StatusRate("5xx", results.LE, 0),
