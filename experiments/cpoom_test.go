@@ -1,13 +1,18 @@
 package experiments
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/meshchaos/meshchaos/controlplane/manifests"
+	"github.com/meshchaos/meshchaos/controlplane/regress"
 	"github.com/meshchaos/meshchaos/harness/subject"
+	"github.com/meshchaos/meshchaos/harness/suite"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -51,63 +56,87 @@ func TestResolveParams(t *testing.T) {
 	assert.Equal(t, "reference:ungated,quadratic-scope", ref.Name())
 }
 
-// TestCPOOMRestartBothWays is the harness's honesty test: at a small scale the experiment must
-// pass against the sync-gated reference control plane and must catch the ungated one.
-func TestCPOOMRestartBothWays(t *testing.T) { cpoomBothWays(t, newLocalRunner(t)) }
+// cp-oom-restart's cases (harness/suite) run in TestBothWays on local clusters; the kind and
+// existing substrates run the same cases in make test-nightly: the verdicts do not depend on
+// the substrate.
 
-// TestCPOOMRestartBothWaysKind is the same on kind clusters: the verdicts do not depend on the
-// substrate.
-func TestCPOOMRestartBothWaysKind(t *testing.T) { cpoomBothWays(t, newKindRunner(t)) }
+func init() { caseAssertions["cp-oom-restart"] = assertCPOOMRestart }
 
-// TestCPOOMRestartBothWaysExisting is the same through the existing substrate: a local cluster
-// used as someone else's, reached by its kubeconfig only, node chaos through the agent.
-func TestCPOOMRestartBothWaysExisting(t *testing.T) { cpoomBothWays(t, newExistingRunner(t)) }
-
-func cpoomBothWays(t *testing.T, l *localRunner) {
-	sets := []string{"rate=100", "duration=40s", "steady=8s", "throttleWindow=20s", "serviceEntries=" + testServiceEntries}
-	run := func(cp string) results.Summary {
-		s, _ := l.run("cp-oom-restart", cp, sets, 10*time.Minute)
-		return s
+// assertCPOOMRestart: the gated control plane keeps the gateway serving through a real OOM
+// kill; the ungated one's errors carry the NC/NR flags of an emptied config.
+func assertCPOOMRestart(t *testing.T, c suite.Case, s results.Summary, _ string) {
+	require.NotNil(t, s.ControlPlaneStats)
+	assert.GreaterOrEqual(t, s.ControlPlaneStats.OOMKills, 1, "the kernel killed the control plane")
+	if c.Expect.Verdict == results.VerdictPass {
+		assert.Zero(t, s.Traffic.Errors)
+		return
 	}
-
-	gated := run("reference")
-	assert.Equal(t, results.VerdictPass, gated.Verdict, "the sync gate keeps the gateway serving: %+v", gated.Checks)
-	assert.Zero(t, gated.Traffic.Errors)
-	assert.GreaterOrEqual(t, gated.ControlPlaneStats.OOMKills, 1)
-
-	ungated := run("reference:ungated")
-	assert.Equal(t, results.VerdictFail, ungated.Verdict, "the experiment catches the ungated control plane: %+v", ungated.Checks)
-	assert.GreaterOrEqual(t, ungated.ControlPlaneStats.OOMKills, 1)
-	flagged := ungated.Traffic.ByFlag["NC"] + ungated.Traffic.ByFlag["NR"]
-	assert.Positive(t, flagged, "errors carry NC/NR response flags: %v", ungated.Traffic.ByFlag)
+	flagged := s.Traffic.ByFlag["NC"] + s.Traffic.ByFlag["NR"]
+	assert.Positive(t, flagged, "errors carry NC/NR response flags: %v", s.Traffic.ByFlag)
 }
 
-// testServiceEntries is the default: with the default CPU limit it gives a restarted control
-// plane a sync window of a couple of seconds on a 2-core machine.
-const testServiceEntries = "3000"
+// TestCPOOMRestartBothWaysKind runs cp-oom-restart's cases on kind clusters.
+func TestCPOOMRestartBothWaysKind(t *testing.T) {
+	runCases(t, newKindRunner(t), "cp-oom-restart", false, false) // one kind cluster at a time
+}
 
-// TestCPOOMRestartExternalReference runs the same experiment against the reference control
+// TestCPOOMRestartBothWaysExisting runs them through the existing substrate: a local cluster
+// used as someone else's, reached by its kubeconfig only, node chaos through the agent.
+func TestCPOOMRestartBothWaysExisting(t *testing.T) {
+	runCases(t, newExistingRunner(t), "cp-oom-restart", false, false) // one cluster, one run at a time
+}
+
+// TestCPOOMRestartExternalReference runs cp-oom-restart's cases against the reference control
 // plane deployed purely through its descriptor (examples/controlplanes/reference.yaml): the
 // harness knows nothing of it but the descriptor, which names no ballast hook, so the OOM kill
-// comes from the generic memory hog. The verdict must be the one --cp reference gets
-// (TestCPOOMRestartBothWays): pass, with the kill and the restart proven.
+// comes from the generic memory hog. The gated build must pass, with the kill and the restart
+// proven and the push counters read through the descriptor's names; the ungated build, rendered
+// as `meshchaos controlplane manifests --regress ungated` does and deployed through a copy of
+// the same descriptor, must fail on the checks that name incident 1.
 func TestCPOOMRestartExternalReference(t *testing.T) {
 	l := newLocalRunner(t)
-	sets := []string{"rate=100", "duration=40s", "steady=8s", "throttleWindow=20s", "serviceEntries=" + testServiceEntries}
-	s, _ := l.run("cp-oom-restart", "external:../examples/controlplanes/reference.yaml", sets, 10*time.Minute)
-	assert.Equal(t, results.VerdictPass, s.Verdict, "the sync gate keeps the gateway serving: %+v", s.Checks)
-	assert.Zero(t, s.Traffic.Errors)
-	require.NotNil(t, s.ControlPlaneStats, "the descriptor's metrics were read")
-	assert.GreaterOrEqual(t, s.ControlPlaneStats.OOMKills, 1)
-	assert.GreaterOrEqual(t, s.ControlPlaneStats.Restarts, 1)
-	require.NotNil(t, s.ControlPlaneStats.Pushes, "push counters were scraped through the descriptor's metric names")
-	var ballast *results.Fault
-	for i, f := range s.Faults {
-		if f.Name == "memory-ballast/control-plane" {
-			ballast = &s.Faults[i]
+	ungated := ungatedDescriptor(t, "../examples/controlplanes/reference.yaml")
+	for _, c := range suite.BothWays() {
+		if c.Experiment != "cp-oom-restart" || c.Nightly {
+			continue
 		}
+		cp := "external:../examples/controlplanes/reference.yaml"
+		if c.ControlPlane == "reference:ungated" {
+			cp = "external:" + ungated
+		}
+		t.Run(cp, func(t *testing.T) {
+			s, _ := l.forTest(t).run(c.Experiment, cp, c.Entry(true).Set, caseTimeout)
+			if miss := c.Expect.Judge(s.Verdict, s.Checks); miss != "" {
+				t.Errorf("%s through its descriptor: %s", c.Name(), miss)
+			}
+			assertCPOOMRestart(t, c, s, "")
+			assert.GreaterOrEqual(t, s.ControlPlaneStats.Restarts, 1)
+			require.NotNil(t, s.ControlPlaneStats.Pushes, "push counters were scraped through the descriptor's metric names")
+			var ballast *results.Fault
+			for i, f := range s.Faults {
+				if f.Name == "memory-ballast/control-plane" {
+					ballast = &s.Faults[i]
+				}
+			}
+			require.NotNil(t, ballast, "faults: %+v", s.Faults)
+			assert.True(t, ballast.Fallback, "no hook in the descriptor: the generic hog")
+			assert.Contains(t, ballast.Implementation, "generic memory hog")
+		})
 	}
-	require.NotNil(t, ballast, "faults: %+v", s.Faults)
-	assert.True(t, ballast.Fallback, "no hook in the descriptor: the generic hog")
-	assert.Contains(t, ballast.Implementation, "generic memory hog")
+}
+
+// ungatedDescriptor writes a copy of the descriptor at path whose manifests are the ungated
+// reference's, and returns the copy's path.
+func ungatedDescriptor(t *testing.T, path string) string {
+	dir := t.TempDir()
+	y, err := manifests.ControlPlane(manifests.Params{Regress: []string{string(regress.Ungated)}})
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "reference"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "reference", "controlplane.yaml"), y, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "reference", "crds.yaml"), manifests.CRDs, 0o644))
+	desc, err := os.ReadFile(path)
+	require.NoError(t, err)
+	out := filepath.Join(dir, "reference-ungated.yaml")
+	require.NoError(t, os.WriteFile(out, desc, 0o644))
+	return out
 }

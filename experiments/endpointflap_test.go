@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/meshchaos/meshchaos/harness/suite"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -38,65 +39,54 @@ func TestEndpointFlapParams(t *testing.T) {
 	}
 }
 
-// TestEndpointFlapBothWays runs incident 2 at a small scale: the reference control plane keeps a
-// flapping single-pod service's changes incremental; the full-push-on-endpoint-reappear switch
-// pushes everything on every 0→1, and the experiment must catch it.
-func TestEndpointFlapBothWays(t *testing.T) {
-	l := newLocalRunner(t)
-	sets := []string{"rate=50", "duration=45s", "steady=5s", "flapFor=20s", "proxies=20", "serviceEntries=100"}
-	run := func(cp string) results.Summary {
-		s, _ := l.run("endpoint-flap", cp, sets, 10*time.Minute)
-		require.NotNil(t, s.Convergence, "convergence was measured at the proxies")
-		assert.Equal(t, 20, s.Convergence.Proxies)
-		assert.Zero(t, s.Convergence.Missed, "every proxy received every endpoint change")
-		require.NotNil(t, s.ControlPlaneStats.PushTime, "push times were read from the control plane's histogram")
-		require.NotNil(t, s.ControlPlaneStats.CPUSeconds)
-		require.NotNil(t, s.ControlPlaneStats.ChaosPushTime, "push times during the flapping alone")
-		require.NotNil(t, s.ControlPlaneStats.ChaosCPUSeconds, "CPU during the flapping alone")
-		require.NotNil(t, s.ControlPlaneStats.ChaosPeakHeapBytes, "heap during the flapping alone")
-		assert.LessOrEqual(t, s.ControlPlaneStats.ChaosPushTime.Count, s.ControlPlaneStats.PushTime.Count)
-		return s
-	}
+func init() { caseAssertions["endpoint-flap"] = assertEndpointFlap }
+
+// assertEndpointFlap: incident 2 at a small scale. The reference keeps a flapping single-pod
+// service's changes incremental (an EDS push per change, no full push); the
+// full-push-on-endpoint-reappear switch makes one full push per 0→1, each next to its change.
+func assertEndpointFlap(t *testing.T, c suite.Case, s results.Summary, _ string) {
+	require.NotNil(t, s.Convergence, "convergence was measured at the proxies")
+	assert.Equal(t, 20, s.Convergence.Proxies)
+	assert.Zero(t, s.Convergence.Missed, "every proxy received every endpoint change")
+	require.NotNil(t, s.ControlPlaneStats.PushTime, "push times were read from the control plane's histogram")
+	require.NotNil(t, s.ControlPlaneStats.CPUSeconds)
+	require.NotNil(t, s.ControlPlaneStats.ChaosPushTime, "push times during the flapping alone")
+	require.NotNil(t, s.ControlPlaneStats.ChaosCPUSeconds, "CPU during the flapping alone")
+	require.NotNil(t, s.ControlPlaneStats.ChaosPeakHeapBytes, "heap during the flapping alone")
+	assert.LessOrEqual(t, s.ControlPlaneStats.ChaosPushTime.Count, s.ControlPlaneStats.PushTime.Count)
 	// upFlaps counts the endpoint's 0→1 changes in the API.
-	upFlaps := func(c *results.Convergence) int {
-		n := 0
-		for i, ch := range c.Changes {
-			if ch.Ready > 0 && (i == 0 || c.Changes[i-1].Ready == 0) {
-				n++
+	ups := 0
+	for i, ch := range s.Convergence.Changes {
+		if ch.Ready > 0 && (i == 0 || s.Convergence.Changes[i-1].Ready == 0) {
+			ups++
+		}
+	}
+	assert.GreaterOrEqual(t, ups, 2, "the pod flapped back Ready more than once")
+
+	if c.Expect.Verdict == results.VerdictPass {
+		if flap := s.Attacks[flapAttack]; assert.NotNil(t, flap, "traffic to the flapping service measured") {
+			assert.Positive(t, flap.Requests)
+			assert.Positive(t, flap.Errors, "a service with no ready endpoint fails its requests: proof the attack saw the flaps")
+		}
+		assert.Zero(t, s.ControlPlaneStats.Pushes.Full)
+		assert.GreaterOrEqual(t, s.ControlPlaneStats.Pushes.EDS, int64(len(s.Convergence.Changes)), "an EDS push per endpoint change")
+		for i, ch := range s.Convergence.Changes {
+			if assert.NotNil(t, ch.Pushes, "change %d: pushes attributed", i) {
+				assert.Zero(t, ch.Pushes.Full, "change %d", i)
 			}
 		}
-		return n
+		return
 	}
-
-	plain := run("reference")
-	assert.Equal(t, results.VerdictPass, plain.Verdict, "endpoint-only changes stay incremental: %+v", plain.Checks)
-	if flap := plain.Attacks[flapAttack]; assert.NotNil(t, flap, "traffic to the flapping service measured") {
-		assert.Positive(t, flap.Requests)
-		assert.Positive(t, flap.Errors, "a service with no ready endpoint fails its requests: proof the attack saw the flaps")
-	}
-	assert.GreaterOrEqual(t, upFlaps(plain.Convergence), 2, "the pod flapped back Ready more than once")
-	assert.Zero(t, plain.ControlPlaneStats.Pushes.Full)
-	assert.GreaterOrEqual(t, plain.ControlPlaneStats.Pushes.EDS, int64(len(plain.Convergence.Changes)), "an EDS push per endpoint change")
-	for i, ch := range plain.Convergence.Changes {
-		if assert.NotNil(t, ch.Pushes, "change %d: pushes attributed", i) {
-			assert.Zero(t, ch.Pushes.Full, "change %d", i)
-		}
-	}
-
-	switched := run("reference:full-push-on-endpoint-reappear")
-	assert.Equal(t, results.VerdictFail, switched.Verdict, "the experiment catches a full push per 0→1: %+v", switched.Checks)
-	flaps := upFlaps(switched.Convergence)
-	assert.GreaterOrEqual(t, flaps, 2)
-	assert.InDelta(t, flaps, switched.ControlPlaneStats.Pushes.Full, 1, "one full push per 0→1 of the endpoint")
+	assert.InDelta(t, ups, s.ControlPlaneStats.Pushes.Full, 1, "one full push per 0→1 of the endpoint")
 	// The per-change table puts each full push next to its 0→1. Counters are scraped every
 	// 500 ms, so on a loaded machine one push may land in a neighbouring change's row.
 	attributed := 0
-	for i, ch := range switched.Convergence.Changes {
-		if ch.Ready > 0 && (i == 0 || switched.Convergence.Changes[i-1].Ready == 0) && ch.Pushes != nil && ch.Pushes.Full == 1 {
+	for i, ch := range s.Convergence.Changes {
+		if ch.Ready > 0 && (i == 0 || s.Convergence.Changes[i-1].Ready == 0) && ch.Pushes != nil && ch.Pushes.Full == 1 {
 			attributed++
 		}
 	}
-	assert.GreaterOrEqual(t, attributed, flaps-1, "0→1 changes with their full push: %+v", switched.Convergence.Changes)
+	assert.GreaterOrEqual(t, attributed, ups-1, "0→1 changes with their full push: %+v", s.Convergence.Changes)
 }
 
 // The flapping service's errors must fall inside its unready windows (0 ready endpoints in the

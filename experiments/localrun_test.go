@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/experiment"
 	"github.com/meshchaos/meshchaos/harness/runner"
 	"github.com/meshchaos/meshchaos/harness/subject"
+	"github.com/meshchaos/meshchaos/internal/prereq"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -45,9 +47,7 @@ type localRunner struct {
 // newLocalRunner skips with MESHCHAOS_SKIP_INTEGRATION=1 and fails when the machine cannot
 // run a local cluster.
 func newLocalRunner(t *testing.T) *localRunner {
-	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
-		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
-	}
+	prereq.Integration(t)
 	require.NoError(t, local.Preflight())
 	imagesDir, err := bins.ImagesDir("")
 	require.NoError(t, err)
@@ -62,14 +62,12 @@ func newLocalRunner(t *testing.T) *localRunner {
 // newKindRunner runs on kind clusters; it skips, saying why, where Docker or the node image is
 // missing ('sudo hack/docker.sh' and 'make kind-node-image' provide both on a machine like CI).
 func newKindRunner(t *testing.T) *localRunner {
-	if os.Getenv("MESHCHAOS_SKIP_INTEGRATION") == "1" {
-		t.Skip("MESHCHAOS_SKIP_INTEGRATION=1")
-	}
+	prereq.Integration(t)
 	if err := kind.Preflight(); err != nil {
-		t.Skipf("kind substrate not usable here: %v", err)
+		prereq.Missing(t, "kind substrate not usable here: %v", err)
 	}
 	if img := kind.DefaultImage(); !kind.ImagePresent(img) {
-		t.Skipf("kind node image %s is not in Docker and there is no registry to pull it from: run 'make kind-node-image'", img)
+		prereq.Missing(t, "kind node image %s is not in Docker and there is no registry to pull it from: run 'make kind-node-image'", img)
 	}
 	imagesDir, err := bins.ImagesDir("")
 	require.NoError(t, err)
@@ -113,6 +111,16 @@ func newExistingRunner(t *testing.T) *localRunner {
 	return l
 }
 
+// forTest is l for a subtest: the runs it makes report to t.
+func (l *localRunner) forTest(t *testing.T) *localRunner {
+	c := *l
+	c.t = t
+	return &c
+}
+
+// runSeq numbers the runs of this test process (their cluster names).
+var runSeq atomic.Int64
+
 // run executes experiment name with sets against control plane cp; it returns the summary and
 // the run directory.
 func (l *localRunner) run(name, cp string, sets []string, timeout time.Duration) (results.Summary, string) {
@@ -123,7 +131,9 @@ func (l *localRunner) run(name, cp string, sets []string, timeout time.Duration)
 	require.NoError(t, err)
 	sut, err := subject.Parse(cp)
 	require.NoError(t, err)
-	exp, err := d.Build(experiment.Env{Substrate: l.sub, ControlPlane: sut}, v)
+	// Each run its own cluster name: runs of one experiment may run side by side (runCases).
+	clusterName := fmt.Sprintf("t%d-%d", os.Getpid()%10000, runSeq.Add(1))
+	exp, err := d.Build(experiment.Env{Substrate: l.sub, ControlPlane: sut, ClusterName: clusterName}, v)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

@@ -3,12 +3,13 @@ package experiments
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/meshchaos/meshchaos/harness/suite"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -37,53 +38,50 @@ func TestSidecarStartupParams(t *testing.T) {
 	}
 }
 
-// TestSidecarStartupBothWays: the app started before its sidecar's configuration (mode none,
-// the incident) must fail the checks; a native sidecar, which gates the app on the proxy's
-// readiness, must pass them. Both at a small scale, each on its own 1-node cluster.
-func TestSidecarStartupBothWays(t *testing.T) {
-	l := newLocalRunner(t)
-	run := func(mode string) (results.Summary, string) {
-		s, dir := l.run("sidecar-startup", "reference", []string{"mode=" + mode, "replicas=" + testStartupReplicas,
-			"serviceEntries=" + testStartupServiceEntries, "nodes=1", "duration=5s", "steady=1s"}, 8*time.Minute)
-		require.Len(t, s.Startup, 1)
-		r := s.Startup[0]
-		assert.Equal(t, mode, r.Mode)
-		assert.Equal(t, r.Pods, r.Started, "every pod reported its start-up")
-		return s, dir
-	}
+func init() { caseAssertions["sidecar-startup"] = assertSidecarStartup }
 
-	none, dir := run("none")
-	assert.Equal(t, results.VerdictFail, none.Verdict, "the app first, before its proxy's config: %+v", none.Checks)
-	r := none.Startup[0]
-	assert.Positive(t, r.AppRestarts, "the incident: the app exits and is restarted")
-	assert.Positive(t, r.FailedFirstCalls)
-	assert.Positive(t, r.ExitCodes["1"], "the app exits 1: %v", r.ExitCodes)
-	spec, err := os.ReadFile(filepath.Join(dir, r.PodSpec))
-	require.NoError(t, err, "the injected pod spec is kept")
-	assert.Contains(t, string(spec), "sidecar.meshchaos.io/status: none")
-
-	native, dir := run("native")
-	assert.Equal(t, results.VerdictPass, native.Verdict, "a native sidecar holds the app until the proxy is ready: %+v", native.Checks)
-	r = native.Startup[0]
-	assert.Zero(t, r.AppRestarts)
-	assert.Zero(t, r.FailedFirstCalls)
-	assert.Positive(t, r.ProxyFirstConfigMs.P50, "the proxies' time to first config is measured")
-	assert.GreaterOrEqual(t, r.FirstSuccessMs.P50, r.ProxyFirstConfigMs.P50, "the app's first success comes after its proxy's first config")
-	spec, err = os.ReadFile(filepath.Join(dir, r.PodSpec))
-	require.NoError(t, err)
-	assert.Contains(t, string(spec), "restartPolicy: Always", "the proxy is a native sidecar")
+// assertSidecarStartup: each mode's record is whole (every pod reported its start-up) and
+// shows what the mode does. The app started before its proxy's config (none, the incident)
+// exits 1 and is restarted; hold and a native sidecar keep it until the proxy is ready (no
+// restart, no failed first call); the resilient app retries its first calls instead of exiting.
+func assertSidecarStartup(t *testing.T, c suite.Case, s results.Summary, dir string) {
+	require.NotEmpty(t, s.Startup)
 	injected := ""
-	for _, e := range native.Events {
+	for _, e := range s.Events {
 		if e.Kind == "cp.sidecar-injections" {
 			injected = e.Detail
 		}
 	}
-	assert.Contains(t, injected, testStartupReplicas+" pods injected, 0 injection failures", "the control plane's webhook did the injecting")
+	for _, r := range s.Startup {
+		assert.Equal(t, r.Pods, r.Started, "%s: every pod reported its start-up", r.Mode)
+		spec, err := os.ReadFile(filepath.Join(dir, r.PodSpec))
+		require.NoError(t, err, "%s: the injected pod spec is kept", r.Mode)
+		switch r.Mode {
+		case "none":
+			assert.Positive(t, r.AppRestarts, "the incident: the app exits and is restarted")
+			assert.Positive(t, r.FailedFirstCalls)
+			assert.Positive(t, r.ExitCodes["1"], "the app exits 1: %v", r.ExitCodes)
+			assert.Contains(t, string(spec), "sidecar.meshchaos.io/status: none")
+		case "hold", "native":
+			assert.Zero(t, r.AppRestarts, r.Mode)
+			assert.Zero(t, r.FailedFirstCalls, r.Mode)
+			assert.Positive(t, r.ProxyFirstConfigMs.P50, "%s: the proxies' time to first config is measured", r.Mode)
+			assert.GreaterOrEqual(t, r.FirstSuccessMs.P50, r.ProxyFirstConfigMs.P50, "%s: the app's first success comes after its proxy's first config", r.Mode)
+			if r.Mode == "native" {
+				assert.Contains(t, string(spec), "restartPolicy: Always", "the proxy is a native sidecar")
+			}
+		case "resilient":
+			assert.Zero(t, r.AppRestarts, "the resilient app retries instead of exiting")
+			assert.Positive(t, r.FailedFirstCalls, "its first calls fail before the proxy is ready, and are retried")
+		}
+	}
+	if c.Expect.Verdict == results.VerdictPass {
+		replicas := ""
+		for _, kv := range c.Entry(true).Set {
+			if v, ok := strings.CutPrefix(kv, "replicas="); ok {
+				replicas = v
+			}
+		}
+		assert.Contains(t, injected, replicas+" pods injected, 0 injection failures", "the control plane's webhook did the injecting")
+	}
 }
-
-// The small test scale: enough pods to see the race in every one, few enough for a 1-node
-// cluster on a shared 2-core machine.
-const (
-	testStartupReplicas       = "4"
-	testStartupServiceEntries = "500"
-)

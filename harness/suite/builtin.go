@@ -1,81 +1,163 @@
 package suite
 
-import "github.com/meshchaos/meshchaos/results"
+import (
+	"slices"
+	"strings"
+
+	"github.com/meshchaos/meshchaos/results"
+)
 
 // The built-in suites nightly, honesty and capacity (pre-upgrade lives with upgrade-check's
 // suite in preupgrade.go). Each experiment's regression switches are the ones its both-ways test
 // (experiments/*_test.go) catches.
 
-// ciScale is each experiment at the scale its both-ways test runs: minutes per run on a 2-core
-// CI machine, large enough that every switch is caught (the tests prove it).
-var ciScale = map[string][]string{
+// testScale is each experiment at the scale its both-ways cases run in the tests: minutes per
+// run on a 2-core CI machine, large enough that every switch is caught (the tests prove it).
+var testScale = map[string][]string{
 	"cp-oom-restart":     {"rate=100", "duration=40s", "steady=8s", "throttleWindow=20s", "serviceEntries=3000"},
 	"endpoint-flap":      {"rate=50", "duration=45s", "steady=5s", "flapFor=20s", "proxies=20", "serviceEntries=100"},
 	"serviceentry-scale": {"steps=200,400,800", "convergeTimeout=60s", "maxBytesPerEndpoint=3072"},
 	"sidecar-startup":    {"replicas=4", "serviceEntries=500", "nodes=1", "duration=5s", "steady=1s"},
-	"cp-cpu-starvation":  {"duration=35s", "steady=5s", "window=15s", "baseline=2s", "recoveryWait=15s", "serviceEntries=100", "gateways=1"},
+	"cp-cpu-starvation":  {"duration=38s", "steady=5s", "window=15s", "baseline=5s", "recoveryWait=15s", "serviceEntries=100", "gateways=1"},
+	// Four faults 100 s apart (a clean minute before each), the last the control plane's OOM
+	// kill, 55 s before the end: the minute before the end holds its aftermath.
+	"soak": {"duration=375s", "steady=20s", "faultEvery=100s", "faultFor=15s", "serviceEntries=3000"},
 }
 
-// mitigated are the parameters under which an experiment whose incident is a configuration,
-// not a control-plane bug, must pass: a native sidecar; a Guaranteed control plane with two
-// replicas on a node of its own.
-var mitigated = map[string][]string{
-	"sidecar-startup":   {"mode=native"},
-	"cp-cpu-starvation": {"cpQoS=guaranteed", "cpReplicas=2", "isolate=true"},
+// TestScale is experiment's test scale (nil for an unknown experiment).
+func TestScale(experiment string) []string { return slices.Clone(testScale[experiment]) }
+
+// Case is one side of an experiment's both-ways proof: a control plane, the parameters that
+// make the side (a mode, an incident's configuration, its mitigation), and what the run must
+// give: pass, or fail on the checks that name the bug. Nightly cases are slower variants that
+// `make test-nightly` runs; the others run in every `make test`.
+type Case struct {
+	Experiment   string
+	ControlPlane string
+	Variant      []string
+	Expect       results.Expect
+	Nightly      bool
+	// Alone: its checks judge timings (convergence, availability under starvation) that
+	// another run on the same machine would move, so it never runs beside one; the other cases
+	// may run two at a time.
+	Alone bool
 }
 
-// incident are the parameters that re-create a configuration incident (it must fail).
-var incident = map[string][]string{
-	"sidecar-startup":   {"mode=none"},
-	"cp-cpu-starvation": {"cpQoS=besteffort", "cpReplicas=1", "isolate=false"},
+// Name names the case: experiment, control plane and variant.
+func (c Case) Name() string {
+	n := c.Experiment + " " + c.ControlPlane
+	if len(c.Variant) > 0 {
+		n += " " + strings.Join(c.Variant, " ")
+	}
+	return n
 }
 
-// switches are each experiment's reference control-plane regression switches.
-var switches = map[string][]string{
-	"cp-oom-restart":     {"ungated"},
-	"endpoint-flap":      {"full-push-on-endpoint-reappear"},
-	"serviceentry-scale": {"quadratic-scope", "se-endpoint-port", "we-stale-label"},
+// Entry is the case as a suite entry: at test scale, or at the experiment's defaults.
+func (c Case) Entry(atTestScale bool) Entry {
+	var set []string
+	if atTestScale {
+		set = TestScale(c.Experiment)
+	}
+	return Entry{Experiment: c.Experiment, ControlPlane: c.ControlPlane, Set: append(set, c.Variant...),
+		Expect: c.Expect.Verdict, Failing: c.Expect.Failing}
 }
+
+func passes(x string, variant ...string) Case {
+	return Case{Experiment: x, ControlPlane: "reference", Variant: variant, Expect: results.Expect{Verdict: results.VerdictPass}}
+}
+
+func fails(x, cp string, failing []string, variant ...string) Case {
+	return Case{Experiment: x, ControlPlane: cp, Variant: variant, Expect: results.Expect{Verdict: results.VerdictFail, Failing: failing}}
+}
+
+func nightly(c Case) Case { c.Nightly = true; return c }
+
+func alone(c Case) Case { c.Alone = true; return c }
+
+// The checks that name each incident's bug (see experiments/).
+var (
+	// Incident 1: a restarted control plane that serves before it synced.
+	unsyncedRestart = []string{"5xx rate", "error rate", "error window"}
+	// Incident 2: a full push per 0→1 of an endpoint.
+	fullPushPerFlap = []string{"full pushes"}
+)
+
+// bothWays is every experiment passing on the reference (or its mitigated configuration) and
+// failing on each of its regression switches, incident configurations and modes, on the checks
+// that name them. experiments' tests run every case and fail when a switch, an experiment or a
+// mode has none.
+var bothWays = []Case{
+	passes("serviceentry-scale"),
+	fails("serviceentry-scale", "reference:quadratic-scope", []string{"heap growth exponent", "heap bytes per endpoint"}),
+	// The wrong port shows wherever endpoints change incrementally: in the WorkloadEntry
+	// scenario's too.
+	fails("serviceentry-scale", "reference:se-endpoint-port", []string{"endpoint-port oracle mismatches", "workload-entry oracle mismatches"}),
+	fails("serviceentry-scale", "reference:we-stale-label", []string{"workload-entry oracle mismatches"}),
+
+	passes("sidecar-startup", "mode=native"),
+	// One run of every mode: the incident's (none) fails on its checks alone, hold, native and
+	// resilient pass theirs.
+	fails("sidecar-startup", "reference", []string{"app restarts [none]", "failed first calls [none]"}, "mode=all"),
+
+	// Convergence P99 measured 0.10-0.12 s against its 1 s bound: a run beside it leaves room.
+	passes("endpoint-flap"),
+	fails("endpoint-flap", "reference:full-push-on-endpoint-reappear", fullPushPerFlap),
+	nightly(passes("endpoint-flap", "flap=crash")),
+	nightly(fails("endpoint-flap", "reference:full-push-on-endpoint-reappear", fullPushPerFlap, "flap=crash")),
+	nightly(passes("endpoint-flap", "flap=evict")),
+	nightly(fails("endpoint-flap", "reference:full-push-on-endpoint-reappear", fullPushPerFlap, "flap=evict")),
+
+	passes("cp-oom-restart"),
+	fails("cp-oom-restart", "reference:ungated", unsyncedRestart),
+
+	alone(passes("cp-cpu-starvation", "cpQoS=guaranteed", "cpReplicas=2", "isolate=true")),
+	alone(fails("cp-cpu-starvation", "reference", []string{"xDS availability in the window, of the baseline's", "pod creations admitted by the injection webhook in the window, of the baseline's",
+		"invalid config accepted in the window (validation failed open)?", "config staleness P99?", "recovery after the window?"},
+		"cpQoS=besteffort", "cpReplicas=1", "isolate=false")),
+
+	// The soak's own recovery check sees a restart that serves before it synced: traffic
+	// errors in the minute before the end, which follows the control plane's OOM kill.
+	nightly(alone(passes("soak"))),
+	nightly(alone(fails("soak", "reference:ungated", []string{"traffic errors in the minute before each fault and the end"}))),
+}
+
+// BothWays lists every experiment's both-ways cases.
+func BothWays() []Case { return slices.Clone(bothWays) }
 
 // experimentOrder is the catalog in the order the suites run it: quick ones first, so a broken
 // machine shows early.
 var experimentOrder = []string{"serviceentry-scale", "sidecar-startup", "endpoint-flap", "cp-oom-restart", "cp-cpu-starvation"}
 
-func with(base []string, more ...[]string) []string {
-	out := append([]string{}, base...)
-	for _, m := range more {
-		out = append(out, m...)
-	}
-	return out
-}
-
-// honestyEntries is every experiment passing on the reference (or its mitigation) and failing
-// on each of its switches (or its incident's configuration), at scale (nil: the defaults).
-func honestyEntries(scale map[string][]string) []Entry {
+// honestyEntries is every case of the experiments in experimentOrder, at test scale or at the
+// experiments' defaults.
+func honestyEntries(atTestScale bool) []Entry {
 	var es []Entry
 	for _, x := range experimentOrder {
-		es = append(es, Entry{Experiment: x, ControlPlane: "reference", Set: with(scale[x], mitigated[x]), Expect: results.VerdictPass})
-		for _, sw := range switches[x] {
-			es = append(es, Entry{Experiment: x, ControlPlane: "reference:" + sw, Set: with(scale[x]), Expect: results.VerdictFail})
-		}
-		if inc, ok := incident[x]; ok {
-			es = append(es, Entry{Experiment: x, ControlPlane: "reference", Set: with(scale[x], inc), Expect: results.VerdictFail})
+		for _, c := range bothWays {
+			if c.Experiment == x && !c.Nightly {
+				es = append(es, c.Entry(atTestScale))
+			}
 		}
 	}
 	return es
 }
 
 func init() {
-	var nightly []Entry
+	var night []Entry
 	for _, x := range experimentOrder {
-		nightly = append(nightly, Entry{Experiment: x, ControlPlane: "reference", Set: with(ciScale[x], mitigated[x]), Expect: results.VerdictPass})
+		for _, c := range bothWays {
+			if c.Experiment == x && c.Expect.Verdict == results.VerdictPass && !c.Nightly { // the first: the plain pass
+				night = append(night, c.Entry(true))
+				break
+			}
+		}
 	}
 	Register(Suite{Name: "nightly",
 		Summary: "every experiment at a CI-sized scale against the reference control plane (mitigated configurations): each must pass",
-		Entries: nightly})
+		Entries: night})
 	Register(Suite{Name: "honesty",
 		Summary: "every experiment at its default scale on the reference (must pass) and on each regression switch or incident configuration (must fail): a harness that passes a known bug is broken",
-		Entries: honestyEntries(nil)})
+		Entries: honestyEntries(false)})
 	Register(Suite{Name: "capacity",
 		Summary: "serviceentry-scale steps with a 1 GiB memory budget: the projected capacity verified by a step at that size, three times for the spread",
 		Entries: []Entry{{Experiment: "serviceentry-scale", ControlPlane: "reference",
