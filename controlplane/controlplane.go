@@ -210,7 +210,7 @@ func (cp *ControlPlane) countEvent(kind, event string) {
 		cp.Metrics.InboundUpdates.WithLabelValues("eds").Inc()
 	case "Pod":
 		cp.Metrics.K8sRegEvents.WithLabelValues("Pods", event).Inc()
-	default: // Istio config: ServiceEntry, WorkloadEntry, Sidecar
+	default: // Istio config: ServiceEntry, WorkloadEntry, Sidecar, Gateway, VirtualService
 		cp.Metrics.InboundUpdates.WithLabelValues("config").Inc()
 	}
 }

@@ -1,7 +1,7 @@
 // Package kube feeds the model from the cluster: client-go informers for Services,
-// EndpointSlices and Pods and istio.io/client-go informers for ServiceEntries,
-// WorkloadEntries and Sidecars. Informer handlers only enqueue; one worker applies events to the
-// model in order and hands each resulting change to the pusher. Synced reports when every informer has
+// EndpointSlices and Pods and istio.io/client-go informers for ServiceEntries, WorkloadEntries,
+// Sidecars, Gateways and VirtualServices. Informer handlers only enqueue; one worker applies
+// events to the model in order and hands each resulting change to the pusher. Synced reports when every informer has
 // synced and every event delivered before that has been applied (the sync gate's condition).
 package kube
 
@@ -136,6 +136,22 @@ func NewSource(cfg *rest.Config, m *model.Model, onChange func(model.Change), lo
 			}
 			return m.SetSidecar(sc.Namespace, sc.Name, conv)
 		}, m.DeleteSidecar),
+		add("Gateway", s.istioFactory.Networking().V1().Gateways().Informer(), func(o any) model.Change {
+			gw := o.(*networkingv1.Gateway)
+			conv, skips := model.ConvertGateway(gw.Namespace, gw.Name, gw.CreationTimestamp.Time, &gw.Spec)
+			for _, sk := range skips {
+				m.Skip(sk)
+			}
+			return m.SetGateway(gw.Namespace, gw.Name, conv)
+		}, m.DeleteGateway),
+		add("VirtualService", s.istioFactory.Networking().V1().VirtualServices().Informer(), func(o any) model.Change {
+			vs := o.(*networkingv1.VirtualService)
+			conv, skips := model.ConvertVirtualService(vs.Namespace, vs.Name, vs.CreationTimestamp.Time, &vs.Spec)
+			for _, sk := range skips {
+				m.Skip(sk)
+			}
+			return m.SetVirtualService(vs.Namespace, vs.Name, conv)
+		}, m.DeleteVirtualService),
 	}
 	for _, err := range errs {
 		if err != nil {

@@ -12,7 +12,8 @@ import (
 	"github.com/meshchaos/meshchaos/images"
 )
 
-// CRDs is the YAML of the ServiceEntry, WorkloadEntry and Sidecar CRDs (istio.io/api v1.31.1).
+// CRDs is the YAML of the ServiceEntry, WorkloadEntry, Sidecar, Gateway and VirtualService CRDs
+// (istio.io/api v1.31.1).
 //
 //go:embed crds.yaml
 var CRDs []byte

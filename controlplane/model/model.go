@@ -146,6 +146,9 @@ type Model struct {
 	readySAs map[string]map[string]struct{}
 	// sidecars: namespace → name → namespace-wide Sidecar.
 	sidecars map[string]map[string]*Sidecar
+	// gateways and virtualServices by "ns/name".
+	gateways        map[string]*Gateway
+	virtualServices map[string]*VirtualService
 }
 
 type claim struct {
@@ -190,6 +193,7 @@ func New(opts Options) *Model {
 		podRefs: map[string]map[string]struct{}{}, claims: map[string]map[string]claim{},
 		hosts: map[string]*Entry{}, readySAs: map[string]map[string]struct{}{},
 		sidecars: map[string]map[string]*Sidecar{},
+		gateways: map[string]*Gateway{}, virtualServices: map[string]*VirtualService{},
 	}
 }
 

@@ -74,15 +74,18 @@ type Caches struct {
 // namespace.
 type ScopeCaches struct {
 	// Key names the scope: the namespace for sidecars, "NS~SIDECAR" for the sidecars a
-	// workloadSelector Sidecar selects, "router~NS" for gateways.
+	// workloadSelector Sidecar selects, "router~NS~GATEWAYS" for gateways (the Gateways that
+	// select them; "router~NS" when none does).
 	Key string
 	// Namespace is the proxies' namespace ("" for proxies that do not say theirs).
 	Namespace string
 	// Selected is the name of the workloadSelector Sidecar of Namespace that selects this
-	// scope's proxies ("" for the namespace's default scope).
+	// scope's proxies ("" for the namespace's default scope); for a gateway scope, the Gateways
+	// ("ns/name,…") that select its proxies.
 	Selected string
 	// Gateway: the scope of router (gateway) proxies, which no Sidecar scopes (as istiod:
-	// gateways get the namespace's default scope, egress "*/*").
+	// gateways get the namespace's default scope, egress "*/*"); their listeners and routes
+	// come from the Gateways and VirtualServices that select them.
 	Gateway      bool
 	Clusters     *watchcache.Cache
 	Routes       *watchcache.Cache
@@ -128,7 +131,8 @@ func (c *Caches) ScopeOf(node *core.Node) *ScopeCaches {
 }
 
 // ScopeKey names node's scope: its namespace, "NS~SIDECAR" when a workloadSelector Sidecar
-// selects it, or "router~NS" for a gateway (node id "router~...").
+// selects it, or "router~NS~GATEWAYS" for a gateway (node id "router~..."; GATEWAYS the
+// "ns/name" of the Gateways that select it, "router~NS" when none does).
 func (c *Caches) ScopeKey(node *core.Node) string {
 	ns, gw := ProxyNamespace(node), isGateway(node)
 	return keyOf(ns, gw, c.selectedBy(node, ns, gw))
@@ -138,14 +142,17 @@ func (c *Caches) selectedBy(node *core.Node, ns string, gateway bool) string {
 	c.mu.Lock()
 	sel := c.selected
 	c.mu.Unlock()
-	if gateway || sel == nil {
-		return "" // gateways are never narrowed by a Sidecar
+	if sel == nil {
+		return ""
 	}
-	return sel(node, ns)
+	return sel(node, ns) // a gateway's Gateways, a sidecar's workloadSelector Sidecar
+
 }
 
 func keyOf(ns string, gateway bool, selected string) string {
 	switch {
+	case gateway && selected != "":
+		return "router~" + ns + "~" + selected
 	case gateway:
 		return "router~" + ns
 	case selected != "":

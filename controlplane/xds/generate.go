@@ -88,6 +88,9 @@ type GenOptions struct {
 	// Namespace is the proxies' namespace: the bare short name of a Kubernetes Service
 	// ("name") resolves only in its own namespace, as istiod generates it.
 	Namespace string
+	// Router: the proxies are gateways, whose listeners and routes come from Gateways and
+	// VirtualServices (gateway.go), not from every service port.
+	Router bool
 }
 
 // Invalid is a resource that failed Validate() and was left out.
@@ -122,9 +125,15 @@ func generate(entries []*model.Entry, opts GenOptions, withEndpoints, withAPI bo
 		Listeners: map[string]types.Resource{}, Routes: map[string]types.Resource{},
 		APIListeners: map[string]types.Resource{}, claSources: map[string][]model.Endpoint{},
 	}
+	routes := func() []Invalid {
+		if opts.Router {
+			return nil
+		}
+		return generateRoutes(r, entries, opts)
+	}
 	if len(entries) < parallelFrom || !withAPI {
 		bad := generateClusters(r, entries, withEndpoints)
-		bad = append(bad, generateRoutes(r, entries, opts)...)
+		bad = append(bad, routes()...)
 		if withAPI {
 			bad = append(bad, generateAPIListeners(r, entries, opts)...)
 		}
@@ -136,7 +145,7 @@ func generate(entries []*model.Entry, opts GenOptions, withEndpoints, withAPI bo
 	var wg sync.WaitGroup
 	wg.Go(func() { apiBad = generateAPIListeners(r, entries, opts) })
 	bad := generateClusters(r, entries, withEndpoints)
-	bad = append(bad, generateRoutes(r, entries, opts)...)
+	bad = append(bad, routes()...)
 	wg.Wait()
 	return r, append(bad, apiBad...)
 }
@@ -224,7 +233,7 @@ func generateRoutes(r *Resources, entries []*model.Entry, opts GenOptions) []Inv
 		addValid(&bad, r.Routes, "RouteConfiguration", rn, &route.RouteConfiguration{Name: rn, VirtualHosts: vh,
 			ValidateClusters: wrapperspb.Bool(false)})
 		ln := ListenerName(port)
-		addValid(&bad, r.Listeners, "Listener", ln, buildListener(ln, port))
+		addValid(&bad, r.Listeners, "Listener", ln, buildListenerRDS(ln, port, rn))
 	}
 	return bad
 }
@@ -417,11 +426,12 @@ func LocalReplyConfig() *hcm.LocalReplyConfig {
 	}}}
 }
 
-func buildListener(name string, port uint32) *listener.Listener {
+// buildListenerRDS is an HTTP listener on 0.0.0.0:port taking the route configuration rds.
+func buildListenerRDS(name string, port uint32, rds string) *listener.Listener {
 	manager := &hcm.HttpConnectionManager{
 		StatPrefix: "outbound_0.0.0.0_" + RouteName(port),
 		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
-			ConfigSource: adsSource, RouteConfigName: RouteName(port)}},
+			ConfigSource: adsSource, RouteConfigName: rds}},
 		HttpFilters:      []*hcm.HttpFilter{routerFilter},
 		LocalReplyConfig: LocalReplyConfig(),
 	}

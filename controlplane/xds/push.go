@@ -77,6 +77,15 @@ func NewPusher(m *model.Model, c *Caches, opts PushOptions) *Pusher {
 	c.populate = func(sc *ScopeCaches, entries []*model.Entry) { p.pushScopeLocked(sc, entries, nil) }
 	c.fillAPI = p.fillAPIListenersLocked
 	c.selected = func(node *core.Node, ns string) string {
+		if isGateway(node) {
+			// A gateway's scope is the set of Gateways that select it (istiod's merged
+			// gateway): proxies with the same set share one generation.
+			var keys []string
+			for _, g := range m.GatewaysFor(ProxyLabels(node, m)) {
+				keys = append(keys, g.Key())
+			}
+			return strings.Join(keys, ",")
+		}
 		sc := m.SidecarForProxy(ns, ProxyLabels(node, m))
 		if sc == nil || len(sc.Selector) == 0 || sc.Namespace != ns {
 			return ""
@@ -381,7 +390,11 @@ func (p *Pusher) pushScopeLocked(sc *ScopeCaches, entries []*model.Entry, ch *mo
 			}
 		}
 	}
-	if ch != nil && sc.generated && sidecar == sc.sidecar && !ch.AllProxies() &&
+	gatewaysChanged := false
+	if sc.Gateway && ch != nil {
+		_, gatewaysChanged = ch.Configs[model.GatewayConfig]
+	}
+	if ch != nil && sc.generated && sidecar == sc.sidecar && !ch.AllProxies() && !gatewaysChanged &&
 		!seesConfig(sc.hosts, ch.Configs) && !seesConfig(hostSet(visible), ch.Configs) && sameConfig(visible, sc.entries) {
 		return
 	}
@@ -391,8 +404,21 @@ func (p *Pusher) pushScopeLocked(sc *ScopeCaches, entries []*model.Entry, ch *mo
 		p.rec.mu.Unlock()
 	}
 	api := sc.apiWanted.Load() // set only under sc.mu
-	res, bad := generate(visible, p.scopeOptions(sc), false, api)
+	opts := p.scopeOptions(sc)
+	res, bad := generate(visible, opts, false, api)
 	p.reportInvalid(bad)
+	if opts.Router {
+		var gws []*model.Gateway
+		keys := gatewayKeys(sc.Selected)
+		for _, k := range keys {
+			if g := p.model.Gateway(k); g != nil {
+				gws = append(gws, g)
+			}
+		}
+		var gbad []Invalid
+		res.Listeners, res.Routes, gbad = gatewayResources(visible, gws, p.model.VirtualServicesFor(keys), opts)
+		p.reportInvalid(gbad)
+	}
 	sc.Clusters.SetResources(res.Clusters)
 	sc.Listeners.SetResources(res.Listeners)
 	if api {
@@ -416,6 +442,7 @@ func (p *Pusher) fillAPIListenersLocked(sc *ScopeCaches) {
 func (p *Pusher) scopeOptions(sc *ScopeCaches) GenOptions {
 	opts := p.opts.Generate
 	opts.Namespace = sc.Namespace
+	opts.Router = sc.Gateway
 	return opts
 }
 

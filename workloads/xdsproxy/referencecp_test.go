@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	apinetv1 "istio.io/api/networking/v1"
 	apinet "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
@@ -72,6 +73,31 @@ func meshAPI(t *testing.T) (*rest.Config, *istioclient.Clientset) {
 	return cfg, ic
 }
 
+// gatewayLabels are the test gateway's labels, as its node metadata says them.
+var gatewayLabels = map[string]string{"app": "gateway"}
+
+// routeThroughGateway creates the Gateway that selects the test gateway, with servers on ports,
+// and a VirtualService per host routing it to the host's port ports[0]: a gateway gets its
+// listeners and routes from nothing else, from istiod as from the reference.
+func routeThroughGateway(t *testing.T, ic *istioclient.Clientset, ports []uint32, hosts ...string) {
+	ctx := context.Background()
+	gw := &networkingv1.Gateway{ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: "mesh"},
+		Spec: apinetv1.Gateway{Selector: gatewayLabels}}
+	for _, p := range ports {
+		gw.Spec.Servers = append(gw.Spec.Servers, &apinetv1.Server{Port: &apinetv1.Port{Number: p, Name: fmt.Sprint("http-", p), Protocol: "HTTP"},
+			Hosts: []string{"./*"}})
+	}
+	_, err := ic.NetworkingV1().Gateways("mesh").Create(ctx, gw, metav1.CreateOptions{})
+	require.NoError(t, err)
+	for _, h := range hosts {
+		vs := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Name: strings.Split(h, ".")[0], Namespace: "mesh"},
+			Spec: apinetv1.VirtualService{Hosts: []string{h}, Gateways: []string{"gw"}, Http: []*apinetv1.HTTPRoute{{
+				Route: []*apinetv1.HTTPRouteDestination{{Destination: &apinetv1.Destination{Host: h, Port: &apinetv1.PortSelector{Number: ports[0]}}}}}}}}
+		_, err := ic.NetworkingV1().VirtualServices("mesh").Create(ctx, vs, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+}
+
 // gatewayThroughReferenceCP starts the reference control plane on cfg and xdsproxy as a gateway
 // (listeners on 127.0.0.1, admin on admin) configured by it.
 func gatewayThroughReferenceCP(t *testing.T, cfg *rest.Config, admin string) (*controlplane.ControlPlane, *xdsproxy.Proxy) {
@@ -81,7 +107,12 @@ func gatewayThroughReferenceCP(t *testing.T, cfg *rest.Config, admin string) (*c
 	require.NoError(t, err)
 	t.Cleanup(cp.Stop)
 	<-cp.Gate.Done()
+	labels := map[string]any{}
+	for k, v := range gatewayLabels {
+		labels[k] = v
+	}
 	gw, err := xdsproxy.New(xdsproxy.Options{XDSAddress: cp.XDSAddr(), NodeID: "router~127.0.0.1~gateway-0.mesh~mesh.svc.cluster.local",
+		Metadata:   map[string]any{"NAMESPACE": "mesh", "LABELS": labels},
 		ListenerIP: "127.0.0.1", AdminAddress: admin, BackoffBase: 50 * time.Millisecond})
 	require.NoError(t, err, "start xdsproxy with admin on %s (must be free on loopback)", admin)
 	require.NoError(t, gw.Start(ctx))
@@ -105,6 +136,7 @@ func TestGatewayReachesEchoByHostThroughReferenceCP(t *testing.T) {
 	require.NoError(t, err)
 	_, err = ses.Create(ctx, serviceEntry("echo-b", "echo-b.mesh.test", port, b0), metav1.CreateOptions{})
 	require.NoError(t, err)
+	routeThroughGateway(t, ic, []uint32{port}, "echo-a.mesh.test", "echo-b.mesh.test")
 
 	_, gw := gatewayThroughReferenceCP(t, cfg, "127.0.0.1:0")
 	require.NoError(t, xdsproxy.Wait(ctx, gw.AdminAddr(), 20*time.Second, 20*time.Millisecond))
@@ -134,7 +166,7 @@ func TestGatewayReachesEchoByHostThroughReferenceCP(t *testing.T) {
 	_, name, _ := pod(fmt.Sprintf("echo-b.mesh.test:%d", port))
 	assert.Equal(t, "echo-b-0", name, "host:port form")
 	code, _, flag := pod("nobody.mesh.test")
-	assert.Equal(t, 404, code)
+	assert.Equal(t, 404, code, "a host no VirtualService routes")
 	assert.Equal(t, respflags.NoRouteFound, flag)
 
 	// An endpoint-only change (EDS push) reaches the gateway.
@@ -152,8 +184,14 @@ func TestGatewayReachesEchoByHostThroughReferenceCP(t *testing.T) {
 		return true
 	}, 10*time.Second, 20*time.Millisecond)
 
-	// Deleting a service removes its cluster and virtual host: no route.
+	// Deleting a service removes its cluster; the VirtualService's route stays, to no cluster.
 	require.NoError(t, ses.Delete(ctx, "echo-b", metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		code, _, flag := pod("echo-b.mesh.test")
+		return code == 503 && flag == respflags.NoClusterFound
+	}, 10*time.Second, 20*time.Millisecond)
+	// Deleting the VirtualService removes the virtual host: no route.
+	require.NoError(t, ic.NetworkingV1().VirtualServices("mesh").Delete(ctx, "echo-b", metav1.DeleteOptions{}))
 	require.Eventually(t, func() bool {
 		code, _, flag := pod("echo-b.mesh.test")
 		return code == 404 && flag == respflags.NoRouteFound
@@ -176,6 +214,7 @@ func TestNoListenerOnTheProxysOwnPorts(t *testing.T) {
 	require.NoError(t, err)
 	_, err = ses.Create(ctx, serviceEntry("echo", "echo.mesh.test", uint32(port64), echoPod(t, "echo-0")), metav1.CreateOptions{})
 	require.NoError(t, err)
+	routeThroughGateway(t, ic, []uint32{uint32(port64), 15000}, "echo.mesh.test", "gateway-admin.mesh.test")
 
 	cp, _ := gatewayThroughReferenceCP(t, cfg, "127.0.0.1:15000") // admin on 15000 as in a pod
 
