@@ -368,8 +368,9 @@ func cpPodOn(s *experiment.State, k int) *corev1.Pod {
 	return s.CPPod
 }
 
-// staleness creates ServiceEntries during the window and times each until every gateway serves
-// its host: the staleness of a config change made while the control plane is starved.
+// staleness creates ServiceEntries (each with the VirtualService that routes it through the
+// gateways) during the window and times each until every gateway serves its host: the staleness
+// of a config change made while the control plane is starved.
 type staleness struct {
 	s      *experiment.State
 	prober *observe.Prober
@@ -400,6 +401,10 @@ func (st *staleness) create(ctx context.Context) {
 		ic, err := istioclient.NewForConfig(m.Cluster.RESTConfig())
 		if err == nil {
 			_, err = ic.NetworkingV1().ServiceEntries(se.Namespace).Create(ctx, se, metav1.CreateOptions{})
+		}
+		if err == nil {
+			// A new host is served through the gateways once a VirtualService routes it there.
+			err = m.RouteHosts(ctx, host)
 		}
 		if err != nil {
 			sample.Error = "create: " + err.Error()

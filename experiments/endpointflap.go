@@ -61,7 +61,7 @@ func init() {
 					{Name: flapService, Replicas: 1, Node: dp},
 				},
 				ServiceEntries: mesh.ServiceEntries{Count: v.Int("serviceEntries"), Backend: "echo"},
-				Gateway:        mesh.Gateway{Replicas: v.Int("gateways"), Node: dp},
+				Gateway:        mesh.Gateway{Replicas: v.Int("gateways"), Node: dp, Services: []string{flapService}},
 				// Istio's cluster name for the flapping Service's port (outbound|80||HOST).
 				ADSLoad: mesh.ADSLoad{Clients: v.Int("proxies"), Node: dp, Track: "||" + flapService + ".default.svc."},
 			}
@@ -202,7 +202,7 @@ func endpointFlapChaos(ctx context.Context, s *experiment.State) error {
 	sel := "app=" + flapService
 	// Traffic to the flapping service itself, through every gateway, from before the first flap
 	// to past the last change's convergence.
-	targets := m.HostTargets(flapService + "." + ns + ".svc.cluster.local")
+	targets := m.HostTargets(m.ServiceHost(flapService))
 	if err := m.WaitRoutes(ctx, targets, time.Minute); err != nil {
 		return err
 	}

@@ -173,6 +173,9 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 		return runner.Experiment{}, errors.New("experiment: a substrate and a control plane under test are required")
 	}
 	spec := d.Mesh(v)
+	if d.Hosts != nil {
+		spec.Gateway.Hosts = max(spec.Gateway.Hosts, d.Hosts(v)) // the gateways route what the traffic targets
+	}
 	spec.Name = shortName(d.Name)
 	spec.ClusterName = env.ClusterName
 	spec.ControlPlane = env.ControlPlane
@@ -250,6 +253,14 @@ func (s *State) standardMeasurements(spec mesh.Spec, metricsEvery time.Duration)
 	}
 	if u := cp.PprofURL(pod); u != "" {
 		s.Profiles = &observe.Profiles{BaseURL: u, RunDir: s.Dir(), Dial: dial}
+		if da, ok := cp.(subject.DebugAuth); ok {
+			// Without its credentials the debug port answers 401: no profile, said once.
+			if h, err := da.DebugHeader(context.Background(), c); err != nil {
+				s.Logf("profiles of %s: %v", cp.Name(), err)
+			} else {
+				s.Profiles.Header = h
+			}
+		}
 		ms = append(ms, s.Profiles)
 	}
 	if len(s.Mesh.GatewayIPs) > 0 {

@@ -65,10 +65,15 @@ type Backend struct {
 	Node     int // pin to node k (0: anywhere)
 }
 
-// Gateway is a Deployment of gateway proxies connected to the control plane's xDS address.
+// Gateway is a Deployment of gateway proxies connected to the control plane's xDS address,
+// the Gateway that selects them and the VirtualServices of the hosts they route (routes.go).
 type Gateway struct {
 	Replicas int
 	Node     int
+	// Hosts is how many generated ServiceEntry hosts (the first ones) the gateways route.
+	Hosts int
+	// Services are backends (by name) whose Kubernetes Service the gateways route too.
+	Services []string
 }
 
 // Recorder is where a mesh reports its steps: the run's timeline and log.
@@ -184,6 +189,12 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 			return m, err
 		}
 		rec.Event("config.loaded", "serviceentries", fmt.Sprintf("%d ServiceEntries, %d endpoints each", se.Count, len(m.BackendIPs[se.Backend])))
+	}
+	if g := spec.Gateway; g.Replicas > 0 {
+		if err := m.createRoutes(ctx); err != nil {
+			return m, err
+		}
+		rec.Event("config.loaded", "gateway routes", fmt.Sprintf("Gateway %s, %d VirtualServices", GatewayName, min(g.Hosts, len(m.Expected))+len(g.Services)))
 	}
 	start := time.Now()
 	spec.CP.Logf = rec.Logf

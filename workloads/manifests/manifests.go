@@ -183,7 +183,7 @@ func Render(name string, v Values) ([]byte, error) {
 	}
 	switch name {
 	case "gateway":
-		if err := d.proxy("router"); err != nil {
+		if err := d.proxy("router", map[string]string{"app": v.Name, "meshchaos.io/role": "gateway"}); err != nil {
 			return nil, err
 		}
 		d.ProxyPorts = []int{v.Port}
@@ -192,7 +192,7 @@ func Render(name string, v Values) ([]byte, error) {
 			return nil, fmt.Errorf("manifest app: Dependency (the Host the app calls at start) is required")
 		}
 		if !injected {
-			if err := d.proxy("sidecar"); err != nil {
+			if err := d.proxy("sidecar", map[string]string{"app": v.Name, "meshchaos.io/role": "app"}); err != nil {
 				return nil, err
 			}
 		}
@@ -217,15 +217,40 @@ func Render(name string, v Values) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// proxy fills the proxy container for role ("sidecar" or "router", Istio's node types).
-func (d *data) proxy(role string) error {
+// IstioVersion is the Istio version the proxies say they are in their node metadata: istiod
+// generates for a proxy what its version understands.
+const IstioVersion = "1.31.0"
+
+// nodeMetadata is the node metadata an Istio proxy (pilot-agent) sends, as far as the control
+// planes read it: its namespace, pod, IPs and labels (istiod selects Gateways and Sidecars by
+// them), cluster and mesh, workload and version. Kubernetes expands $(VAR) from the env.
+func nodeMetadata(name string, labels map[string]string) map[string]any {
+	l := map[string]any{}
+	for k, v := range labels {
+		l[k] = v
+	}
+	return map[string]any{
+		"NAMESPACE": "$(POD_NAMESPACE)", "NAME": "$(POD_NAME)", "INSTANCE_IPS": "$(POD_IP)",
+		"LABELS": l, "CLUSTER_ID": "Kubernetes", "MESH_ID": "cluster.local",
+		"WORKLOAD_NAME": name, "ISTIO_VERSION": IstioVersion,
+	}
+}
+
+// proxy fills the proxy container for role ("sidecar" or "router", Istio's node types) of a pod
+// with labels.
+func (d *data) proxy(role string, labels map[string]string) error {
 	// Kubernetes expands $(VAR) in args from the container's env.
 	nodeID := role + "~$(POD_IP)~$(POD_NAME).$(POD_NAMESPACE)~$(POD_NAMESPACE).svc.cluster.local"
+	md, err := json.Marshal(nodeMetadata(d.Name, labels))
+	if err != nil {
+		return err
+	}
 	admin := fmt.Sprintf("127.0.0.1:%d", d.AdminPort)
 	switch d.Substrate.Proxy {
 	case XDSProxy:
 		d.ProxyImage = d.Substrate.ImageRef("xdsproxy")
-		d.ProxyArgs = []string{"--xds", d.XDSAddress, "--node-id", nodeID, "--cluster", d.Name, "--admin", fmt.Sprintf(":%d", d.AdminPort)}
+		d.ProxyArgs = []string{"--xds", d.XDSAddress, "--node-id", nodeID, "--cluster", d.Name, "--admin", fmt.Sprintf(":%d", d.AdminPort),
+			"--metadata", string(md)}
 		if d.Delta {
 			d.ProxyArgs = append(d.ProxyArgs, "--delta")
 		}
