@@ -132,6 +132,7 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p := &Proxy{opts: opts, log: log, stats: newStats(), done: make(chan struct{})}
 	p.state = newState(p.stats)
+	p.state.log = log
 	if opts.ListenerIP != "" {
 		if net.ParseIP(opts.ListenerIP) == nil {
 			return nil, fmt.Errorf("xdsproxy: listener IP %q is not an IP address", opts.ListenerIP)

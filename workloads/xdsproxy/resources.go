@@ -41,6 +41,30 @@ type clusterCfg struct {
 	panicThreshold float64      // percent of healthy hosts below which a level is in panic
 	static         *endpointSet // STATIC/STRICT_DNS/LOGICAL_DNS: the inline load_assignment
 	updated        time.Time
+	// notHonoured names what of the cluster xdsproxy accepts and does not do (see
+	// notHonouredOf).
+	notHonoured []string
+}
+
+// rawBuffer is Envoy's plaintext transport socket.
+const rawBuffer = "envoy.transport_sockets.raw_buffer"
+
+// notHonouredOf names the parts of c that xdsproxy accepts, as Envoy does, but cannot honour:
+// an upstream TLS transport socket (it connects in plaintext). istiod's clusters carry
+// transport_socket_matches for mTLS to endpoints labelled tlsMode=istio; with no such
+// endpoint (meshchaos's backends have no Istio sidecar) Envoy too connects in plaintext, so
+// the matches are named only when an endpoint could select them.
+func notHonouredOf(c *clusterv3.Cluster) []string {
+	var out []string
+	if ts := c.GetTransportSocket(); ts != nil && ts.GetName() != rawBuffer {
+		out = append(out, "upstream_tls")
+	}
+	for _, m := range c.GetTransportSocketMatches() {
+		if m.GetTransportSocket().GetName() != rawBuffer && len(m.GetMatch().GetFields()) == 0 {
+			out = append(out, "upstream_tls") // a match of every endpoint
+		}
+	}
+	return out
 }
 
 // endpointSet is a ClusterLoadAssignment's hosts by priority level, most preferred first.
@@ -163,7 +187,8 @@ func translateCluster(c *clusterv3.Cluster, version string) (*clusterCfg, error)
 	if err := c.ValidateAll(); err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", c.GetName(), err)
 	}
-	cc := &clusterCfg{name: c.GetName(), version: version, raw: c, connectTimeout: defaultConnectTimeout, updated: time.Now()}
+	cc := &clusterCfg{name: c.GetName(), version: version, raw: c, connectTimeout: defaultConnectTimeout, updated: time.Now(),
+		notHonoured: notHonouredOf(c)}
 	if ct := c.GetConnectTimeout(); ct != nil {
 		cc.connectTimeout = ct.AsDuration()
 	}

@@ -3,6 +3,7 @@ package xdsproxy
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -77,6 +78,7 @@ type state struct {
 	bindFunc func(l *listenerCfg) (*boundListener, error)
 	serve    func(b *boundListener)
 	stats    *stats
+	log      *slog.Logger // nil: nothing is logged
 }
 
 func newState(st *stats) *state {
@@ -147,6 +149,11 @@ func (s *state) applyClusters(u update) []string {
 		if err != nil {
 			errs = append(errs, err.Error())
 			continue
+		}
+		for _, f := range cfg.notHonoured {
+			if s.stats.notHonoured(f) && s.log != nil {
+				s.log.Warn("accepted a cluster with what xdsproxy does not do (counted in xdsproxy.unsupported.*)", "cluster", cfg.name, "feature", f)
+			}
 		}
 		slot := s.clusters[cfg.name]
 		if slot == nil {

@@ -34,6 +34,12 @@ type stats struct {
 
 	xdsMu sync.Mutex
 	xds   map[string]*xdsCounters
+
+	// unsupported counts, by feature, the resources accepted with a part xdsproxy cannot
+	// honour (an upstream TLS transport socket: it speaks plaintext), as Envoy would accept
+	// them; xdsproxy.unsupported.<feature> in /stats.
+	unsupportedMu sync.Mutex
+	unsupported   map[string]int64
 }
 
 type xdsCounters struct {
@@ -41,7 +47,7 @@ type xdsCounters struct {
 }
 
 func newStats() *stats {
-	return &stats{flags: map[string]*atomic.Int64{}, xds: map[string]*xdsCounters{}}
+	return &stats{flags: map[string]*atomic.Int64{}, xds: map[string]*xdsCounters{}, unsupported: map[string]int64{}}
 }
 
 func (s *stats) flag(f string) {
@@ -72,6 +78,15 @@ func connDelta(st http.ConnState) int64 {
 		return -1
 	}
 	return 0
+}
+
+// notHonoured counts one resource with feature xdsproxy cannot honour; it reports whether this
+// is the first time (to log it once).
+func (s *stats) notHonoured(feature string) bool {
+	s.unsupportedMu.Lock()
+	defer s.unsupportedMu.Unlock()
+	s.unsupported[feature]++
+	return s.unsupported[feature] == 1
 }
 
 func (s *stats) response(code int) {
@@ -131,6 +146,11 @@ func (s *stats) values() map[string]int64 {
 		v["http.response_flags."+f] = c.Load()
 	}
 	s.flagsMu.Unlock()
+	s.unsupportedMu.Lock()
+	for f, n := range s.unsupported {
+		v["xdsproxy.unsupported."+f] = n
+	}
+	s.unsupportedMu.Unlock()
 	s.xdsMu.Lock()
 	for t, c := range s.xds {
 		p := xdsStatPrefix[t]
