@@ -3,6 +3,7 @@ package observe
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -298,10 +299,12 @@ func CounterIncrease(samples []results.Sample) float64 {
 // boundary, and a heap profile whenever Memory says the process nears its limit.
 type Profiles struct {
 	BaseURL string
-	RunDir  string
-	Dial    DialContext
-	CPU     bool
-	p       *Profiler
+	// Header is sent with every request (credentials a debug port asks for).
+	Header http.Header
+	RunDir string
+	Dial   DialContext
+	CPU    bool
+	p      *Profiler
 }
 
 // Name implements Measurement.
@@ -313,6 +316,7 @@ func (p *Profiles) Role() Role { return RoleControlPlane }
 // Start implements Measurement.
 func (p *Profiles) Start(ctx context.Context, sink Sink) error {
 	p.p = NewProfiler(p.BaseURL, p.RunDir, p.Dial)
+	p.p.Header = p.Header
 	return nil
 }
 

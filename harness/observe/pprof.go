@@ -45,6 +45,8 @@ type Profiler struct {
 	TopN int
 	// CPUSeconds is the CPU profile's duration (default 5).
 	CPUSeconds int
+	// Header is sent with every request (credentials a debug port asks for).
+	Header http.Header
 
 	mu   sync.Mutex
 	seq  int
@@ -141,6 +143,11 @@ func (p *Profiler) Capture(ctx context.Context, kind ProfileKind, reason string)
 // fetch GETs one profile and returns its bytes.
 func (p *Profiler) fetch(ctx context.Context, kind ProfileKind, path string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+path, nil)
+	if err == nil {
+		for k, v := range p.Header {
+			req.Header[k] = v
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("capture %s profile: %w", kind, err)
 	}

@@ -145,12 +145,22 @@ func LoadExternal(file string) (ControlPlane, error) {
 		}
 		return nil, bad("%s (schema: docs/controlplane-descriptor.md)", strings.ReplaceAll(msg, "\n", "; "))
 	}
-	e := &External{file: file, dir: filepath.Dir(file), d: d, timeout: 3 * time.Minute}
-	if err := e.check(); err != nil {
+	e, err := newExternal(file, filepath.Dir(file), d)
+	if err != nil {
 		return nil, bad("%v", err)
 	}
 	if d.Ballast != nil {
 		return externalBallaster{e}, nil
+	}
+	return e, nil
+}
+
+// newExternal checks descriptor d, whose relative paths are relative to dir; name is how --cp
+// names the control plane after "external:".
+func newExternal(name, dir string, d Descriptor) (*External, error) {
+	e := &External{file: name, dir: dir, d: d, timeout: 3 * time.Minute}
+	if err := e.check(); err != nil {
+		return nil, err
 	}
 	return e, nil
 }

@@ -57,7 +57,7 @@ func TestReferenceManifestsRendered(t *testing.T) {
 	require.NoError(t, err)
 	objs, err := kube.Decode(y)
 	require.NoError(t, err)
-	assert.Len(t, objs, 3+8, "3 CRDs, then the control plane's 8 objects")
+	assert.Len(t, objs, 5+8, "5 CRDs, then the control plane's 8 objects")
 }
 
 // TestExternalPlacement: only the descriptor's Deployment is placed: node, limits, replicas
@@ -182,4 +182,8 @@ func TestIstiodDescriptorParses(t *testing.T) {
 	assert.Equal(t, Metric{Name: "pilot_xds_pushes", Labels: map[string]string{"type": "eds"}}, cp.Metrics()[EDSPushes])
 	_, hook := cp.(Ballaster)
 	assert.False(t, hook)
+	// It says of istiod what --cp istiod knows: the same names, ports and measures.
+	assert.Equal(t, istiodDescriptor.Metrics, cp.Metrics())
+	assert.Equal(t, istiodDescriptor.Admin, cp.(*External).d.Admin)
+	assert.Equal(t, istiodDescriptor.XDS, cp.(*External).d.XDS)
 }

@@ -148,9 +148,19 @@ type Remover interface {
 	Remove(ctx context.Context, c cluster.Cluster) error
 }
 
-// Parse turns --cp into a control plane: "reference", "reference:<switch>[,<switch>…]" or
-// "external:FILE" (a descriptor, see external.go).
+// Parse turns --cp into a control plane: "reference", "reference:<switch>[,<switch>…]",
+// "istiod" or "istiod@PIN" (a build of `make istiod`), or "external:FILE" (a descriptor, see
+// external.go).
 func Parse(name string) (ControlPlane, error) {
+	if name == IstiodPrefix {
+		return NewIstiod("")
+	}
+	if pin, ok := strings.CutPrefix(name, IstiodPrefix+"@"); ok {
+		if pin == "" || strings.ContainsAny(pin, "/:\\") || strings.HasPrefix(pin, ".") {
+			return nil, fmt.Errorf("--cp %q: want istiod@PIN, a build of make istiod (hack/istiod/pins)", name)
+		}
+		return NewIstiod(pin)
+	}
 	kind, rest, _ := strings.Cut(name, ":")
 	switch kind {
 	case "external":
@@ -164,5 +174,5 @@ func Parse(name string) (ControlPlane, error) {
 		}
 		return NewReference(sw)
 	}
-	return nil, fmt.Errorf("--cp %q: unknown control plane; use reference, reference:<switch>[,<switch>] or external:FILE ('meshchaos controlplane --help' lists the switches)", name)
+	return nil, fmt.Errorf("--cp %q: unknown control plane; use reference, reference:<switch>[,<switch>], istiod[@PIN] or external:FILE ('meshchaos controlplane --help' lists the switches)", name)
 }

@@ -25,8 +25,8 @@ func TestParse(t *testing.T) {
 
 	_, err = Parse("reference:nope")
 	assert.ErrorContains(t, err, `unknown regression switch "nope"`)
-	_, err = Parse("istiod")
-	assert.ErrorContains(t, err, "use reference, reference:<switch>[,<switch>] or external:FILE")
+	_, err = Parse("linkerd")
+	assert.ErrorContains(t, err, "use reference, reference:<switch>[,<switch>], istiod[@PIN] or external:FILE")
 }
 
 func TestMetricMatches(t *testing.T) {

@@ -210,3 +210,44 @@ func executable(p string) error {
 	}
 	return nil
 }
+
+// IstiodEnv overrides the directory `make istiod` writes its builds into (one directory per pin).
+const IstiodEnv = "MESHCHAOS_ISTIOD"
+
+// IstiodRoot returns the directory of istiod builds (bin/istiod from `make istiod`):
+// $MESHCHAOS_ISTIOD if set, else istiod/ in the checkout's bin/ or beside the running
+// executable.
+func IstiodRoot() (string, error) {
+	const fix = "run 'make istiod' (it builds istiod from istio's source) or set " + IstiodEnv
+	if d := os.Getenv(IstiodEnv); d != "" {
+		dir, err := existingDir(d, fix)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", IstiodEnv, err)
+		}
+		return dir, nil
+	}
+	var tried []string
+	for _, d := range layoutDirs() {
+		d = filepath.Join(d, "istiod")
+		if dir, err := existingDir(d, fix); err == nil {
+			return dir, nil
+		}
+		tried = append(tried, d)
+	}
+	return "", fmt.Errorf("no istiod build (looked in %s): %s", strings.Join(tried, ", "), fix)
+}
+
+// IstiodPins lists the pins built under root (their directories; "default" is a link to one).
+func IstiodPins(root string) []string {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil
+	}
+	var pins []string
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			pins = append(pins, e.Name())
+		}
+	}
+	return pins
+}
