@@ -237,7 +237,13 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 		Name: d.Name, Substrate: env.Substrate.Name(), ControlPlane: env.ControlPlane.Name(), Params: v.Map(),
 		Setup:    setup,
 		Phases:   phases,
-		Teardown: func(ctx context.Context, r *runner.Run) error { return s.Mesh.Down(ctx) },
+		Teardown: func(ctx context.Context, r *runner.Run) error {
+			if s.Mesh != nil && s.Mesh.Client != nil {
+				s.saveLogs(ctx, s.Mesh.Client, env.ControlPlane.Namespace(), env.ControlPlane.Selector())
+				s.saveLogs(ctx, s.Mesh.Client, s.Mesh.Namespace, "app=gateway")
+			}
+			return s.Mesh.Down(ctx)
+		},
 		Checks:   d.Checks(v),
 	}, nil
 }

@@ -29,9 +29,11 @@ const IstiodPrefix = "istiod"
 // Service's 15010, metrics on the monitoring port 15014, pprof on the debug port 8080.
 //
 // Measures follow what istiod counts:
-//   - full-pushes is pilot_pushcontext_init_seconds_count: istiod initialises a push context once
-//     per full push, whatever the number of proxies (pilot_xds_pushes{type=cds} counts every
-//     CDS response, so every proxy's connection and reconnection too);
+//   - full-pushes is pilot_xds_pushes{type=cds}: CDS responses, which istiod sends on a full push
+//     (to each proxy: a full push to 20 proxies counts 20) and to a proxy that connects, never
+//     on an endpoint-only push. pilot_pushcontext_init_seconds cannot tell them apart across
+//     builds: at the 2026-04 pin istiod initialises a push context for full pushes only, at the
+//     2026-08 pin for every push (DiscoveryServer.Push in pilot/pkg/xds/discovery.go);
 //   - eds-pushes is pilot_xds_pushes{type=eds}: EDS responses, one per proxy and push (istiod has
 //     no per-cycle counter of incremental pushes);
 //   - streams-refused and time-to-ready have no istiod metric: the harness measures readiness
@@ -47,7 +49,7 @@ var istiodDescriptor = Descriptor{
 	Admin:      Admin{Port: 15014, MetricsPath: "/metrics", PprofPath: "/debug/pprof", PprofPort: 8080},
 	Ready:      &Ready{Timeout: "5m"},
 	Metrics: map[Measure]Metric{
-		FullPushes:               {Name: "pilot_pushcontext_init_seconds_count"},
+		FullPushes:               {Name: "pilot_xds_pushes", Labels: map[string]string{"type": "cds"}},
 		EDSPushes:                {Name: "pilot_xds_pushes", Labels: map[string]string{"type": "eds"}},
 		ConnectedProxies:         {Name: "pilot_xds"},
 		HeapInUse:                {Name: "go_memstats_heap_inuse_bytes"},

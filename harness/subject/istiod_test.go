@@ -41,8 +41,8 @@ func TestParseIstiod(t *testing.T) {
 	pod := &corev1.Pod{Status: corev1.PodStatus{PodIP: "10.244.0.5"}}
 	assert.Equal(t, "http://10.244.0.5:15014", i.AdminURL(pod))
 	assert.Equal(t, "http://10.244.0.5:8080", i.PprofURL(pod), "pprof on istiod's debug port")
-	assert.Equal(t, Metric{Name: "pilot_pushcontext_init_seconds_count"}, i.Metrics()[FullPushes],
-		"a full push is a push context, not a CDS response per proxy")
+	assert.Equal(t, Metric{Name: "pilot_xds_pushes", Labels: map[string]string{"type": "cds"}}, i.Metrics()[FullPushes],
+		"a full push is CDS sent; a push context is initialised for every push at the 2026-08 pin")
 	var _ Remover = i
 	var _ DebugAuth = i
 

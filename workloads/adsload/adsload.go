@@ -52,8 +52,9 @@ type Options struct {
 	// MaxPushes is how many recent pushes (versions) are kept for the report (default 200).
 	MaxPushes int
 	// Track selects clusters by a substring of their ClusterLoadAssignment's name; every client
-	// records when it received each change of their endpoint count (Tracked), so a harness can
-	// measure convergence at the proxies from the endpoint change in its API onwards.
+	// records when it received each change of their usable (not UNHEALTHY) endpoint count
+	// (Tracked), so a harness can measure convergence at the proxies from the endpoint change
+	// in its API onwards.
 	Track  string
 	Logger *slog.Logger
 }
@@ -291,7 +292,7 @@ func (l *Load) session(ctx context.Context, c *client, conn *grpc.ClientConn) (b
 	}
 }
 
-// track records a receipt of the tracked clusters when their endpoint count changed (the first
+// track records a receipt of the tracked clusters when their usable endpoint count changed (the first
 // receipt always counts: it is the state the client starts from).
 func (c *client) track(at time.Time, endpoints int) {
 	c.trackMu.Lock()
@@ -357,7 +358,7 @@ func decode(i int, resp *discoveryv3.DiscoveryResponse, track string) (follow []
 			for _, le := range cla.GetEndpoints() {
 				endpoints += len(le.GetLbEndpoints())
 				if isTracked {
-					tracked += len(le.GetLbEndpoints())
+					tracked += usable(le.GetLbEndpoints())
 				}
 			}
 		}
@@ -453,6 +454,20 @@ func (l *Load) Stats() Stats {
 	}
 	l.mu.Unlock()
 	return s
+}
+
+// usable counts the endpoints Envoy balances over (health UNKNOWN, HEALTHY or DEGRADED): a
+// control plane may send the endpoints of not-ready pods marked UNHEALTHY (istiod does), and
+// their going unhealthy is the change a proxy must receive.
+func usable(eps []*endpointv3.LbEndpoint) int {
+	n := 0
+	for _, e := range eps {
+		switch e.GetHealthStatus() {
+		case corev3.HealthStatus_UNKNOWN, corev3.HealthStatus_HEALTHY, corev3.HealthStatus_DEGRADED:
+			n++
+		}
+	}
+	return n
 }
 
 // Receipt is one change of the tracked clusters' endpoint count as one client received it.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/stretchr/testify/assert"
@@ -149,11 +150,16 @@ func TestClientsRecordTrackedEndpointChanges(t *testing.T) {
 	require.Eventually(t, receipts(2), 10*time.Second, 10*time.Millisecond)
 	xds.Set(t, "4", withFlap("10.1.0.2:8080")...)
 	require.Eventually(t, receipts(3), 10*time.Second, 10*time.Millisecond)
+	// The endpoint still sent, marked UNHEALTHY (istiod's not-ready endpoint): no usable one.
+	unhealthy := xdstest.CLA(flap, "10.1.0.2:8080")
+	unhealthy.Endpoints[0].LbEndpoints[0].HealthStatus = corev3.HealthStatus_UNHEALTHY
+	xds.Set(t, "5", append(mesh(2), xdstest.EDSCluster(flap, ""), unhealthy)...)
+	require.Eventually(t, receipts(4), 10*time.Second, 10*time.Millisecond)
 
 	tr := l.Tracked()
 	assert.Equal(t, "flap.default", tr.Track)
 	for _, c := range tr.Clients {
-		assert.Equal(t, []int{1, 0, 1}, []int{c[0].Endpoints, c[1].Endpoints, c[2].Endpoints})
-		assert.True(t, c[0].At.Before(c[1].At) && c[1].At.Before(c[2].At))
+		assert.Equal(t, []int{1, 0, 1, 0}, []int{c[0].Endpoints, c[1].Endpoints, c[2].Endpoints, c[3].Endpoints})
+		assert.True(t, c[0].At.Before(c[1].At) && c[1].At.Before(c[2].At) && c[2].At.Before(c[3].At))
 	}
 }
