@@ -54,6 +54,7 @@ func assertEndpointFlap(t *testing.T, c suite.Case, s results.Summary, _ string)
 	require.NotNil(t, s.ControlPlaneStats.ChaosCPUSeconds, "CPU during the flapping alone")
 	require.NotNil(t, s.ControlPlaneStats.ChaosPeakHeapBytes, "heap during the flapping alone")
 	assert.LessOrEqual(t, s.ControlPlaneStats.ChaosPushTime.Count, s.ControlPlaneStats.PushTime.Count)
+	require.NotNil(t, s.ControlPlaneStats.ChaosPushes, "pushes counted over the flapping alone")
 	// upFlaps counts the endpoint's 0→1 changes in the API.
 	ups := 0
 	for i, ch := range s.Convergence.Changes {
@@ -68,8 +69,8 @@ func assertEndpointFlap(t *testing.T, c suite.Case, s results.Summary, _ string)
 			assert.Positive(t, flap.Requests)
 			assert.Positive(t, flap.Errors, "a service with no ready endpoint fails its requests: proof the attack saw the flaps")
 		}
-		assert.Zero(t, s.ControlPlaneStats.Pushes.Full)
-		assert.GreaterOrEqual(t, s.ControlPlaneStats.Pushes.EDS, int64(len(s.Convergence.Changes)), "an EDS push per endpoint change")
+		assert.Zero(t, s.ControlPlaneStats.ChaosPushes.Full)
+		assert.GreaterOrEqual(t, s.ControlPlaneStats.ChaosPushes.EDS, int64(len(s.Convergence.Changes)), "an EDS push per endpoint change")
 		for i, ch := range s.Convergence.Changes {
 			if assert.NotNil(t, ch.Pushes, "change %d: pushes attributed", i) {
 				assert.Zero(t, ch.Pushes.Full, "change %d", i)
@@ -77,7 +78,7 @@ func assertEndpointFlap(t *testing.T, c suite.Case, s results.Summary, _ string)
 		}
 		return
 	}
-	assert.InDelta(t, ups, s.ControlPlaneStats.Pushes.Full, 1, "one full push per 0→1 of the endpoint")
+	assert.InDelta(t, ups, s.ControlPlaneStats.ChaosPushes.Full, 1, "one full push per 0→1 of the endpoint")
 	// The per-change table puts each full push next to its 0→1. Counters are scraped every
 	// 500 ms, so on a loaded machine one push may land in a neighbouring change's row.
 	attributed := 0

@@ -197,6 +197,9 @@ type ControlPlaneStats struct {
 	// phase alone: what the faults cost, without the initial connection of every proxy (which
 	// dominates the whole-run figures with large fleets).
 	ChaosPushTime      *Histogram `json:"chaosPushTime,omitempty"`
+	// ChaosPushes are the pushes over the chaos phase alone (istiod counts a full push per
+	// proxy, and proxies that finish connecting after setup add to the whole run's).
+	ChaosPushes *Pushes `json:"chaosPushes,omitempty"`
 	ChaosCPUSeconds    *float64   `json:"chaosCpuSeconds,omitempty"`
 	ChaosPeakHeapBytes *int64     `json:"chaosPeakHeapBytes,omitempty"`
 	// CPUSeconds is the CPU time the control plane used over the run (its process counter);

@@ -206,6 +206,11 @@ func (m *ControlPlaneMetrics) Gather(s *results.Summary) {
 		if cpu, ok := m.increase(w, subject.CPUSeconds); ok {
 			cp.ChaosCPUSeconds = &cpu
 		}
+		full, fullOK := m.increase(w, subject.FullPushes)
+		eds, edsOK := m.increase(w, subject.EDSPushes)
+		if fullOK && edsOK {
+			cp.ChaosPushes = &results.Pushes{Full: int64(full), EDS: int64(eds)}
+		}
 		// A gauge's peak counts only scrapes inside the phase, not the baseline Window put first.
 		inside := make([]results.Series, 0, len(w))
 		for _, sr := range w {

@@ -180,6 +180,20 @@ func FullPushes(op results.Op, n float64) Check {
 	return Metric("full pushes", pushes(func(p *results.Pushes) float64 { return float64(p.Full) }), op, n, "")
 }
 
+// ChaosFullPushes checks the number of full xDS pushes during the chaos phase: what the faults
+// caused, without the pushes to proxies still connecting when the measurement began.
+func ChaosFullPushes(op results.Op, n float64) Check {
+	return Metric("full pushes during the chaos", func(s *results.Summary) (float64, error) {
+		if _, err := pushes(func(*results.Pushes) float64 { return 0 })(s); err != nil {
+			return 0, err
+		}
+		if s.ControlPlaneStats.ChaosPushes == nil {
+			return 0, errors.New("the chaos phase did not finish: no push counts over it")
+		}
+		return float64(s.ControlPlaneStats.ChaosPushes.Full), nil
+	}, op, n, "")
+}
+
 // EDSPushes checks the number of incremental (endpoint-only) pushes.
 func EDSPushes(op results.Op, n float64) Check {
 	return Metric("EDS pushes", pushes(func(p *results.Pushes) float64 { return float64(p.EDS) }), op, n, "")

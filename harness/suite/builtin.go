@@ -79,7 +79,7 @@ var (
 	// Incident 1: a restarted control plane that serves before it synced.
 	unsyncedRestart = []string{"5xx rate", "error rate", "error window"}
 	// Incident 2: a full push per 0→1 of an endpoint.
-	fullPushPerFlap = []string{"full pushes"}
+	fullPushPerFlap = []string{"full pushes during the chaos"}
 )
 
 // bothWays is every experiment passing on the reference (or its mitigated configuration) and
