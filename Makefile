@@ -55,13 +55,13 @@ kind-node-image: build bins docker
 ## on a 2-core machine. Progress, failures, skips with their reasons and the ten slowest tests
 ## are printed; bin/test/tier1.json keeps go test's events. In CI (CI set) a missing
 ## prerequisite (Docker, the kind node image, root) or any skipped test fails the run.
-test: deps bins images vet
+test: deps bins images istiod vet
 	@GO=$(GO) bash hack/test.sh $(BIN) $(TEST_TIMEOUT) tier1
 
 ## test-nightly: tier 2: kind and existing both ways, the external descriptors, upgrade-check,
 ## suites, interruption and concurrency, the slower both-ways cases (flap kinds, the soak), the
 ## examples. About an hour.
-test-nightly: deps bins images vet
+test-nightly: deps bins images istiod vet
 	@GO=$(GO) bash hack/test.sh $(BIN) $(NIGHTLY_TIMEOUT) nightly
 
 ## unit: tests that need no cluster and no root
