@@ -47,7 +47,7 @@ func TestResolveParams(t *testing.T) {
 			assert.Contains(t, err.Error(), want, bad)
 		}
 	}
-	for _, cp := range []string{"istiod", "reference:no-such-switch"} {
+	for _, cp := range []string{"linkerd", "istiod@no-such-pin", "reference:no-such-switch"} {
 		_, err := subject.Parse(cp)
 		assert.Error(t, err, cp)
 	}

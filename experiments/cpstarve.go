@@ -65,6 +65,13 @@ func init() {
 	register(experiment.Definition{
 		Name:    "cp-cpu-starvation",
 		Summary: "a noisy neighbour exhausts the CPU of the node running the control plane and the gateways (incident 3: Running but serving nothing, webhooks fail open/closed)",
+		// Its probes admit a pod through the control plane's injection webhook.
+		Needs: func(cp subject.ControlPlane) error {
+			if _, ok := cp.(subject.Injector); !ok {
+				return errors.New("needs a control plane with an injection webhook (the reference, istiod): its probes admit pods through it")
+			}
+			return nil
+		},
 		Params: params.Set{
 			params.Rate.WithDefault("20"), params.Length.WithDefault("70s"), params.Steady.WithDefault("8s"),
 			params.Nodes.WithDefault("2"),
@@ -274,7 +281,7 @@ func recovered(p *results.Probes) bool {
 // createInjectedNamespace creates the namespace the injection probe creates its pods in.
 func createInjectedNamespace(ctx context.Context, s *experiment.State) error {
 	_, err := s.Mesh.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: starveNamespace,
-		Labels: map[string]string{injectLabel: "enabled"}}}, metav1.CreateOptions{})
+		Labels: s.CP.(subject.Injector).InjectionLabels()}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create namespace %s: %w", starveNamespace, err)
 	}

@@ -38,14 +38,21 @@ const (
 	startupApp       = "startup-app"
 	startupAppPort   = 8080
 	startupAdminPort = 15000
-	// injectLabel is the control plane's injection label (controlplane/webhook.NamespaceLabel).
-	injectLabel = "meshchaos.io/inject"
 )
 
 func init() {
 	register(experiment.Definition{
 		Name:    "sidecar-startup",
 		Summary: "app pods start before their injected sidecar has its config (incident 5: first call refused, exit 1, restarts); start modes none / hold / native / resilient side by side",
+		// The start orders are the injecting control plane's: meshchaos's proxy injected with
+		// each mode's annotation. istiod injects its own istio-proxy (a template that injects
+		// meshchaos's proxy instead is istiod's next step).
+		Needs: func(cp subject.ControlPlane) error {
+			if _, ok := cp.(subject.ProxyInjector); !ok {
+				return errors.New("needs a control plane whose webhook injects meshchaos's proxy with its start modes (--cp reference); istiod injects its own istio-proxy")
+			}
+			return nil
+		},
 		Params: params.Set{
 			params.EnumParam("mode", "all", append(append([]string{}, startupModes...), "all"),
 				"how the sidecar starts: none (app first: the incident), hold (postStart hook waits for the proxy), native (native sidecar with a startup probe), resilient (app first, the app retries), all (each in turn)"),
@@ -169,7 +176,7 @@ func startupMode(ctx context.Context, s *experiment.State, mode string) error {
 	ns := "startup-" + mode
 	node := m.Spec.Gateway.Node
 	_, err := m.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
-		Labels: map[string]string{injectLabel: "enabled"}}}, metav1.CreateOptions{})
+		Labels: s.CP.(subject.Injector).InjectionLabels()}}, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("create namespace %s: %w", ns, err)
 	}

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-func TestCRDsAreServiceEntryWorkloadEntryAndSidecar(t *testing.T) {
+func TestCRDsAreTheIstioKindsTheReferenceReads(t *testing.T) {
 	objs, err := kube.Decode(manifests.CRDs)
 	require.NoError(t, err)
 	var names []string
@@ -25,7 +25,8 @@ func TestCRDsAreServiceEntryWorkloadEntryAndSidecar(t *testing.T) {
 		}
 		require.True(t, served["v1"], "%s must serve networking.istio.io/v1", o.GetName())
 	}
-	require.ElementsMatch(t, []string{"serviceentries.networking.istio.io", "workloadentries.networking.istio.io", "sidecars.networking.istio.io"}, names)
+	require.ElementsMatch(t, []string{"serviceentries.networking.istio.io", "workloadentries.networking.istio.io", "sidecars.networking.istio.io",
+		"gateways.networking.istio.io", "virtualservices.networking.istio.io"}, names)
 }
 
 func TestControlPlaneManifests(t *testing.T) {

@@ -51,6 +51,9 @@ type Definition struct {
 	// not the run's own these need a privileged agent on the nodes, which the user must allow;
 	// without it the run refuses to start and lists them.
 	NodeAccess []string
+	// Needs refuses, before anything starts, a control plane that lacks what the experiment
+	// uses (an injection webhook, meshchaos's own proxy injected); nil: any will do.
+	Needs func(cp subject.ControlPlane) error
 }
 
 // Env is what the CLI hands every experiment.
@@ -171,6 +174,11 @@ func Sleep(ctx context.Context, d time.Duration) error {
 func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 	if env.Substrate == nil || env.ControlPlane == nil {
 		return runner.Experiment{}, errors.New("experiment: a substrate and a control plane under test are required")
+	}
+	if d.Needs != nil {
+		if err := d.Needs(env.ControlPlane); err != nil {
+			return runner.Experiment{}, fmt.Errorf("%s on %s: %w", d.Name, env.ControlPlane.Name(), err)
+		}
 	}
 	spec := d.Mesh(v)
 	if d.Hosts != nil {

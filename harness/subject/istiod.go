@@ -88,6 +88,7 @@ var (
 	_ ControlPlane = (*Istiod)(nil)
 	_ Remover      = (*Istiod)(nil)
 	_ DebugAuth    = (*Istiod)(nil)
+	_ Injector     = (*Istiod)(nil)
 )
 
 // DebugAuth is a control plane whose debug endpoints (pprof) need credentials: istiod serves
@@ -137,6 +138,12 @@ func istiodName(pin string) string {
 		return IstiodPrefix
 	}
 	return IstiodPrefix + "@" + pin
+}
+
+// InjectionLabels implements Injector: istiod's sidecar injector (its default template injects
+// istio-proxy, which a dry-run admission shows without running it).
+func (i *Istiod) InjectionLabels() map[string]string {
+	return map[string]string{"istio-injection": "enabled"}
 }
 
 // Name implements ControlPlane: istiod@PIN, the build's own name, so a summary names the build

@@ -123,6 +123,14 @@ func (r *Reference) AdminURL(pod *corev1.Pod) string {
 // MetricsPath implements ControlPlane.
 func (r *Reference) MetricsPath() string { return "/metrics" }
 
+// InjectionLabels implements Injector: the reference's injection webhook's namespace label.
+func (r *Reference) InjectionLabels() map[string]string {
+	return map[string]string{"meshchaos.io/inject": "enabled"}
+}
+
+// InjectsMeshchaosProxy implements ProxyInjector.
+func (r *Reference) InjectsMeshchaosProxy() {}
+
 // PprofURL implements ControlPlane: pprof is on the admin port.
 func (r *Reference) PprofURL(pod *corev1.Pod) string { return r.AdminURL(pod) }
 

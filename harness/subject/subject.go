@@ -142,6 +142,21 @@ type Ballaster interface {
 	BallastURL(pod *corev1.Pod, mib int) string
 }
 
+// Injector is a control plane whose admission webhook injects a sidecar into the pods of the
+// namespaces labelled so (the reference injects xdsproxy, istiod its istio-proxy).
+type Injector interface {
+	// InjectionLabels are the namespace labels that turn injection on.
+	InjectionLabels() map[string]string
+}
+
+// ProxyInjector is an Injector that injects meshchaos's own proxy, with the start orders
+// sidecar-startup compares (none, hold, native, resilient), chosen per pod by annotation.
+type ProxyInjector interface {
+	Injector
+	// InjectsMeshchaosProxy marks the capability.
+	InjectsMeshchaosProxy()
+}
+
 // Remover is a control plane that removes itself from the cluster (what an external
 // descriptor's remove says); the mesh calls it before the cluster goes down.
 type Remover interface {
