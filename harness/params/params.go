@@ -174,7 +174,8 @@ func (p Param) Check(val string) error {
 	default:
 		return nil
 	}
-	if n < p.Min || n > p.Max {
+	// NaN compares false with every bound: refused by name (nodeCPU=NaN passed both).
+	if math.IsNaN(n) || n < p.Min || n > p.Max {
 		return bad()
 	}
 	return nil

@@ -43,6 +43,8 @@ func TestResolveRefusesOutOfRangeWithTheRange(t *testing.T) {
 		"cpMemoryLimit=64Mi": "from 128Mi to 64Gi", // below the control plane's memory request
 		"cpMemoryLimit=1Ti":  "from 128Mi to 64Gi",
 		"cpus=0":             "want a number from 0.001 to 4 CPUs",
+		"cpus=NaN":           "want a number from 0.001 to 4 CPUs",
+		"cpus=+Inf":          "want a number from 0.001 to 4 CPUs",
 		"mode=sidecar-first": "want one of none, hold, native",
 		"nope=1":             "unknown parameter; known parameters: rate",
 		"=1":                 "use name=value",

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -36,8 +37,9 @@ func (f *statsFlags) options(cmd *cobra.Command) (results.CompareOptions, error)
 	}
 	o.Stats.Alpha, o.Stats.Seed = f.alpha, f.seed
 	if cmd.Flags().Changed("max-regression") {
-		if f.maxRegression < 0 {
-			return o, Usagef("--max-regression %g must be ≥ 0 (a percentage)", f.maxRegression)
+		// NaN passes every comparison and Inf lets any regression through: the gate would be off.
+		if f.maxRegression < 0 || math.IsNaN(f.maxRegression) || math.IsInf(f.maxRegression, 0) {
+			return o, Usagef("--max-regression %g must be a finite percentage ≥ 0", f.maxRegression)
 		}
 		rel := f.maxRegression / 100
 		o.MinRel = &rel

@@ -120,6 +120,8 @@ func TestCompareBadInput(t *testing.T) {
 		"negative":     {"compare", good, good, "--max-regression", "-1"},
 		"alpha":        {"compare", good, good, "--alpha", "0.7"},
 		"not a number": {"compare", good, good, "--max-regression", "ten"},
+		"NaN":          {"compare", good, good, "--max-regression", "NaN"},
+		"Inf":          {"compare", good, good, "--max-regression", "Inf"},
 		"one argument": {"compare", good},
 	} {
 		code, out := run(t, args...)
