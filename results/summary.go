@@ -645,3 +645,70 @@ type ProbeSample struct {
 	Value float64 `json:"value,omitempty"`
 	Error string  `json:"error,omitempty"`
 }
+
+// checkJSON is Check on the wire: JSON has no infinities, so a non-finite figure (a recovery
+// that never came: +Inf) is written as the string "+Inf", "-Inf" or "NaN".
+type checkJSON struct {
+	Name      string `json:"name"`
+	Pass      bool   `json:"pass"`
+	Observed  any    `json:"observed"`
+	Op        Op     `json:"op"`
+	Threshold any    `json:"threshold"`
+	Unit      string `json:"unit,omitempty"`
+	Detail    string `json:"detail,omitempty"`
+}
+
+func jsonNumber(v float64) any {
+	switch {
+	case math.IsInf(v, 1):
+		return "+Inf"
+	case math.IsInf(v, -1):
+		return "-Inf"
+	case math.IsNaN(v):
+		return "NaN"
+	}
+	return v
+}
+
+func fromJSONNumber(v any) (float64, error) {
+	switch x := v.(type) {
+	case float64:
+		return x, nil
+	case string:
+		switch x {
+		case "+Inf":
+			return math.Inf(1), nil
+		case "-Inf":
+			return math.Inf(-1), nil
+		case "NaN":
+			return math.NaN(), nil
+		}
+	case nil:
+		return 0, nil
+	}
+	return 0, fmt.Errorf("not a number: %v", v)
+}
+
+// MarshalJSON writes non-finite figures as strings (see checkJSON).
+func (c Check) MarshalJSON() ([]byte, error) {
+	return json.Marshal(checkJSON{Name: c.Name, Pass: c.Pass, Observed: jsonNumber(c.Observed), Op: c.Op,
+		Threshold: jsonNumber(c.Threshold), Unit: c.Unit, Detail: c.Detail})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (c *Check) UnmarshalJSON(b []byte) error {
+	var w checkJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	obs, err := fromJSONNumber(w.Observed)
+	if err != nil {
+		return fmt.Errorf("check %q observed: %w", w.Name, err)
+	}
+	thr, err := fromJSONNumber(w.Threshold)
+	if err != nil {
+		return fmt.Errorf("check %q threshold: %w", w.Name, err)
+	}
+	*c = Check{Name: w.Name, Pass: w.Pass, Observed: obs, Op: w.Op, Threshold: thr, Unit: w.Unit, Detail: w.Detail}
+	return nil
+}

@@ -3,6 +3,7 @@ package results
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -172,4 +173,19 @@ func TestSummaryJSONFieldNames(t *testing.T) {
 	for _, k := range []string{"name", "pass", "observed", "threshold"} {
 		assert.Contains(t, ch, k)
 	}
+}
+
+// A check that observed +Inf (a recovery that never came) is written and read back: JSON has no
+// infinities, and a summary that cannot be written turned a failed run into verdict error.
+func TestCheckWithInfiniteFigureRoundTrips(t *testing.T) {
+	in := []Check{{Name: "recovery after the window", Observed: math.Inf(1), Op: LE, Threshold: 10, Unit: "s"},
+		{Name: "error rate", Pass: true, Observed: 0.5, Op: LE, Threshold: 1, Unit: "%"}}
+	b, err := json.Marshal(in)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"observed":"+Inf"`)
+	var out []Check
+	require.NoError(t, json.Unmarshal(b, &out))
+	assert.True(t, math.IsInf(out[0].Observed, 1))
+	assert.Equal(t, in[1], out[1])
+	assert.Error(t, json.Unmarshal([]byte(`[{"name":"x","observed":"lots"}]`), &out))
 }
