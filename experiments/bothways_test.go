@@ -42,21 +42,28 @@ var ran sync.Map
 // TestBothWays is the harness's honesty at test scale: every experiment passes on the
 // reference (or its mitigated configuration) and fails on each of its regression switches,
 // incident configurations and modes, on the checks that name them.
-func TestBothWays(t *testing.T) { runCases(t, newLocalRunner(t), "", false, true) }
+func TestBothWays(t *testing.T) { runCases(t, newLocalRunner(t), nil, false, true) }
 
 // TestBothWaysNightly runs the slower cases (more modes, the soak) that make test-nightly runs.
-func TestBothWaysNightly(t *testing.T) { runCases(t, newLocalRunner(t), "", true, true) }
+func TestBothWaysNightly(t *testing.T) { runCases(t, newLocalRunner(t), nil, true, true) }
+
+// referenceCasesOf accepts experiment's cases on the reference (its switches included).
+func referenceCasesOf(experiment string) func(suite.Case) bool {
+	return func(c suite.Case) bool {
+		return c.Experiment == experiment && strings.HasPrefix(c.ControlPlane, "reference")
+	}
+}
 
 // runSlots bounds the cases that run at once: two (each on its own cluster), a case marked
 // Alone taking both.
 const runSlots = 2
 
-// runCases runs the cases of experiment (every experiment: "") of the tier on l's substrate, up
+// runCases runs the cases of the tier that only accepts (every case: nil) on l's substrate, up
 // to runSlots at a time when parallel.
-func runCases(t *testing.T, l *localRunner, experiment string, nightly, parallel bool) {
+func runCases(t *testing.T, l *localRunner, only func(suite.Case) bool, nightly, parallel bool) {
 	slots := semaphore.NewWeighted(runSlots)
 	for _, c := range suite.BothWays() {
-		if c.Nightly != nightly || (experiment != "" && c.Experiment != experiment) {
+		if c.Nightly != nightly || (only != nil && !only(c)) {
 			continue
 		}
 		t.Run(strings.ReplaceAll(c.Name(), " ", "/"), func(t *testing.T) {

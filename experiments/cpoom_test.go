@@ -77,13 +77,13 @@ func assertCPOOMRestart(t *testing.T, c suite.Case, s results.Summary, _ string)
 
 // TestCPOOMRestartBothWaysKind runs cp-oom-restart's cases on kind clusters.
 func TestCPOOMRestartBothWaysKind(t *testing.T) {
-	runCases(t, newKindRunner(t), "cp-oom-restart", false, false) // one kind cluster at a time
+	runCases(t, newKindRunner(t), referenceCasesOf("cp-oom-restart"), false, false) // one kind cluster at a time
 }
 
 // TestCPOOMRestartBothWaysExisting runs them through the existing substrate: a local cluster
 // used as someone else's, reached by its kubeconfig only, node chaos through the agent.
 func TestCPOOMRestartBothWaysExisting(t *testing.T) {
-	runCases(t, newExistingRunner(t), "cp-oom-restart", false, false) // one cluster, one run at a time
+	runCases(t, newExistingRunner(t), referenceCasesOf("cp-oom-restart"), false, false) // one cluster, one run at a time
 }
 
 // TestCPOOMRestartExternalReference runs cp-oom-restart's cases against the reference control
@@ -97,7 +97,7 @@ func TestCPOOMRestartExternalReference(t *testing.T) {
 	l := newLocalRunner(t)
 	ungated := ungatedDescriptor(t, "../examples/controlplanes/reference.yaml")
 	for _, c := range suite.BothWays() {
-		if c.Experiment != "cp-oom-restart" || c.Nightly {
+		if !referenceCasesOf("cp-oom-restart")(c) || c.Nightly {
 			continue
 		}
 		cp := "external:../examples/controlplanes/reference.yaml"
