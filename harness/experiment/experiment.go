@@ -243,8 +243,8 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 	}
 	return runner.Experiment{
 		Name: d.Name, Substrate: env.Substrate.Name(), ControlPlane: env.ControlPlane.Name(), Params: v.Map(),
-		Setup:    setup,
-		Phases:   phases,
+		Setup:  setup,
+		Phases: phases,
 		Teardown: func(ctx context.Context, r *runner.Run) error {
 			if s.Mesh != nil && s.Mesh.Client != nil {
 				s.saveLogs(ctx, s.Mesh.Client, env.ControlPlane.Namespace(), env.ControlPlane.Selector())
@@ -252,7 +252,7 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 			}
 			return s.Mesh.Down(ctx)
 		},
-		Checks:   d.Checks(v),
+		Checks: d.Checks(v),
 	}, nil
 }
 

@@ -19,6 +19,8 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/meshchaos/meshchaos/workloads/adsqueue"
 )
 
 // State is what the client holds: every cluster it received and, for each EDS cluster, its
@@ -97,17 +99,21 @@ func (c *Client) session(ctx context.Context) error {
 		id = "sidecar~10.255.0.1~oracle.default~default.svc.cluster.local"
 	}
 	node := &corev3.Node{Id: id, Cluster: "oracle"}
+	// Requests go out from their own goroutine: sent from this loop, a large EDS subscription
+	// and a control plane writing a large push wait on each other for good (see adsqueue).
+	out := adsqueue.Start(sctx, stream.Send, cancel)
 	var edsNames []string
-	send := func(typeURL, version, nonce string, names []string) error {
-		return stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typeURL, VersionInfo: version, ResponseNonce: nonce, ResourceNames: names})
+	send := func(typeURL, version, nonce string, names []string) {
+		out.Put(typeURL, &discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typeURL, VersionInfo: version, ResponseNonce: nonce, ResourceNames: names})
 	}
-	if err := send(resourcev3.ClusterType, "", "", nil); err != nil {
-		return fmt.Errorf("oracle client: subscribe CDS: %w", err)
-	}
+	send(resourcev3.ClusterType, "", "", nil)
 	edsVersion, edsNonce := "", ""
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
+			if serr := out.Err(); serr != nil {
+				return fmt.Errorf("oracle client: send to %s: %w", c.Addr, serr)
+			}
 			return fmt.Errorf("oracle client: stream from %s: %w", c.Addr, err)
 		}
 		switch resp.GetTypeUrl() {
@@ -116,28 +122,20 @@ func (c *Client) session(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if err := send(resourcev3.ClusterType, resp.GetVersionInfo(), resp.GetNonce(), nil); err != nil {
-				return err
-			}
+			send(resourcev3.ClusterType, resp.GetVersionInfo(), resp.GetNonce(), nil)
 			if !equalStrings(names, edsNames) {
 				edsNames = names
 				// A new EDS subscription: the ACK state of the old one goes with it.
-				if err := send(resourcev3.EndpointType, edsVersion, edsNonce, edsNames); err != nil {
-					return err
-				}
+				send(resourcev3.EndpointType, edsVersion, edsNonce, edsNames)
 			}
 		case resourcev3.EndpointType:
 			if err := c.applyEndpoints(resp); err != nil {
 				return err
 			}
 			edsVersion, edsNonce = resp.GetVersionInfo(), resp.GetNonce()
-			if err := send(resourcev3.EndpointType, edsVersion, edsNonce, edsNames); err != nil {
-				return err
-			}
+			send(resourcev3.EndpointType, edsVersion, edsNonce, edsNames)
 		default:
-			if err := send(resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce(), nil); err != nil {
-				return err
-			}
+			send(resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce(), nil)
 		}
 	}
 }

@@ -66,3 +66,20 @@ func TestClientFollowsCDSAndEDS(t *testing.T) {
 	srv.Set(t, "3", xdstest.EDSCluster(a, a), xdstest.CLA(a, "10.0.0.1:9000"))
 	require.True(t, c.Wait(ctx, 20*time.Second, func(st State) bool { return len(Compare(want, st)) == 0 }), "reconnected: %v", c.Compare(want))
 }
+
+// A server writing a large push reads no requests until it is done; the client must keep
+// receiving while its own large EDS subscription waits to go out, or both stop for good (istiod
+// at 23664 ServiceEntries, whose config the oracle client then never held).
+func TestClientKeepsReceivingWhileItsSendWaits(t *testing.T) {
+	const pushes, clusters, step = 12, 20000, 2000
+	srv := xdstest.StartPusher(t, pushes, clusters, step, 200)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := &Client{Addr: srv.Addr}
+	c.Start(ctx)
+	last := srv.ClusterName(clusters + (pushes-1)*step - 1)
+	var updates int
+	ok := c.Wait(ctx, time.Minute, func(s State) bool { updates = s.Updates; return s.Clusters[last] })
+	require.True(t, ok, "the client held %d of %d pushes (%d requests reached the server; stream error %v)", updates, pushes, srv.Requests(), c.Err())
+	assert.Equal(t, pushes, updates, "every push arrived, on one stream")
+}

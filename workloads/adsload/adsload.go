@@ -33,7 +33,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/meshchaos/meshchaos/workloads/adsqueue"
 )
+
+// maxResponseBytes is the largest xDS response a client takes (Envoy sets no limit).
+const maxResponseBytes = 1 << 30
 
 // Options configure a load.
 type Options struct {
@@ -153,7 +158,10 @@ func (l *Load) Run(ctx context.Context) error {
 	l.started = time.Now()
 	var wg sync.WaitGroup
 	for _, c := range l.clients {
-		conn, err := grpc.NewClient(l.opts.XDSAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		// Envoy sets no limit on a response's size; gRPC's default of 4 MiB is one CDS
+		// response of a few thousand services.
+		conn, err := grpc.NewClient(l.opts.XDSAddress, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponseBytes)))
 		if err != nil {
 			return fmt.Errorf("adsload: dial %s: %w", l.opts.XDSAddress, err)
 		}
@@ -216,21 +224,26 @@ func (l *Load) session(ctx context.Context, c *client, conn *grpc.ClientConn) (b
 			versions[i] = *v
 		}
 	}
+	// Requests go out from their own goroutine, as Envoy's do: sent from the receive loop, a
+	// large EDS subscription and a control plane writing a large push wait on each other for
+	// good (see adsqueue).
+	out := adsqueue.Start(sctx, stream.Send, cancel)
 	first := true
-	send := func(i int, nack error) error {
+	send := func(i int, nack error) {
 		req := &discoveryv3.DiscoveryRequest{TypeUrl: types[i], VersionInfo: versions[i], ResponseNonce: nonces[i], ResourceNames: names[i]}
-		if first {
-			req.Node, first = c.node, false
-		}
 		if nack != nil {
 			req.ErrorDetail = &statuspb.Status{Code: int32(codes.InvalidArgument), Message: nack.Error()}
 		}
 		sent[i] = true
-		return stream.Send(req)
+		if first {
+			req.Node, first = c.node, false
+			// The node goes on the first request only; that one is never replaced.
+			out.Put("", req)
+			return
+		}
+		out.Put(types[i], req)
 	}
-	if err := send(0, nil); err != nil {
-		return false, err
-	}
+	send(0, nil)
 	if !c.connected.Swap(true) {
 		l.connected.Add(1)
 	}
@@ -238,6 +251,9 @@ func (l *Load) session(ctx context.Context, c *client, conn *grpc.ClientConn) (b
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
+			if serr := out.Err(); serr != nil {
+				return got, fmt.Errorf("send: %w", serr)
+			}
 			return got, err
 		}
 		got = true
@@ -252,9 +268,7 @@ func (l *Load) session(ctx context.Context, c *client, conn *grpc.ClientConn) (b
 		want, count, eps, tracked, derr := decode(i, resp, l.opts.Track)
 		if derr != nil {
 			l.nacks.Add(1)
-			if err := send(i, derr); err != nil {
-				return got, err
-			}
+			send(i, derr)
 			continue
 		}
 		versions[i] = resp.GetVersionInfo()
@@ -271,23 +285,17 @@ func (l *Load) session(ctx context.Context, c *client, conn *grpc.ClientConn) (b
 		}
 		l.record(i, v, now)
 		l.acks.Add(1)
-		if err := send(i, nil); err != nil {
-			return got, err
-		}
+		send(i, nil)
 		// Follow-up subscriptions, after the ACK as Envoy does.
 		if want != nil {
 			j := i + 1 // CDS → EDS, LDS → RDS
 			if !sent[j] || !slices.Equal(want, names[j]) {
 				names[j] = want
-				if err := send(j, nil); err != nil {
-					return got, err
-				}
+				send(j, nil)
 			}
 		}
 		if i == 0 && !sent[2] {
-			if err := send(2, nil); err != nil {
-				return got, err
-			}
+			send(2, nil)
 		}
 	}
 }

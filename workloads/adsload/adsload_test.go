@@ -163,3 +163,23 @@ func TestClientsRecordTrackedEndpointChanges(t *testing.T) {
 		assert.True(t, c[0].At.Before(c[1].At) && c[1].At.Before(c[2].At) && c[2].At.Before(c[3].At))
 	}
 }
+
+// Each client keeps receiving while its large EDS subscription waits to go out to a server that
+// is writing a large push (as istiod does), and takes responses larger than gRPC's 4 MiB default
+// (Envoy sets no limit): otherwise a mesh past a few thousand services never reaches it.
+func TestClientsKeepReceivingLargePushes(t *testing.T) {
+	const pushes, clusters, step = 12, 20000, 2000
+	srv := xdstest.StartPusher(t, pushes, clusters, step, 200)
+	l, err := adsload.New(adsload.Options{XDSAddress: srv.Addr, Clients: 2})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { l.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	last := fmt.Sprint(pushes)
+	require.Eventually(t, func() bool { return l.Stats().ClientsAtVersion["cds"][last] == 2 },
+		time.Minute, 50*time.Millisecond, "clients at the last push: %v (requests at the server %d)", l.Stats().ClientsAtVersion["cds"], srv.Requests())
+	s := l.Stats()
+	assert.EqualValues(t, 2*(clusters+(pushes-1)*step), s.Resources["cds"])
+	assert.EqualValues(t, 2, s.Connected, "on the stream they started with")
+}

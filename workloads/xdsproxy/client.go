@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/meshchaos/meshchaos/workloads/adsqueue"
 )
 
 // Request order on a new stream, as Envoy sends them: clusters before endpoints, listeners
@@ -166,8 +168,12 @@ func (c *xdsClient) sotwSession(ctx context.Context, conn grpc.ClientConnInterfa
 	for _, t := range xdsTypes {
 		subs[t] = &sotwSub{}
 	}
+	// Requests go out from their own goroutine, as Envoy's do: sent from this loop, a large EDS
+	// subscription and a control plane writing a large push wait on each other for good (see
+	// adsqueue).
+	out := adsqueue.Start(sctx, stream.Send, cancel)
 	first := true
-	send := func(typeURL string, errDetail error) error {
+	send := func(typeURL string, errDetail error) {
 		st := subs[typeURL]
 		req := &discoveryv3.DiscoveryRequest{
 			VersionInfo:   c.versions[typeURL],
@@ -183,13 +189,14 @@ func (c *xdsClient) sotwSession(ctx context.Context, conn grpc.ClientConnInterfa
 			req.ErrorDetail = &statuspb.Status{Code: int32(codes.InvalidArgument), Message: errDetail.Error()}
 		}
 		st.sent = true
-		if err := stream.Send(req); err != nil {
-			return fmt.Errorf("send %s request: %w", typeURL, err)
+		if req.Node != nil {
+			out.Put("", req) // the one request with the node is never replaced
+			return
 		}
-		return nil
+		out.Put(typeURL, req)
 	}
 	// syncSubs sends a request for every type whose subscription is new or changed.
-	syncSubs := func() error {
+	syncSubs := func() {
 		eds, rds, lds := c.p.state.subscriptions()
 		want := map[string][]string{resourcev3.EndpointType: eds, resourcev3.RouteType: rds}
 		for _, t := range xdsTypes {
@@ -197,43 +204,35 @@ func (c *xdsClient) sotwSession(ctx context.Context, conn grpc.ClientConnInterfa
 			switch t {
 			case resourcev3.ClusterType:
 				if !st.sent {
-					if err := send(t, nil); err != nil {
-						return err
-					}
+					send(t, nil)
 				}
 			case resourcev3.ListenerType:
 				if lds && !st.sent {
 					c.armLDSTimer()
-					if err := send(t, nil); err != nil {
-						return err
-					}
+					send(t, nil)
 				}
 			default:
 				names := want[t]
 				if (!st.sent && len(names) > 0) || (st.sent && !slices.Equal(names, st.names)) {
 					st.names = names
-					if err := send(t, nil); err != nil {
-						return err
-					}
+					send(t, nil)
 				}
 			}
 		}
-		return nil
 	}
-	if err := syncSubs(); err != nil {
-		return false, err
-	}
+	syncSubs()
 	c.p.stats.connected.Store(1) // the stream is up and carries our requests
 	for {
 		select {
 		case <-ctx.Done():
 			return gotResponse, ctx.Err()
 		case <-c.p.state.changed:
-			if err := syncSubs(); err != nil {
-				return gotResponse, err
-			}
+			syncSubs()
 		case r := <-recv:
 			if r.err != nil {
+				if serr := out.Err(); serr != nil {
+					return gotResponse, fmt.Errorf("send: %w", serr)
+				}
 				return gotResponse, fmt.Errorf("receive: %w", r.err)
 			}
 			gotResponse = true
@@ -251,12 +250,8 @@ func (c *xdsClient) sotwSession(ctx context.Context, conn grpc.ClientConnInterfa
 			} else {
 				c.p.log.Warn("rejecting xds response", "type", resp.GetTypeUrl(), "version", resp.GetVersionInfo(), "err", applyErr)
 			}
-			if err := send(resp.GetTypeUrl(), applyErr); err != nil {
-				return gotResponse, err
-			}
-			if err := syncSubs(); err != nil {
-				return gotResponse, err
-			}
+			send(resp.GetTypeUrl(), applyErr)
+			syncSubs()
 		}
 	}
 }
@@ -299,18 +294,17 @@ func (c *xdsClient) deltaSession(ctx context.Context, conn grpc.ClientConnInterf
 	for _, t := range xdsTypes {
 		subs[t] = &deltaSub{}
 	}
+	// Delta requests add up (subscribe, unsubscribe, each ACK), so none replaces another.
+	out := adsqueue.Start(sctx, stream.Send, cancel)
 	first := true
-	send := func(req *discoveryv3.DeltaDiscoveryRequest) error {
+	send := func(req *discoveryv3.DeltaDiscoveryRequest) {
 		if first {
 			req.Node = c.node
 			first = false
 		}
-		if err := stream.Send(req); err != nil {
-			return fmt.Errorf("send delta %s request: %w", req.GetTypeUrl(), err)
-		}
-		return nil
+		out.Put("", req)
 	}
-	syncSubs := func() error {
+	syncSubs := func() {
 		eds, rds, lds := c.p.state.subscriptions()
 		want := map[string][]string{resourcev3.EndpointType: eds, resourcev3.RouteType: rds}
 		for _, t := range xdsTypes {
@@ -326,9 +320,7 @@ func (c *xdsClient) deltaSession(ctx context.Context, conn grpc.ClientConnInterf
 				st.sent = true
 				// An initial request with no names subscribes to everything (wildcard); the
 				// versions we hold let the server skip what has not changed.
-				if err := send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: t, InitialResourceVersions: c.p.knownVersions(t)}); err != nil {
-					return err
-				}
+				send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: t, InitialResourceVersions: c.p.knownVersions(t)})
 				continue
 			}
 			names := want[t]
@@ -337,9 +329,7 @@ func (c *xdsClient) deltaSession(ctx context.Context, conn grpc.ClientConnInterf
 					continue
 				}
 				st.sent, st.names = true, names
-				if err := send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: t, ResourceNamesSubscribe: names, InitialResourceVersions: c.p.knownVersions(t)}); err != nil {
-					return err
-				}
+				send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: t, ResourceNamesSubscribe: names, InitialResourceVersions: c.p.knownVersions(t)})
 				continue
 			}
 			var add, drop []string
@@ -357,26 +347,22 @@ func (c *xdsClient) deltaSession(ctx context.Context, conn grpc.ClientConnInterf
 				continue
 			}
 			st.names = names
-			if err := send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: t, ResourceNamesSubscribe: add, ResourceNamesUnsubscribe: drop}); err != nil {
-				return err
-			}
+			send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: t, ResourceNamesSubscribe: add, ResourceNamesUnsubscribe: drop})
 		}
-		return nil
 	}
-	if err := syncSubs(); err != nil {
-		return false, err
-	}
+	syncSubs()
 	c.p.stats.connected.Store(1) // the stream is up and carries our requests
 	for {
 		select {
 		case <-ctx.Done():
 			return gotResponse, ctx.Err()
 		case <-c.p.state.changed:
-			if err := syncSubs(); err != nil {
-				return gotResponse, err
-			}
+			syncSubs()
 		case r := <-recv:
 			if r.err != nil {
+				if serr := out.Err(); serr != nil {
+					return gotResponse, fmt.Errorf("send: %w", serr)
+				}
 				return gotResponse, fmt.Errorf("receive: %w", r.err)
 			}
 			gotResponse = true
@@ -393,12 +379,8 @@ func (c *xdsClient) deltaSession(ctx context.Context, conn grpc.ClientConnInterf
 				c.p.log.Warn("rejecting delta xds response", "type", t, "nonce", resp.GetNonce(), "err", applyErr)
 				ack.ErrorDetail = &statuspb.Status{Code: int32(codes.InvalidArgument), Message: applyErr.Error()}
 			}
-			if err := send(ack); err != nil {
-				return gotResponse, err
-			}
-			if err := syncSubs(); err != nil {
-				return gotResponse, err
-			}
+			send(ack)
+			syncSubs()
 		}
 	}
 }

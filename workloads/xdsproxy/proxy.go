@@ -232,6 +232,9 @@ func (p *Proxy) dialXDS() (*grpc.ClientConn, error) {
 	return grpc.NewClient(p.opts.XDSAddress,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: p.opts.KeepaliveTime, Timeout: p.opts.KeepaliveTimeout}),
+		// Envoy sets no limit on a response's size; gRPC's default of 4 MiB is one CDS
+		// response of a few thousand services.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)),
 	)
 }
 

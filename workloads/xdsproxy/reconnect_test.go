@@ -104,3 +104,17 @@ func offsets(from time.Time, ts []time.Time) []time.Duration {
 	}
 	return out
 }
+
+// The proxy keeps receiving while its large EDS subscription waits to go out to a server that is
+// writing a large push (istiod's connection loop does), and takes responses past gRPC's 4 MiB
+// default (Envoy sets no limit): a proxy that sends from its receive loop stops for good there.
+func TestLargePushesKeepArrivingWhileTheSubscriptionWaits(t *testing.T) {
+	const pushes, clusters, step = 12, 20000, 2000
+	srv := xdstest.StartPusher(t, pushes, clusters, step, 200)
+	p := startProxyWith(t, xdsproxy.Options{XDSAddress: srv.Addr})
+	require.Eventually(t, func() bool { return p.Stats()["cluster_manager.cds.update_success"] == pushes },
+		time.Minute, 20*time.Millisecond, "CDS updates the proxy took")
+	s := p.Stats()
+	assert.EqualValues(t, clusters+(pushes-1)*step, s["cluster_manager.active_clusters"]+s["cluster_manager.warming_clusters"])
+	assert.EqualValues(t, 0, s["cluster_manager.cds.update_rejected"])
+}

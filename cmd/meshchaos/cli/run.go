@@ -59,7 +59,7 @@ func printCatalog(out io.Writer, params bool) {
 func newRunCmd() *cobra.Command {
 	var j job
 	cmd := &cobra.Command{
-		Use:   "run EXPERIMENT [--substrate local] [--cp reference|reference:<switch>] [--set k=v]… [--out DIR]",
+		Use:   "run EXPERIMENT [--substrate local] [--cp reference|reference:<switch>|istiod[@PIN]|external:FILE] [--set k=v]… [--out DIR]",
 		Short: "Run an experiment and write its run directory (exit 0 pass, 1 a check failed, 2 could not run)",
 		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -128,7 +128,7 @@ type job struct {
 // flags registers the flags every command that runs experiments against one control plane shares.
 func (j *job) flags(cmd *cobra.Command) {
 	j.substrateFlags(cmd)
-	cmd.Flags().StringVar(&j.CP, "cp", "reference", "control plane under test: reference, or reference:<switch>[,<switch>] to re-create a historical bug")
+	cmd.Flags().StringVar(&j.CP, "cp", "reference", "control plane under test: reference, reference:<switch>[,<switch>] to re-create a historical bug, istiod or istiod@PIN (a build of 'make istiod', see hack/istiod/pins), or external:FILE (a descriptor)")
 }
 
 // substrateFlags registers where experiments run: every command that runs them has these.
