@@ -124,32 +124,82 @@ func showCluster(ctx context.Context, cmd *cobra.Command, c *local.Cluster) {
 	fmt.Fprintf(cmd.OutOrStdout(), "Try: KUBECONFIG=%s kubectl get pods -A   (Ctrl-C tears the cluster down)\n", c.KubeconfigPath())
 }
 
+// Seams for tests: 'cluster down --stale' is tested against fakes, never against this host's
+// clusters (another run's may be up).
+var (
+	localOwners     = local.Owners
+	localCheckOwner = local.CheckOwner
+	localDown       = local.Down
+	euid            = os.Geteuid
+)
+
 func newClusterDownCmd() *cobra.Command {
 	var name, substrate, prefix string
-	var all bool
+	var all, stale bool
 	cmd := &cobra.Command{
-		Use:   "down (--name N [--substrate local|kind] | --all [--prefix P])",
+		Use:   "down (--name N [--substrate local|kind] | --all [--prefix P] | --stale [--prefix P])",
 		Short: "Remove everything a cluster left (also after a crash): processes, namespaces, mounts, cgroups, kind containers, state",
 		Long: "Remove a cluster. --all removes every local cluster on this host and every kind cluster\n" +
-			"meshchaos created (kind clusters named " + kind.Prefix + "*); on a shared host narrow it with --prefix.",
+			"meshchaos created (kind clusters named " + kind.Prefix + "*); on a shared host narrow it with --prefix.\n" +
+			"--stale removes only the local clusters whose owner process (the 'cluster up', 'run' or test\n" +
+			"that brought them up) is gone, and says which it skipped and why; it covers local clusters\n" +
+			"only: kind clusters record no owner.\n" +
+			"A local teardown that fails part-way keeps the cluster's state directory: run it again with --name.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if (name == "") == !all {
-				return Usagef("give exactly one of --name N or --all")
+			modes := 0
+			for _, on := range []bool{name != "", all, stale} {
+				if on {
+					modes++
+				}
+			}
+			if modes != 1 {
+				return Usagef("give exactly one of --name N, --all or --stale")
 			}
 			if substrate != "local" && substrate != "kind" {
 				return Usagef("--substrate %s: local or kind", substrate)
 			}
-			if prefix != "" && !all {
-				return Usagef("--prefix narrows --all; with --name give the whole name")
+			if stale && substrate != "local" {
+				return Usagef("--stale covers local clusters only (kind clusters record no owner process); remove kind clusters with --name or --all")
 			}
-			type target struct{ substrate, name string }
-			targets := []target{{substrate, name}}
-			if all {
+			if prefix != "" && name != "" {
+				return Usagef("--prefix narrows --all and --stale; with --name give the whole name")
+			}
+			out := cmd.OutOrStdout()
+			type target struct{ substrate, name, why string }
+			targets := []target{{substrate, name, ""}}
+			switch {
+			case stale:
+				if euid() != 0 {
+					return Usagef("cluster down --stale needs root (it reads other users' processes and removes network namespaces, mounts and cgroups)")
+				}
+				owners, err := localOwners("")
+				if err != nil {
+					return WithExitCode(2, err)
+				}
 				targets = nil
-				if os.Geteuid() == 0 {
+				for _, o := range owners {
+					switch {
+					case !strings.HasPrefix(o.Name, prefix):
+					case !o.Stale:
+						fmt.Fprintf(out, "skipped %s: %s\n", o.Name, o.Why)
+					default:
+						targets = append(targets, target{"local", o.Name, o.Why})
+					}
+				}
+				if len(targets) == 0 {
+					if prefix != "" {
+						fmt.Fprintf(out, "no stale local clusters named %s… on this host\n", prefix)
+					} else {
+						fmt.Fprintln(out, "no stale local clusters on this host")
+					}
+					return nil
+				}
+			case all:
+				targets = nil
+				if euid() == 0 {
 					for _, n := range local.List("") {
-						targets = append(targets, target{"local", n})
+						targets = append(targets, target{"local", n, ""})
 					}
 				}
 				kinds, err := kind.List()
@@ -157,28 +207,36 @@ func newClusterDownCmd() *cobra.Command {
 					return WithExitCode(2, fmt.Errorf("list kind clusters: %w", err))
 				}
 				for _, n := range kinds {
-					targets = append(targets, target{"kind", n})
+					targets = append(targets, target{"kind", n, ""})
 				}
 				targets = slices.DeleteFunc(targets, func(t target) bool { return !strings.HasPrefix(t.name, prefix) })
 				if len(targets) == 0 {
 					if prefix != "" {
-						fmt.Fprintf(cmd.OutOrStdout(), "no clusters named %s… on this host\n", prefix)
+						fmt.Fprintf(out, "no clusters named %s… on this host\n", prefix)
 					} else {
-						fmt.Fprintln(cmd.OutOrStdout(), "no clusters on this host")
+						fmt.Fprintln(out, "no clusters on this host")
 					}
 					return nil
 				}
 			}
 			var errs []error
 			for _, t := range targets {
+				if stale {
+					// Again, right before: teardowns take a while, and an owner may have come
+					// back under the name since the list was made.
+					if o := localCheckOwner("", t.name); !o.Stale {
+						fmt.Fprintf(out, "skipped %s: %s\n", t.name, o.Why)
+						continue
+					}
+				}
 				start := time.Now()
 				var err error
 				if t.substrate == "kind" {
 					err = kind.Down(t.name, nil)
-				} else if os.Geteuid() != 0 {
+				} else if euid() != 0 {
 					return Usagef("cluster down of a local cluster needs root (it removes network namespaces, mounts and cgroups)")
 				} else {
-					err = local.Down(cmd.Context(), "", t.name, func(f string, a ...any) {
+					err = localDown(cmd.Context(), "", t.name, func(f string, a ...any) {
 						if !strings.HasPrefix(f, "[down]") { // the per-step timings are for tests
 							fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...)
 						}
@@ -188,10 +246,14 @@ func newClusterDownCmd() *cobra.Command {
 					errs = append(errs, fmt.Errorf("%s: %w", t.name, err))
 					continue
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "removed %s (%s) in %s\n", t.name, t.substrate, time.Since(start).Round(10*time.Millisecond))
+				if t.why != "" {
+					fmt.Fprintf(out, "removed %s (%s; %s) in %s\n", t.name, t.substrate, t.why, time.Since(start).Round(10*time.Millisecond))
+				} else {
+					fmt.Fprintf(out, "removed %s (%s) in %s\n", t.name, t.substrate, time.Since(start).Round(10*time.Millisecond))
+				}
 			}
 			if err := errors.Join(errs...); err != nil {
-				if !all && strings.Contains(err.Error(), "no cluster named") {
+				if name != "" && strings.Contains(err.Error(), "no cluster named") {
 					return WithExitCode(2, err)
 				}
 				return err
@@ -202,7 +264,8 @@ func newClusterDownCmd() *cobra.Command {
 	cmd.Flags().StringVar(&name, "name", "", "cluster name")
 	cmd.Flags().StringVar(&substrate, "substrate", "local", "the cluster's substrate with --name: local or kind")
 	cmd.Flags().BoolVar(&all, "all", false, "every meshchaos cluster on this host, local and kind (other users' too: narrow it with --prefix)")
-	cmd.Flags().StringVar(&prefix, "prefix", "", "with --all: only the clusters whose names start with this")
+	cmd.Flags().BoolVar(&stale, "stale", false, "every local cluster on this host whose owner process is gone (local clusters only)")
+	cmd.Flags().StringVar(&prefix, "prefix", "", "with --all or --stale: only the clusters whose names start with this")
 	return cmd
 }
 

@@ -178,6 +178,10 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	}
 
 	c.step("nodes: containerd, image import, kubelet, kube-proxy")
+	// Before any kubelet does, so teardown knows whether the directories are ours to remove.
+	if err := prepareDevicePluginDir(); err != nil {
+		return c, err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	for k := 1; k <= l.nodes; k++ {
 		n := &node{k: k, l: l}
@@ -440,13 +444,15 @@ func claim(l layout) error {
 // free says whether a cluster may take l's name: no live cluster has it and none left anything
 // behind under it.
 func free(l layout) error {
-	f := filepath.Join(l.dir(), "owner.json")
-	if b, err := os.ReadFile(f); err == nil {
-		var o owner
-		if json.Unmarshal(b, &o) == nil && o.Pid > 0 && processStartTime(o.Pid) == o.StartTime {
-			return fmt.Errorf("%w: cluster %q is running (pid %d); choose another --name or run 'meshchaos cluster down --name %s'", ErrNameInUse, l.name, o.Pid, l.name)
+	if _, err := os.Stat(filepath.Join(l.dir(), "owner.json")); err == nil {
+		switch v, why := checkOwner(l.dir()); v {
+		case ownerGone:
+			return fmt.Errorf("%w: cluster %q was left behind by a process that is gone (%s); run 'meshchaos cluster down --name %s' first", ErrNameInUse, l.name, why, l.name)
+		case ownerAlive:
+			return fmt.Errorf("%w: cluster %q is running (%s); choose another --name or run 'meshchaos cluster down --name %s'", ErrNameInUse, l.name, why, l.name)
+		default:
+			return fmt.Errorf("%w: cluster %q has state in %s (%s); choose another --name, or if no process owns it any more run 'meshchaos cluster down --name %s'", ErrNameInUse, l.name, l.dir(), why, l.name)
 		}
-		return fmt.Errorf("%w: cluster %q was left behind by a process that is gone; run 'meshchaos cluster down --name %s' first", ErrNameInUse, l.name, l.name)
 	}
 	if ns := clusterNetns(l); len(ns) > 0 {
 		return fmt.Errorf("%w: network namespaces %v exist; run 'meshchaos cluster down --name %s' first", ErrNameInUse, ns, l.name)

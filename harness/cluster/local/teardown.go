@@ -3,8 +3,10 @@ package local
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,8 +23,10 @@ import (
 
 // Down removes everything cluster name left on this host, whether it stopped cleanly, crashed,
 // or is still running in another process: processes, containers, mounts, cgroups, network
-// namespaces, CNI state and the state directory. logf gets one "[down] step: time" line per
-// teardown step and, unprefixed, what a user should know (state found under another home).
+// namespaces, CNI state, kubelet's device-plugins socket once no kubelet on the host uses it, and
+// last, only when all the rest succeeded, the state directory (so a failed teardown can be run
+// again). logf gets one "[down] step: time" line per teardown step and, unprefixed, what a user
+// should know (state found under another home).
 func Down(ctx context.Context, home, name string, logf func(string, ...any)) error {
 	if err := ValidateName(name); err != nil {
 		return err
@@ -120,6 +124,136 @@ func List(home string) []string {
 	return out
 }
 
+// OwnerStatus says whether the process that owns a local cluster (the one that brought it up and
+// tears it down on exit: `cluster up`, `run`, a test) still runs.
+type OwnerStatus struct {
+	// Name is the cluster's name.
+	Name string
+	// Stale is true when the owner is gone: its pid no longer exists, or now belongs to a later
+	// process (another start time). Only such a cluster may be removed without asking anyone.
+	Stale bool
+	// Why says what was found, for the user ("its owner, pid 4242, is running", …).
+	Why string
+}
+
+// ownerVerdict is what an owner record says about its process.
+type ownerVerdict int
+
+const (
+	// ownerUnknown: no usable record, or one that cannot tell the owner from a later process
+	// with its pid. Treated as alive: nothing is removed on a guess.
+	ownerUnknown ownerVerdict = iota
+	ownerAlive
+	ownerGone
+)
+
+// checkOwner reads the owner record (owner.json) in the state directory dir and says whether its
+// process still runs.
+func checkOwner(dir string) (ownerVerdict, string) {
+	f := filepath.Join(dir, "owner.json")
+	b, err := os.ReadFile(f)
+	if errors.Is(err, fs.ErrNotExist) {
+		return ownerUnknown, fmt.Sprintf("%s has no owner.json (still being brought up, or its owner died before writing it)", dir)
+	}
+	if err != nil {
+		return ownerUnknown, fmt.Sprintf("cannot read its owner: %v", err)
+	}
+	var o owner
+	if err := json.Unmarshal(b, &o); err != nil || o.Pid <= 0 {
+		return ownerUnknown, fmt.Sprintf("%s names no owner process", f)
+	}
+	switch now := processStartTime(o.Pid); {
+	case now == "":
+		return ownerGone, fmt.Sprintf("its owner, pid %d, is gone", o.Pid)
+	case o.StartTime == "":
+		return ownerUnknown, fmt.Sprintf("pid %d runs, and %s records no start time to tell its owner from a later process with that pid", o.Pid, f)
+	case now == o.StartTime:
+		return ownerAlive, fmt.Sprintf("its owner, pid %d, is running", o.Pid)
+	default:
+		return ownerGone, fmt.Sprintf("its owner, pid %d, is gone (the pid now belongs to another process)", o.Pid)
+	}
+}
+
+// CheckOwner says whether local cluster name is stale: it has an owner record, under home or under
+// any other home its processes keep their state in, and every such owner is gone. A cluster
+// whose owner cannot be found (only namespaces or cgroups left, an unreadable owner.json) is not
+// stale: Why says so, and 'cluster down --name' removes it.
+func CheckOwner(home, name string) OwnerStatus { return checkOwnerOf(home, name, homesOf(name)) }
+
+// checkOwnerOf is CheckOwner with the homes the cluster's processes name already found.
+func checkOwnerOf(home, name string, procHomes []string) OwnerStatus {
+	st := OwnerStatus{Name: name}
+	if err := ValidateName(name); err != nil {
+		st.Why = err.Error()
+		return st
+	}
+	if home == "" {
+		home = Home()
+	}
+	var homes []string
+	if _, err := os.Stat(layout{name: name, home: home}.dir()); err == nil {
+		homes = append(homes, home)
+	}
+	// Down takes the cluster down under every home its processes name: each must be stale.
+	for _, h := range procHomes {
+		if !slices.Contains(homes, h) {
+			homes = append(homes, h)
+		}
+	}
+	if len(homes) == 0 {
+		st.Why = fmt.Sprintf("no owner record (no state directory under %s, no process naming one)", home)
+		return st
+	}
+	var whys []string
+	for _, h := range homes {
+		v, why := checkOwner(layout{name: name, home: h}.dir())
+		if h != home {
+			why = "under " + h + ": " + why
+		}
+		if v != ownerGone {
+			st.Why = why
+			return st
+		}
+		whys = append(whys, why)
+	}
+	st.Stale, st.Why = true, strings.Join(whys, "; ")
+	return st
+}
+
+// Owners checks the owner of every local cluster List(home) finds, in name order.
+func Owners(home string) ([]OwnerStatus, error) {
+	if home == "" {
+		home = Home()
+	}
+	// List reads the directory too but cannot say it failed: a home that cannot be read must
+	// not look like one without clusters.
+	if _, err := os.ReadDir(filepath.Join(home, "clusters")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("list local clusters: %w", err)
+	}
+	procs := running() // one scan of /proc for all of them
+	var out []OwnerStatus
+	for _, n := range List(home) {
+		out = append(out, checkOwnerOf(home, n, procs[n]))
+	}
+	return out, nil
+}
+
+// Stale names the local clusters on this host whose owner process is gone (see CheckOwner): what
+// `meshchaos cluster down --stale` removes.
+func Stale(home string) ([]string, error) {
+	all, err := Owners(home)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, o := range all {
+		if o.Stale {
+			out = append(out, o.Name)
+		}
+	}
+	return out, nil
+}
+
 func (l layout) exists() bool {
 	if _, err := os.Stat(l.dir()); err == nil {
 		return true
@@ -131,58 +265,124 @@ func (l layout) exists() bool {
 	return err == nil && g.Exists()
 }
 
-// teardown works from the layout alone so it also cleans up after a crash. Order matters:
-// first what recreates things (controllers, kubelets), then containers, then containerd and
-// its shims, then the API, then mounts, cgroups, namespaces and files.
+// teardown works from the layout alone so it also cleans up after a crash.
 func teardown(ctx context.Context, l layout, logf func(string, ...any)) error {
+	return runTeardown(l, teardownSteps(ctx, l, logf), logf)
+}
+
+// step is one teardown step: what it does (for the log and errors), and the doing.
+type step struct {
+	what string
+	run  func() error
+}
+
+// teardownSteps lists the steps that remove cluster l from the host. Order matters: first what
+// recreates things (controllers, kubelets), then containers, then containerd and its shims, then
+// the API, then mounts, cgroups and namespaces. The state directory is not a step: runTeardown
+// removes it last.
+func teardownSteps(ctx context.Context, l layout, logf func(string, ...any)) []step {
+	// Read before anything goes: the CNI cache of the pods is keyed by their sandbox ids.
+	sandboxes := sandboxIDs(l)
+	return []step{
+		// 1. Components with pid files, except the API and the runtimes.
+		{"stop kubelets and controllers", func() error {
+			_, err := killRecordedMatching(l, func(n string) bool {
+				return strings.HasSuffix(n, "kubelet") || strings.HasSuffix(n, "kube-proxy") ||
+					n == "kube-controller-manager" || n == "kube-scheduler"
+			})
+			return err
+		}},
+		// 2. Every container: all processes in the cluster's cgroup tree.
+		{"kill containers", func() error {
+			if g, err := cgroup.Open(l.cgroupRoot()); err == nil && g.Exists() {
+				return proc.KillPids(g.Procs(), 2*time.Second)
+			}
+			return nil
+		}},
+		// 3. containerd, its shims, and anything else whose command line names the state dir.
+		{"stop containerd", func() error {
+			_, err := killRecordedMatching(l, func(n string) bool { return strings.HasSuffix(n, "containerd") })
+			return err
+		}},
+		{"stop shims", func() error { return proc.KillPids(shims(l), 5*time.Second) }},
+		// 4. The API. Its data is disposable: no need to wait for a graceful shutdown.
+		{"stop kube-apiserver and etcd", func() error {
+			_, err := proc.KillRecorded(l.cpDir(), l.marker(), time.Second)
+			return err
+		}},
+		{"stop remaining components", func() error {
+			_, err := proc.KillRecorded(l.logDir(), l.marker(), 10*time.Second)
+			return err
+		}},
+		{"stop strays", func() error { return proc.KillPids(proc.FindByMarker(l.marker()), 2*time.Second) }},
+		// 5. What every kubelet on the host shares: their kubelets are gone, maybe all of them.
+		{"release kubelet device-plugins socket", func() error {
+			running, err := releaseDevicePluginDir(listKubelets)
+			if len(running) > 0 {
+				logf("[down] kept %s: kubelet pid(s) %v still use it", filepath.Join(devicePluginDir, kubeletSocketName), running)
+			}
+			return err
+		}},
+		// 6. Mounts under the state dir: container rootfs, pod volumes, pod network namespaces.
+		{"unmount", func() error { return unmountUnder(l.dir()) }},
+		// 7. cgroups.
+		{"remove cgroups", func() error {
+			var err error
+			if g, gerr := cgroup.Open(l.cgroupRoot()); gerr == nil && g.Exists() {
+				err = g.Remove(10 * time.Second)
+			}
+			removeEmptyParentCgroup()
+			return err
+		}},
+		// 8. Network namespaces (their veths and bridges go with them), then CNI's cache.
+		{"delete network namespaces", func() error { return deleteNetns(ctx, l) }},
+		{"remove CNI cache", func() error { return removeCNICache(l, sandboxes) }},
+	}
+}
+
+// runTeardown runs every step, even after one failed, so one failure leaves as little as
+// possible. The state directory goes last and only when every step succeeded and nothing of the
+// cluster is left: it holds the pid files and owner record through which a later 'cluster down'
+// finds (--all, --stale) and finishes (--name) the cluster, and a mount left under it would
+// take RemoveAll into whatever is mounted there.
+func runTeardown(l layout, steps []step, logf func(string, ...any)) error {
 	var errs []error
 	last := time.Now()
-	add := func(what string, err error) {
-		logf("[down] %s: %s", what, time.Since(last).Round(time.Millisecond))
+	for _, s := range steps {
+		err := s.run()
+		logf("[down] %s: %s", s.what, time.Since(last).Round(time.Millisecond))
 		last = time.Now()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", what, err))
+			errs = append(errs, fmt.Errorf("%s: %w", s.what, err))
 		}
 	}
-	sandboxes := sandboxIDs(l)
-	// 1. Components with pid files, except the API and the runtimes.
-	_, err := killRecordedMatching(l, func(n string) bool {
-		return strings.HasSuffix(n, "kubelet") || strings.HasSuffix(n, "kube-proxy") ||
-			n == "kube-controller-manager" || n == "kube-scheduler"
-	})
-	add("stop kubelets and controllers", err)
-	// 2. Every container: all processes in the cluster's cgroup tree.
-	if g, err := cgroup.Open(l.cgroupRoot()); err == nil && g.Exists() {
-		add("kill containers", proc.KillPids(g.Procs(), 2*time.Second))
-	}
-	// 3. containerd, its shims, and anything else whose command line names the state dir.
-	_, err = killRecordedMatching(l, func(n string) bool { return strings.HasSuffix(n, "containerd") })
-	add("stop containerd", err)
-	add("stop shims", proc.KillPids(shims(l), 5*time.Second))
-	// 4. The API. Its data is disposable: no need to wait for a graceful shutdown.
-	_, err = proc.KillRecorded(l.cpDir(), l.marker(), time.Second)
-	add("stop kube-apiserver and etcd", err)
-	_, err = proc.KillRecorded(l.logDir(), l.marker(), 10*time.Second)
-	add("stop remaining components", err)
-	add("stop strays", proc.KillPids(proc.FindByMarker(l.marker()), 2*time.Second))
-	// 5. Mounts under the state dir: container rootfs, pod volumes, pod network namespaces.
-	add("unmount", unmountUnder(l.dir()))
-	// 6. cgroups.
-	if g, err := cgroup.Open(l.cgroupRoot()); err == nil && g.Exists() {
-		add("remove cgroups", g.Remove(10*time.Second))
-	}
-	removeEmptyParentCgroup()
-	// 7. Network namespaces (their veths and bridges go with them), then CNI's cache.
-	add("delete network namespaces", deleteNetns(ctx, l))
-	add("remove CNI cache", removeCNICache(l, sandboxes))
-	// 8. Files.
-	add("remove state", os.RemoveAll(l.dir()))
 	if len(errs) == 0 {
-		if left := Leftovers(l.home, l.name); len(left) > 0 {
+		if left := leftovers(l, false); len(left) > 0 {
 			errs = append(errs, fmt.Errorf("still present after teardown: %s", strings.Join(left, "; ")))
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		if _, err := os.Stat(l.dir()); err == nil {
+			errs = append(errs, fmt.Errorf("teardown incomplete: the state directory %s is kept so the cluster can still be found; remove the cluster again with '%s'", l.dir(), downCommand(l)))
+		}
+		return errors.Join(errs...)
+	}
+	err := os.RemoveAll(l.dir())
+	logf("[down] remove state: %s", time.Since(last).Round(time.Millisecond))
+	if err != nil {
+		return fmt.Errorf("remove state directory: %w; remove the cluster again with '%s'", err, downCommand(l))
+	}
+	return nil
+}
+
+// downCommand is the command that takes cluster l down again. A cluster whose state is under
+// another home is found from the default one only while its processes live: name the home.
+func downCommand(l layout) string {
+	cmd := "meshchaos cluster down --name " + l.name
+	if l.home != Home() {
+		cmd = "MESHCHAOS_HOME=" + l.home + " " + cmd
+	}
+	return cmd
 }
 
 // removeCNICache deletes the CNI result cache entries (/var/lib/cni/results) of the cluster's
@@ -324,7 +524,13 @@ func Leftovers(home, name string) []string {
 	if home == "" {
 		home = Home()
 	}
-	l := layout{name: name, home: home}
+	return leftovers(layout{name: name, home: home}, true)
+}
+
+// leftovers is Leftovers, with the state directory only when withState: teardown checks the
+// rest before it removes that.
+func leftovers(l layout, withState bool) []string {
+	name := l.name
 	var out []string
 	// By name, not by home: a process of the cluster under another home is a leftover too.
 	if pids := proc.FindByMarker(processMarker(name)); len(pids) > 0 {
@@ -339,7 +545,7 @@ func Leftovers(home, name string) []string {
 	if g, err := cgroup.Open(l.cgroupRoot()); err == nil && g.Exists() {
 		out = append(out, "cgroup "+l.cgroupRoot())
 	}
-	if _, err := os.Stat(l.dir()); err == nil {
+	if _, err := os.Stat(l.dir()); err == nil && withState {
 		out = append(out, "state directory "+l.dir())
 	}
 	if m, _ := filepath.Glob(filepath.Join(cniResultsDir, l.hubNetns()+"-n*")); len(m) > 0 {
