@@ -71,10 +71,12 @@ func TestInCluster(t *testing.T) {
 	require.NoError(t, err)
 
 	// The control plane, as the harness deploys it.
-	require.NoError(t, kube.InstallCRDs(ctx, cfg, manifests.CRDs))
+	_, err = kube.InstallCRDs(ctx, cfg, manifests.CRDs)
+	require.NoError(t, err)
 	data, err := manifests.ControlPlane(manifests.Params{SyncGate: true})
 	require.NoError(t, err)
-	require.NoError(t, kube.Apply(ctx, cfg, data))
+	_, err = kube.Apply(ctx, cfg, data)
+	require.NoError(t, err)
 
 	var cpIP string
 	waitFor(t, 2*time.Minute, "control plane pod Ready (its readiness probe is the sync gate)", func() bool {

@@ -62,8 +62,9 @@ func init() {
 				},
 				ServiceEntries: mesh.ServiceEntries{Count: v.Int("serviceEntries"), Backend: "echo"},
 				Gateway:        mesh.Gateway{Replicas: v.Int("gateways"), Node: dp, Services: []string{flapService}},
-				// Istio's cluster name for the flapping Service's port (outbound|80||HOST).
-				ADSLoad: mesh.ADSLoad{Clients: v.Int("proxies"), Node: dp, Track: "||" + flapService + ".default.svc."},
+				// Convergence of the flapping Service's endpoints, in the mesh's namespace
+				// ("default", or the run's own on a shared cluster).
+				ADSLoad: mesh.ADSLoad{Clients: v.Int("proxies"), Node: dp, TrackService: flapService},
 			}
 		},
 		Hosts: func(v params.Values) int { return v.Int("hosts") },

@@ -24,7 +24,7 @@ func TestEndpointFlapParams(t *testing.T) {
 	assert.Equal(t, 60*time.Second, v.Duration("flapFor"))
 	spec := d.Mesh(v)
 	assert.Equal(t, 200, spec.ADSLoad.Clients)
-	assert.Equal(t, "||flap.default.svc.", spec.ADSLoad.Track)
+	assert.Equal(t, "flap", spec.ADSLoad.TrackService)
 	for bad, want := range map[string]string{
 		"flap=wobble":   `want one of`,
 		"flapFor=100s":  "at least steady + flapFor + 15s",

@@ -42,6 +42,9 @@ type localRunner struct {
 	// sub is the substrate (default: local under home); leftovers lists what a cluster left.
 	sub       cluster.Provider
 	leftovers func(name string) []string
+	// staging lists what the runs changed of the staging mesh the cluster was prepared as
+	// (newExistingRunner; nil elsewhere).
+	staging func() []string
 }
 
 // newLocalRunner skips with MESHCHAOS_SKIP_INTEGRATION=1 and fails when the machine cannot
@@ -76,8 +79,10 @@ func newKindRunner(t *testing.T) *localRunner {
 		leftovers: kind.Leftovers}
 }
 
-// newExistingRunner brings a 2-node local cluster up and runs on it through the existing
-// substrate (its kubeconfig only, --allow-node-chaos); the cluster goes down when the test ends.
+// newExistingRunner brings a 2-node local cluster up, prepares it like someone's staging mesh
+// (prepareStagingMesh) and runs on it through the existing substrate (its kubeconfig only,
+// --allow-node-chaos); when the test ends, nothing of the staging mesh's may have changed and
+// the cluster goes down.
 // A run leaves nothing when its namespaces are gone and the nodes carry no label of its own.
 func newExistingRunner(t *testing.T) *localRunner {
 	l := newLocalRunner(t)
@@ -89,6 +94,12 @@ func newExistingRunner(t *testing.T) *localRunner {
 		require.NoError(t, lc.Down(context.Background()))
 		assert.Empty(t, local.Leftovers(l.home, lc.Name()), "the owner's cluster went down without leftovers")
 	})
+	// Registered after the cluster's Down, so it runs before it: every run on it is over.
+	changes := prepareStagingMesh(t, lc.RESTConfig())
+	t.Cleanup(func() {
+		assert.Empty(t, changes(), "the runs changed nothing of the staging mesh's own")
+	})
+	l.staging = changes
 	cs, err := kubernetes.NewForConfig(lc.RESTConfig())
 	require.NoError(t, err)
 	l.sub = existing.Provider{Kubeconfig: lc.(*local.Cluster).KubeconfigPath(), AllowNodeChaos: true}

@@ -117,7 +117,7 @@ func scaleSteps(ctx context.Context, s *experiment.State) error {
 		eps: v.Int("endpoints"), shown: v.Int("mismatchesShown"), timeout: v.Duration("convergeTimeout"),
 		cpHTTP: &http.Client{Transport: &http.Transport{DialContext: dial}, Timeout: 10 * time.Second}, apiHTTP: apiHTTP,
 		// The pod's own address, not the Service's: the client must not depend on kube-proxy.
-		client: &oracle.Client{Addr: net.JoinHostPort(s.CPPod.Status.PodIP, xdsPort), Dial: dial}}
+		client: &oracle.Client{Addr: net.JoinHostPort(s.CPPod.Status.PodIP, xdsPort), Dial: dial, NodeID: oracle.SidecarID(m.Namespace)}}
 	if err := s.Measure(r.rec); err != nil {
 		return err
 	}
@@ -172,20 +172,22 @@ func (r *scaleRun) step(ctx context.Context, k, n int, verify bool) error {
 	// The scenarios' objects first, new at every step: each step shows its own bugs, and the
 	// ServiceEntries that follow bring the full pushes that give every control plane — buggy ones
 	// too, whose incremental WorkloadEntry adds may carry the wrong port — the complete config.
-	port := mesh.ServiceEntries{Count: 2, Prefix: fmt.Sprintf("port%d", k), Endpoints: 3, EndpointPort: 9000}
+	// In the mesh's namespace, as the oracle claims to be: on a shared cluster that is the run's.
+	ns := r.s.Mesh.Namespace
+	port := mesh.ServiceEntries{Count: 2, Prefix: fmt.Sprintf("port%d", k), Endpoints: 3, EndpointPort: 9000, Namespace: ns}
 	got, err := port.Create(ctx, r.cfg, nil, quiet)
 	if err != nil {
 		return fmt.Errorf("step %d: %w", n, err)
 	}
 	r.add(got, scenarioPort)
-	wl := mesh.SelectedWorkloads{Name: fmt.Sprintf("wl%d", k), Count: 3, Net: 64 + k%64}
+	wl := mesh.SelectedWorkloads{Name: fmt.Sprintf("wl%d", k), Count: 3, Net: 64 + k%64, Namespace: ns}
 	got = mesh.Expected{}
 	if err := wl.Create(ctx, r.cfg, got); err != nil {
 		return fmt.Errorf("step %d: %w", n, err)
 	}
 	r.add(got, scenarioWorkload)
 	start := time.Now()
-	bulk := mesh.ServiceEntries{Count: n - r.prev, From: r.prev, Endpoints: r.eps, Workers: 64}
+	bulk := mesh.ServiceEntries{Count: n - r.prev, From: r.prev, Endpoints: r.eps, Workers: 64, Namespace: ns}
 	if got, err = bulk.Create(ctx, r.cfg, nil, quiet); err != nil {
 		return fmt.Errorf("step %d: %w", n, err)
 	}

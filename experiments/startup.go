@@ -196,7 +196,7 @@ func startupMode(ctx context.Context, s *experiment.State, mode string) error {
 		return err
 	}
 	start := time.Now()
-	if err := kube.Apply(ctx, m.Cluster.RESTConfig(), y, kube.PinToNode(cluster.NodeLabel, fmt.Sprint(node))); err != nil {
+	if _, err := kube.Apply(ctx, m.Cluster.RESTConfig(), y, kube.Owned(m.Cluster.Name()), kube.PinToNode(cluster.NodeLabel, fmt.Sprint(node))); err != nil {
 		return fmt.Errorf("deploy the app (the injection webhook must admit its pods): %w", err)
 	}
 	s.Event("app.deployed", ns+"/"+startupApp, fmt.Sprintf("%d replicas, sidecar start mode %s", v.Int("replicas"), mode))

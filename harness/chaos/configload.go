@@ -237,6 +237,7 @@ func (l *ConfigLoad) serviceEntry(i int) *networkingv1.ServiceEntry {
 	se.Spec.Hosts = []string{fmt.Sprintf("config-load-%d.load.test", i)}
 	se.Spec.Location = apinet.ServiceEntry_MESH_INTERNAL
 	se.Spec.Resolution = apinet.ServiceEntry_STATIC
+	se.Spec.ExportTo = []string{"."} // the run's namespace only, as every entry of a run
 	se.Spec.Ports = []*apinet.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP", TargetPort: 8080}}
 	eps := orDefault(l.Endpoints, 10)
 	for j := 0; j < eps; j++ {

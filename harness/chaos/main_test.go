@@ -89,6 +89,7 @@ func deployEcho(t *testing.T, c *local.Cluster, cs kubernetes.Interface, ns stri
 	yaml, err := manifests.Render("echo", manifests.Values{Substrate: manifests.Local(), Namespace: ns, Replicas: replicas})
 	require.NoError(t, err)
 	ctx := context.Background()
-	require.NoError(t, kube.Apply(ctx, c.RESTConfig(), yaml))
+	_, err = kube.Apply(ctx, c.RESTConfig(), yaml)
+	require.NoError(t, err)
 	require.NoError(t, kube.WaitDeploymentReady(ctx, cs, ns, "echo", 2*time.Minute))
 }

@@ -12,8 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,41 +61,121 @@ func Decode(data []byte) ([]*unstructured.Unstructured, error) {
 	}
 }
 
+// OwnerLabel marks an object a meshchaos run created; its value is the run's name (its cluster's
+// name). Apply changes an existing cluster-scoped object only when it carries the label of the
+// run applying it, Delete and DeleteOwned remove only objects that carry it: on a cluster that
+// is someone's staging mesh a run touches nothing it did not create.
+const OwnerLabel = "meshchaos.io/run"
+
+// Owned returns an Apply mutator that labels every object as created by run (OwnerLabel).
+func Owned(run string) Mutator {
+	return func(o *unstructured.Unstructured) error {
+		if run == "" {
+			return errors.New("no run name to label the object with")
+		}
+		l := o.GetLabels()
+		if l == nil {
+			l = map[string]string{}
+		}
+		l[OwnerLabel] = run
+		o.SetLabels(l)
+		return nil
+	}
+}
+
+// Report says what Apply left as it found it.
+type Report struct {
+	// Kept names each cluster-scoped object that existed without the run's OwnerLabel and was
+	// therefore used as it is, with how a CRD differs from the run's copy.
+	Kept []string
+}
+
 // Apply creates or updates every object in data (multi-document YAML or JSON) by server-side
 // apply as FieldManager, taking over fields other managers own (kubectl apply --server-side
-// --force-conflicts), so applying the same data twice is a no-op. Namespaces and
-// CustomResourceDefinitions are applied first and Apply waits until the API server serves the
-// CRDs, so objects in the same data find their namespace and kind wherever they are; the other
-// objects follow in their order in data. Namespaced objects without a namespace go to "default". Every mutate function adjusts every decoded
-// object before it is sent.
-func Apply(ctx context.Context, cfg *rest.Config, data []byte, mutate ...Mutator) error {
+// --force-conflicts), so applying the same data twice is a no-op. A cluster-scoped object
+// (CRD, ClusterRole, webhook configuration, Namespace) that exists already is changed only when
+// it carries the OwnerLabel value the applied copy carries (see Owned); otherwise it is used as
+// it is and listed in the Report. Namespaces and CustomResourceDefinitions are applied first and
+// Apply waits until the API server serves the CRDs, so objects in the same data find their
+// namespace and kind wherever they are; the other objects follow in their order in data.
+// Namespaced objects without a namespace go to "default". Every mutate function adjusts every
+// decoded object before it is sent.
+func Apply(ctx context.Context, cfg *rest.Config, data []byte, mutate ...Mutator) (Report, error) {
 	objs, err := Decode(data)
 	if err != nil {
-		return err
+		return Report{}, err
 	}
 	for _, o := range objs {
 		for _, m := range mutate {
 			if err := m(o); err != nil {
-				return fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)
+				return Report{}, fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)
 			}
 		}
 	}
 	return applyObjects(ctx, cfg, objs)
 }
 
-// InstallCRDs applies the CustomResourceDefinitions in data (see Apply) and waits until every
-// one is Established. data must hold nothing but CRDs.
-func InstallCRDs(ctx context.Context, cfg *rest.Config, data []byte) error {
+// InstallCRDs applies the CustomResourceDefinitions in data (see Apply: a CRD the cluster has
+// and the run did not create is kept as it is) and waits until every one is Established. data
+// must hold nothing but CRDs.
+func InstallCRDs(ctx context.Context, cfg *rest.Config, data []byte, mutate ...Mutator) (Report, error) {
 	objs, err := Decode(data)
 	if err != nil {
-		return err
+		return Report{}, err
 	}
 	for _, o := range objs {
 		if o.GroupVersionKind().GroupKind() != crdGVK.GroupKind() {
-			return fmt.Errorf("install CRDs: %s %s is not a CustomResourceDefinition (use Apply for other objects)", o.GetKind(), o.GetName())
+			return Report{}, fmt.Errorf("install CRDs: %s %s is not a CustomResourceDefinition (use Apply for other objects)", o.GetKind(), o.GetName())
+		}
+		for _, m := range mutate {
+			if err := m(o); err != nil {
+				return Report{}, fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)
+			}
 		}
 	}
 	return applyObjects(ctx, cfg, objs)
+}
+
+// crdDifference says how the cluster's CRD live differs from the run's copy: the versions
+// each serves and whether the schemas of the versions both serve are the same.
+func crdDifference(live, ours *unstructured.Unstructured) string {
+	served := func(o *unstructured.Unstructured) (names []string, schemas map[string]any) {
+		vs, _, _ := unstructured.NestedSlice(o.Object, "spec", "versions")
+		schemas = map[string]any{}
+		for _, v := range vs {
+			m, _ := v.(map[string]any)
+			if m == nil || m["served"] != true {
+				continue
+			}
+			n, _ := m["name"].(string)
+			names = append(names, n)
+			schemas[n] = m["schema"]
+		}
+		return names, schemas
+	}
+	theirs, theirSchemas := served(live)
+	mine, mySchemas := served(ours)
+	var missing, differ []string
+	for _, n := range mine {
+		s, ok := theirSchemas[n]
+		switch {
+		case !ok:
+			missing = append(missing, n)
+		case !equality.Semantic.DeepEqual(s, mySchemas[n]):
+			differ = append(differ, n)
+		}
+	}
+	switch {
+	case len(missing) > 0:
+		out := fmt.Sprintf(" (version mismatch: it serves %s, this run's copy %s; objects of version %s will be refused", strings.Join(theirs, ", "), strings.Join(mine, ", "), strings.Join(missing, ", "))
+		if len(differ) > 0 {
+			out += "; the schema of " + strings.Join(differ, ", ") + " differs too"
+		}
+		return out + ")"
+	case len(differ) > 0:
+		return fmt.Sprintf(" (another release: it serves %s as this run's copy does, with another schema for %s)", strings.Join(theirs, ", "), strings.Join(differ, ", "))
+	}
+	return fmt.Sprintf(" (serves %s, as this run's copy does)", strings.Join(theirs, ", "))
 }
 
 // dynamicClients are a dynamic client and a REST mapper (kinds to resources, discovered lazily
@@ -111,7 +194,13 @@ func dynamicClients(cfg *rest.Config) (dynamic.Interface, *restmapper.DeferredDi
 
 // applyObjects applies the Namespaces and CRDs among objs, waits until the CRDs are Established,
 // then applies the rest in order.
-func applyObjects(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured) error {
+func applyObjects(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured) (Report, error) {
+	var rep Report
+	err := applyObjectsTo(ctx, cfg, objs, &rep)
+	return rep, err
+}
+
+func applyObjectsTo(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured, rep *Report) error {
 	dyn, mapper, err := dynamicClients(cfg)
 	if err != nil {
 		return err
@@ -129,7 +218,7 @@ func applyObjects(ctx context.Context, cfg *rest.Config, objs []*unstructured.Un
 		}
 	}
 	for _, o := range first {
-		if err := applyOne(ctx, dyn, mapper, o, nil); err != nil {
+		if err := applyOne(ctx, dyn, mapper, o, nil, rep); err != nil {
 			return err
 		}
 	}
@@ -148,7 +237,7 @@ func applyObjects(ctx context.Context, cfg *rest.Config, objs []*unstructured.Un
 		fresh[schema.GroupKind{Group: group, Kind: kind}] = true
 	}
 	for _, o := range others {
-		if err := applyOne(ctx, dyn, mapper, o, fresh); err != nil {
+		if err := applyOne(ctx, dyn, mapper, o, fresh, rep); err != nil {
 			return err
 		}
 	}
@@ -158,7 +247,7 @@ func applyObjects(ctx context.Context, cfg *rest.Config, objs []*unstructured.Un
 // applyOne server-side applies o. A kind the API server does not serve is looked up again after
 // a fresh discovery, and for a few seconds if it is one of the fresh kinds: discovery can trail a
 // CRD's Established condition by a moment.
-func applyOne(ctx context.Context, dyn dynamic.Interface, mapper *restmapper.DeferredDiscoveryRESTMapper, o *unstructured.Unstructured, fresh map[schema.GroupKind]bool) error {
+func applyOne(ctx context.Context, dyn dynamic.Interface, mapper *restmapper.DeferredDiscoveryRESTMapper, o *unstructured.Unstructured, fresh map[schema.GroupKind]bool, rep *Report) error {
 	gvk := o.GroupVersionKind()
 	what := gvk.Kind + " " + o.GetName()
 	lookups := 0
@@ -186,10 +275,32 @@ func applyOne(ctx context.Context, dyn dynamic.Interface, mapper *restmapper.Def
 		what = gvk.Kind + " " + o.GetNamespace() + "/" + o.GetName()
 		ri = dyn.Resource(mapping.Resource).Namespace(o.GetNamespace())
 	}
+	if mapping.Scope.Name() != meta.RESTScopeNameNamespace {
+		// Cluster-scoped objects may be someone else's (a staging cluster's Istio CRDs, its
+		// ClusterRoles): one that exists is changed only when this run created it.
+		live, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return fmt.Errorf("apply %s: read the cluster's copy: %w", what, err)
+		case !ownedBy(live, o.GetLabels()[OwnerLabel]):
+			note := what + ": the cluster's own, kept as it is"
+			if gvk.GroupKind() == crdGVK.GroupKind() {
+				note += crdDifference(live, o)
+			}
+			rep.Kept = append(rep.Kept, note)
+			return nil
+		}
+	}
 	if _, err := ri.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
 		return fmt.Errorf("apply %s: %w", what, err)
 	}
 	return nil
+}
+
+// ownedBy reports whether live carries run's OwnerLabel (never for an empty run).
+func ownedBy(live *unstructured.Unstructured, run string) bool {
+	return run != "" && live.GetLabels()[OwnerLabel] == run
 }
 
 // waitEstablished waits until every CRD in crds has condition Established=True.
@@ -229,11 +340,16 @@ func crdEstablished(o *unstructured.Unstructured) bool {
 	return false
 }
 
-// Delete removes every object in data (multi-document YAML or JSON) in reverse order, so what
-// Apply created first (Namespaces, CRDs) goes last; an object already gone is not an error, and
-// a kind the API server does not serve (its CRD went first) has nothing left to delete. Delete
-// does not wait for the objects to disappear (a Namespace's finalizers take their time).
-func Delete(ctx context.Context, cfg *rest.Config, data []byte) error {
+// Delete removes the objects in data (multi-document YAML or JSON) that run created (they carry
+// its OwnerLabel), in reverse order, so what Apply created first (Namespaces, CRDs) goes last;
+// an object that is not the run's (a CRD the cluster had before) stays. An object already gone
+// is not an error, and a kind the API server does not serve (its CRD went first) has nothing
+// left to delete. Delete does not wait for the objects to disappear (a Namespace's finalizers
+// take their time).
+func Delete(ctx context.Context, cfg *rest.Config, data []byte, run string) error {
+	if run == "" {
+		return errors.New("delete: no run name: only objects a run created are deleted")
+	}
 	objs, err := Decode(data)
 	if err != nil {
 		return err
@@ -262,9 +378,103 @@ func Delete(ctx context.Context, cfg *rest.Config, data []byte) error {
 			}
 			ri = dyn.Resource(mapping.Resource).Namespace(ns)
 		}
-		if err := ri.Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if err := deleteIfOwned(ctx, ri, o.GetName(), run); err != nil {
 			errs = append(errs, fmt.Errorf("delete %s %s: %w", gvk.Kind, o.GetName(), err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// deleteIfOwned deletes the object name when it carries run's OwnerLabel, with a precondition
+// on its UID so that an object someone put in its place meanwhile stays.
+func deleteIfOwned(ctx context.Context, ri dynamic.ResourceInterface, name, run string) error {
+	live, err := ri.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !ownedBy(live, run) {
+		return nil
+	}
+	uid := live.GetUID()
+	if err := ri.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// DeleteOwned deletes every cluster-scoped object but Namespaces that carries run's OwnerLabel,
+// whatever its kind (found through discovery): webhook configurations first, so that nothing
+// deleted later is refused by a webhook whose server is gone, CRDs last. It returns what it
+// deleted, as "Kind name".
+func DeleteOwned(ctx context.Context, cfg *rest.Config, run string) ([]string, error) {
+	if run == "" {
+		return nil, errors.New("delete owned objects: no run name")
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("discovery client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	// A group that fails discovery (an aggregated API that is down) is skipped, as kubectl does.
+	lists, err := dc.ServerPreferredResources()
+	if err != nil && len(lists) == 0 {
+		return nil, fmt.Errorf("discover the cluster's resources: %w", err)
+	}
+	type res struct {
+		gvr  schema.GroupVersionResource
+		kind string
+	}
+	var all []res
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, r := range l.APIResources {
+			if r.Namespaced || r.Kind == "Namespace" || strings.Contains(r.Name, "/") ||
+				!slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "delete") {
+				continue
+			}
+			all = append(all, res{gv.WithResource(r.Name), r.Kind})
+		}
+	}
+	rank := func(r res) int {
+		switch {
+		case r.gvr.Group == "admissionregistration.k8s.io":
+			return 0
+		case r.gvr.GroupResource() == crdGVR.GroupResource():
+			return 2
+		}
+		return 1
+	}
+	slices.SortStableFunc(all, func(a, b res) int { return rank(a) - rank(b) })
+	var deleted []string
+	var errs []error
+	for _, r := range all {
+		ri := dyn.Resource(r.gvr)
+		l, err := ri.List(ctx, metav1.ListOptions{LabelSelector: OwnerLabel + "=" + run})
+		if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
+			// Kinds the run may not list (a restricted user), or that went away (a CRD deleted
+			// just before): the run cannot have created objects of them, or they are gone.
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list %s of run %s: %w", r.gvr.Resource, run, err))
+			continue
+		}
+		for _, o := range l.Items {
+			if err := deleteIfOwned(ctx, ri, o.GetName(), run); err != nil {
+				errs = append(errs, fmt.Errorf("delete %s %s: %w", r.kind, o.GetName(), err))
+				continue
+			}
+			deleted = append(deleted, r.kind+" "+o.GetName())
+		}
+	}
+	return deleted, errors.Join(errs...)
 }

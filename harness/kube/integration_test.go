@@ -160,7 +160,8 @@ func TestApplyMultiDocumentWithCRDAndCustomResource(t *testing.T) {
 	cfg, cs := server(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	require.NoError(t, kube.Apply(ctx, cfg, fmt.Appendf(nil, widgets, "a"), kube.PinToNode("meshchaos.io/node", "2"), kube.CPULimit("web", "200m")))
+	_, err := kube.Apply(ctx, cfg, fmt.Appendf(nil, widgets, "a"), kube.PinToNode("meshchaos.io/node", "2"), kube.CPULimit("web", "200m"))
+	require.NoError(t, err)
 
 	dyn, err := dynamic.NewForConfig(cfg)
 	require.NoError(t, err)
@@ -180,7 +181,8 @@ func TestApplyMultiDocumentWithCRDAndCustomResource(t *testing.T) {
 	assert.Equal(t, "200m", d.Spec.Template.Spec.Containers[0].Resources.Limits.Cpu().String())
 
 	// Again, with a change: an update, not an AlreadyExists error.
-	require.NoError(t, kube.Apply(ctx, cfg, fmt.Appendf(nil, widgets, "b")))
+	_, err = kube.Apply(ctx, cfg, fmt.Appendf(nil, widgets, "b"))
+	require.NoError(t, err)
 	cm, err = cs.CoreV1().ConfigMaps("default").Get(ctx, "settings", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, "b", cm.Data["mode"])
@@ -188,7 +190,7 @@ func TestApplyMultiDocumentWithCRDAndCustomResource(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, d.Spec.Template.Spec.NodeSelector, "apply sets what the manifest says: the pin is gone without the mutator")
 
-	err = kube.Apply(ctx, cfg, []byte("apiVersion: nowhere.meshchaos.io/v1\nkind: Gadget\nmetadata: {name: g}\n"))
+	_, err = kube.Apply(ctx, cfg, []byte("apiVersion: nowhere.meshchaos.io/v1\nkind: Gadget\nmetadata: {name: g}\n"))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "apply Gadget g: the API server does not serve nowhere.meshchaos.io/v1, Kind=Gadget")
 }
@@ -197,17 +199,21 @@ func TestInstallCRDs(t *testing.T) {
 	cfg, _ := server(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	require.NoError(t, kube.InstallCRDs(ctx, cfg, cpmanifests.CRDs))
-	require.NoError(t, kube.InstallCRDs(ctx, cfg, cpmanifests.CRDs), "installing again is fine")
+	_, err := kube.InstallCRDs(ctx, cfg, cpmanifests.CRDs, kube.Owned("run1"))
+	require.NoError(t, err)
+	rep, err := kube.InstallCRDs(ctx, cfg, cpmanifests.CRDs, kube.Owned("run1"))
+	require.NoError(t, err, "installing again is fine")
+	assert.Empty(t, rep.Kept, "the run's own CRDs are updated, not kept")
 	// Established: a ServiceEntry can be created at once.
-	require.NoError(t, kube.Apply(ctx, cfg, []byte(`
+	_, err = kube.Apply(ctx, cfg, []byte(`
 apiVersion: networking.istio.io/v1
 kind: ServiceEntry
 metadata: {name: se, namespace: default}
 spec: {hosts: [a.mesh.test], ports: [{number: 80, name: http, protocol: HTTP}], resolution: STATIC}
-`)))
+`))
+	require.NoError(t, err)
 
-	err := kube.InstallCRDs(ctx, cfg, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"))
+	_, err = kube.InstallCRDs(ctx, cfg, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "ConfigMap x is not a CustomResourceDefinition")
 }
@@ -382,4 +388,155 @@ func TestWaitNodesReady(t *testing.T) {
 	require.Error(t, err)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Contains(t, err.Error(), "1 of 2 node(s) ready after 1s (2 registered; not ready: n2 NotReady (KubeletNotReady: container runtime network not ready))")
+}
+
+// The cluster's own objects, as a staging cluster has them: a CRD of another version (it serves
+// v1 only, where the run's copy serves v1 and v2) and a ClusterRole of the same name as one in
+// the run's manifests.
+const stagingObjects = `
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gizmos.staging.meshchaos.io, labels: {release: staging-1.22}}
+spec:
+  group: staging.meshchaos.io
+  scope: Namespaced
+  names: {plural: gizmos, singular: gizmo, kind: Gizmo}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: mesh-reader}
+rules: [{apiGroups: [""], resources: [pods], verbs: [get]}]
+`
+
+// runObjects are a run's manifests: its copies of the cluster's CRD and ClusterRole, and a
+// ClusterRole and a ConfigMap of its own.
+const runObjects = `
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gizmos.staging.meshchaos.io}
+spec:
+  group: staging.meshchaos.io
+  scope: Namespaced
+  names: {plural: gizmos, singular: gizmo, kind: Gizmo}
+  versions:
+  - name: v1
+    served: true
+    storage: false
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+  - name: v2
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: mesh-reader}
+rules: [{apiGroups: ["*"], resources: ["*"], verbs: ["*"]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: run-reader}
+rules: [{apiGroups: [""], resources: [%s], verbs: [get]}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: run-settings, namespace: default}
+data: {mode: a}
+`
+
+// On a cluster that is someone's staging mesh, a run creates what is absent, changes only what
+// it created, leaves the cluster's own cluster-scoped objects exactly as they were (same
+// resourceVersion) and says how their CRD differs; another run does not change the first's
+// cluster-scoped objects (namespaced ones live in namespaces each run claims); Delete and DeleteOwned remove the run's objects and nothing else.
+func TestApplyChangesOnlyWhatTheRunCreated(t *testing.T) {
+	cfg, cs := server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := kube.Apply(ctx, cfg, []byte(stagingObjects))
+	require.NoError(t, err)
+	crds := dynamic.NewForConfigOrDie(cfg).Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	crdBefore, err := crds.Get(ctx, "gizmos.staging.meshchaos.io", metav1.GetOptions{})
+	require.NoError(t, err)
+	roleBefore, err := cs.RbacV1().ClusterRoles().Get(ctx, "mesh-reader", metav1.GetOptions{})
+	require.NoError(t, err)
+
+	rep, err := kube.Apply(ctx, cfg, fmt.Appendf(nil, runObjects, "pods"), kube.Owned("run1"))
+	require.NoError(t, err)
+	require.Len(t, rep.Kept, 2, "%q", rep.Kept)
+	assert.Contains(t, rep.Kept[0], "CustomResourceDefinition gizmos.staging.meshchaos.io: the cluster's own, kept as it is (version mismatch: it serves v1, this run's copy v1, v2; objects of version v2 will be refused)")
+	assert.Contains(t, rep.Kept[1], "ClusterRole mesh-reader: the cluster's own, kept as it is")
+	crdAfter, err := crds.Get(ctx, "gizmos.staging.meshchaos.io", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, crdBefore.GetResourceVersion(), crdAfter.GetResourceVersion(), "the cluster's CRD is not written")
+	roleAfter, err := cs.RbacV1().ClusterRoles().Get(ctx, "mesh-reader", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, roleBefore.ResourceVersion, roleAfter.ResourceVersion, "the cluster's ClusterRole is not written")
+	assert.Equal(t, []string{"get"}, roleAfter.Rules[0].Verbs)
+
+	mine, err := cs.RbacV1().ClusterRoles().Get(ctx, "run-reader", metav1.GetOptions{})
+	require.NoError(t, err, "what is absent is created")
+	assert.Equal(t, "run1", mine.Labels[kube.OwnerLabel])
+
+	// The run's own object is updated by the run, not by another one.
+	_, err = kube.Apply(ctx, cfg, fmt.Appendf(nil, runObjects, "services"), kube.Owned("run1"))
+	require.NoError(t, err)
+	mine, err = cs.RbacV1().ClusterRoles().Get(ctx, "run-reader", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"services"}, mine.Rules[0].Resources)
+	rep, err = kube.Apply(ctx, cfg, []byte(`
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: run-reader}
+rules: [{apiGroups: [""], resources: [secrets], verbs: [get]}]
+`), kube.Owned("run2"))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"ClusterRole run-reader: the cluster's own, kept as it is"}, rep.Kept, "run2 keeps run1's ClusterRole")
+	mine, err = cs.RbacV1().ClusterRoles().Get(ctx, "run-reader", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"services"}, mine.Rules[0].Resources)
+
+	// Delete as another run deletes nothing of run1's; as run1, its own objects only.
+	require.NoError(t, kube.Delete(ctx, cfg, fmt.Appendf(nil, runObjects, "pods"), "run3"))
+	_, err = cs.RbacV1().ClusterRoles().Get(ctx, "run-reader", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NoError(t, kube.Delete(ctx, cfg, fmt.Appendf(nil, runObjects, "pods"), "run1"))
+	_, err = cs.RbacV1().ClusterRoles().Get(ctx, "run-reader", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "the run's ClusterRole is deleted: %v", err)
+	_, err = cs.CoreV1().ConfigMaps("default").Get(ctx, "run-settings", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "the run's ConfigMap is deleted: %v", err)
+	crdAfter, err = crds.Get(ctx, "gizmos.staging.meshchaos.io", metav1.GetOptions{})
+	require.NoError(t, err, "the cluster's CRD stays")
+	assert.Equal(t, crdBefore.GetResourceVersion(), crdAfter.GetResourceVersion())
+	_, err = cs.RbacV1().ClusterRoles().Get(ctx, "mesh-reader", metav1.GetOptions{})
+	require.NoError(t, err, "the cluster's ClusterRole stays")
+
+	// DeleteOwned finds the run's cluster-scoped objects of any kind by their label.
+	_, err = kube.Apply(ctx, cfg, []byte(`
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: run-binding}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: mesh-reader}
+subjects: [{kind: ServiceAccount, name: default, namespace: default}]
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: run-priority}
+value: 1000
+`), kube.Owned("run4"))
+	require.NoError(t, err)
+	deleted, err := kube.DeleteOwned(ctx, cfg, "run4")
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"ClusterRoleBinding run-binding", "PriorityClass run-priority"}, deleted)
+	_, err = cs.SchedulingV1().PriorityClasses().Get(ctx, "run-priority", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "%v", err)
+	_, err = cs.RbacV1().ClusterRoles().Get(ctx, "mesh-reader", metav1.GetOptions{})
+	require.NoError(t, err, "DeleteOwned leaves what the run did not label")
 }

@@ -66,7 +66,7 @@ func benchApply(b *testing.B, crdYAML []byte) {
 	s := apiserver.StartForTest(b)
 	cfg := s.RESTConfig()
 	ctx := context.Background()
-	if err := kube.InstallCRDs(ctx, cfg, crdYAML); err != nil {
+	if _, err := kube.InstallCRDs(ctx, cfg, crdYAML); err != nil {
 		b.Fatalf("install CRDs: %v", err)
 	}
 	kc, err := kubernetes.NewForConfig(cfg)

@@ -53,10 +53,15 @@ type Spec struct {
 type ADSLoad struct {
 	Clients int
 	Node    int
-	// Track makes every client record its receipts of the clusters whose names contain it
-	// (adsload --track), for convergence measured at the proxies.
-	Track string
+	// TrackService makes every client record its receipts of the cluster of this Service of
+	// the mesh's namespace (adsload --track with Istio's cluster name, outbound|PORT||HOST),
+	// for convergence measured at the proxies.
+	TrackService string
 }
+
+// serviceCluster is the part of Istio's cluster names (outbound|PORT||HOST) that names Service
+// svc of namespace ns on any port.
+func serviceCluster(svc, ns string) string { return "||" + svc + "." + ns + ".svc." }
 
 // Backend is a Deployment of echo servers.
 type Backend struct {
@@ -101,6 +106,24 @@ type Mesh struct {
 	// Namespace holds the mesh's workloads and generated config: "default" on a cluster of the
 	// run's own, a namespace the run creates on a shared one (cluster.Shared).
 	Namespace string
+	// logf reports progress (the run's recorder).
+	logf func(format string, args ...any)
+	// crds is set once the mesh installed the Istio CRDs.
+	crds bool
+}
+
+// installCRDs installs the Istio CRDs as the run's own; a cluster that has them keeps its own
+// (kube.Apply), and the log says how they differ.
+func (m *Mesh) installCRDs(ctx context.Context) error {
+	if m.crds {
+		return nil
+	}
+	rep, err := kube.InstallCRDs(ctx, m.Cluster.RESTConfig(), crds(), kube.Owned(m.Cluster.Name()))
+	for _, k := range rep.Kept {
+		m.logf("%s", k)
+	}
+	m.crds = err == nil
+	return err
 }
 
 // Workloads is the workload substrate the mesh deploys with (images, pull policy, data plane),
@@ -159,7 +182,7 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 	if err != nil {
 		return nil, fmt.Errorf("bring the cluster up: %w", err)
 	}
-	m := &Mesh{Spec: spec, Cluster: c, BackendIPs: map[string][]string{}, Namespace: ns}
+	m := &Mesh{Spec: spec, Cluster: c, BackendIPs: map[string][]string{}, Namespace: ns, logf: rec.Logf}
 	rec.Event("cluster.up", name, fmt.Sprintf("%d node(s)", spec.Nodes))
 	if m.Client, err = kubernetes.NewForConfig(c.RESTConfig()); err != nil {
 		return m, err
@@ -179,7 +202,7 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 		}
 	}
 	if se := spec.ServiceEntries; se.Count > 0 {
-		if err := kube.InstallCRDs(ctx, c.RESTConfig(), crds()); err != nil {
+		if err := m.installCRDs(ctx); err != nil {
 			return m, err
 		}
 		if se.Namespace == "" {
@@ -214,7 +237,11 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 	}
 	if a := spec.ADSLoad; a.Clients > 0 {
 		const port = 8080
-		if err := m.deploy(ctx, "adsload", wlmanifests.Values{Substrate: wl, Namespace: ns, Clients: a.Clients, Track: a.Track, Port: port,
+		track := ""
+		if a.TrackService != "" {
+			track = serviceCluster(a.TrackService, ns)
+		}
+		if err := m.deploy(ctx, "adsload", wlmanifests.Values{Substrate: wl, Namespace: ns, Clients: a.Clients, Track: track, Port: port,
 			XDSAddress: spec.ControlPlane.XDSAddress()}, a.Node); err != nil {
 			return m, fmt.Errorf("deploy adsload: %w", err)
 		}
@@ -264,11 +291,11 @@ func (m *Mesh) deploy(ctx context.Context, manifest string, v wlmanifests.Values
 	if err != nil {
 		return err
 	}
-	var muts []kube.Mutator
+	muts := []kube.Mutator{kube.Owned(m.Cluster.Name())}
 	if node > 0 {
 		muts = append(muts, kube.PinToNode(cluster.NodeLabel, fmt.Sprint(node)))
 	}
-	if err := kube.Apply(ctx, m.Cluster.RESTConfig(), y, muts...); err != nil {
+	if _, err := kube.Apply(ctx, m.Cluster.RESTConfig(), y, muts...); err != nil {
 		return err
 	}
 	name := v.Name

@@ -47,6 +47,7 @@ func TestServiceEntriesExpectTheirEndpoints(t *testing.T) {
 		assert.Equal(t, "default", se.Namespace)
 		require.Equal(t, []string{Host(i)}, se.Spec.Hosts)
 		require.Len(t, se.Spec.Endpoints, 2)
+		assert.Equal(t, []string{"."}, se.Spec.ExportTo, "a run's entries stay in its namespace")
 		assert.Equal(t, map[string]string{"app": "echo"}, se.Spec.Endpoints[0].Labels)
 		// The oracle: the endpoint addresses at the target port.
 		assert.Equal(t, []string{"10.244.1.2:8080", "10.244.1.3:8080"}, exp[Host(i)])
@@ -142,4 +143,13 @@ func TestDataPlaneChoice(t *testing.T) {
 	wl, _, err = workloadSubstrate(ctx, h)
 	require.NoError(t, err)
 	assert.Equal(t, wlmanifests.XDSProxy, wl.Proxy, "the host has no example.test/envoy:v1")
+}
+
+// The tracked cluster is the Service's in the mesh's namespace: "default" on a cluster of the
+// run's own, the run's namespace on a shared one (a cluster name naming "default" there tracks
+// nothing, and the convergence measurement never starts).
+func TestServiceCluster(t *testing.T) {
+	assert.Equal(t, "||flap.default.svc.", serviceCluster("flap", "default"))
+	assert.Equal(t, "||flap.meshchaos-workloads.svc.", serviceCluster("flap", "meshchaos-workloads"))
+	assert.Contains(t, "outbound|80||flap.meshchaos-workloads.svc.cluster.local", serviceCluster("flap", "meshchaos-workloads"))
 }

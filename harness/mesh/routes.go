@@ -13,8 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-
-	"github.com/meshchaos/meshchaos/harness/kube"
 )
 
 // The mesh's gateway routes are Istio objects, for every control plane: istiod builds a
@@ -98,7 +96,7 @@ func routeHosts(ctx context.Context, cfg *rest.Config, ns string, hosts ...strin
 // first: a mesh without ServiceEntries has not installed them).
 func (m *Mesh) createRoutes(ctx context.Context) error {
 	cfg := m.Cluster.RESTConfig()
-	if err := kube.InstallCRDs(ctx, cfg, crds()); err != nil {
+	if err := m.installCRDs(ctx); err != nil {
 		return err
 	}
 	if err := createGateway(ctx, cfg, m.Namespace); err != nil {

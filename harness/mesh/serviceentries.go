@@ -120,6 +120,9 @@ func (g ServiceEntries) Objects(addrs []string) ([]*networkingv1.ServiceEntry, E
 				Resolution: apinet.ServiceEntry_STATIC,
 				Ports:      []*apinet.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP", TargetPort: 8080}},
 				Endpoints:  eps,
+				// Visible in its own namespace only: on a shared cluster an installed istiod
+				// must not push a run's entries to the rest of the mesh.
+				ExportTo: []string{"."},
 			},
 		})
 		exp[g.HostOf(i)] = want

@@ -66,7 +66,8 @@ func (w SelectedWorkloads) Create(ctx context.Context, cfg *rest.Config, exp Exp
 	se := &networkingv1.ServiceEntry{ObjectMeta: metav1.ObjectMeta{Name: w.Name, Namespace: w.namespace()}, Spec: apinet.ServiceEntry{
 		Hosts: []string{w.Host()}, Location: apinet.ServiceEntry_MESH_INTERNAL, Resolution: apinet.ServiceEntry_STATIC,
 		Ports:            []*apinet.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP"}},
-		WorkloadSelector: &apinet.WorkloadSelector{Labels: map[string]string{"app": w.Name}}}}
+		WorkloadSelector: &apinet.WorkloadSelector{Labels: map[string]string{"app": w.Name}},
+		ExportTo:         []string{"."}}} // the run's namespace only, as every entry of a run
 	if _, err := ic.NetworkingV1().ServiceEntries(w.namespace()).Create(ctx, se, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create ServiceEntry %s: %w", w.Name, err)
 	}

@@ -39,7 +39,8 @@ type Client struct {
 	// Addr is the control plane's xDS address; Dial reaches it (e.g. into a network namespace).
 	Addr string
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	// NodeID is the node's id; default an Istio-style sidecar id.
+	// NodeID is the node's id; default SidecarID("default"). Istio takes the proxy's namespace
+	// from it, and exports a ServiceEntry with exportTo "." to its own namespace only.
 	NodeID string
 
 	mu      sync.Mutex
@@ -96,7 +97,7 @@ func (c *Client) session(ctx context.Context) error {
 	}
 	id := c.NodeID
 	if id == "" {
-		id = "sidecar~10.255.0.1~oracle.default~default.svc.cluster.local"
+		id = SidecarID("default")
 	}
 	node := &corev3.Node{Id: id, Cluster: "oracle"}
 	// Requests go out from their own goroutine: sent from this loop, a large EDS subscription
@@ -253,4 +254,9 @@ func equalStrings(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// SidecarID is an Istio-style sidecar node id of a proxy in namespace ns.
+func SidecarID(ns string) string {
+	return fmt.Sprintf("sidecar~10.255.0.1~oracle.%s~%s.svc.cluster.local", ns, ns)
 }

@@ -322,7 +322,7 @@ func (e *External) Deploy(ctx context.Context, c cluster.Cluster, p Placement) e
 		y = append(append(priorityClassYAML(p.PriorityClass), "---\n"...), y...)
 	}
 	e.applied = y
-	if err := kube.Apply(ctx, c.RESTConfig(), y, place); err != nil {
+	if err := apply(ctx, c, p, y, place); err != nil {
 		return fmt.Errorf("deploy %s: %w", e.file, err)
 	}
 	cs, err := kubernetes.NewForConfig(c.RESTConfig())
@@ -375,7 +375,7 @@ func (e *External) Remove(ctx context.Context, c cluster.Cluster) error {
 	if e.d.Remove == "keep" || e.applied == nil {
 		return nil
 	}
-	return kube.Delete(ctx, c.RESTConfig(), e.applied)
+	return kube.Delete(ctx, c.RESTConfig(), e.applied, c.Name())
 }
 
 // Namespace implements ControlPlane.

@@ -1,6 +1,7 @@
 package subject
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 
@@ -147,4 +148,21 @@ func stringMap(m map[string]string) map[string]any {
 		out[k] = v
 	}
 	return out
+}
+
+// apply applies y to c as the run's own (kube.Owned: on a shared cluster the run changes only
+// what it created) and reports what it found there and kept as it was.
+func apply(ctx context.Context, c cluster.Cluster, p Placement, y []byte, muts ...kube.Mutator) error {
+	rep, err := kube.Apply(ctx, c.RESTConfig(), y, append([]kube.Mutator{kube.Owned(c.Name())}, muts...)...)
+	logKept(p, rep)
+	return err
+}
+
+// logKept reports the cluster's own objects an apply used as they were.
+func logKept(p Placement, rep kube.Report) {
+	for _, k := range rep.Kept {
+		if p.Logf != nil {
+			p.Logf("%s", k)
+		}
+	}
 }

@@ -66,7 +66,9 @@ func (r *Reference) gated() bool {
 // Deploy implements ControlPlane: CRDs, then the control plane pinned and limited as asked.
 func (r *Reference) Deploy(ctx context.Context, c cluster.Cluster, p Placement) error {
 	cfg := c.RESTConfig()
-	if err := kube.InstallCRDs(ctx, cfg, cpmanifests.CRDs); err != nil {
+	rep, err := kube.InstallCRDs(ctx, cfg, cpmanifests.CRDs, kube.Owned(c.Name()))
+	logKept(p, rep)
+	if err != nil {
 		return fmt.Errorf("install the Istio CRDs: %w", err)
 	}
 	y, err := cpmanifests.ControlPlane(cpmanifests.Params{Namespace: r.ns, SyncGate: r.gated(), Regress: r.switches, MemoryLimit: p.MemoryLimit})
@@ -85,7 +87,7 @@ func (r *Reference) Deploy(ctx context.Context, c cluster.Cluster, p Placement) 
 	if p.PriorityClass != "" {
 		y = append(append(priorityClassYAML(p.PriorityClass), "---\n"...), y...)
 	}
-	if err := kube.Apply(ctx, cfg, y, muts...); err != nil {
+	if err := apply(ctx, c, p, y, muts...); err != nil {
 		return fmt.Errorf("deploy the reference control plane: %w", err)
 	}
 	cs, err := kubernetes.NewForConfig(cfg)

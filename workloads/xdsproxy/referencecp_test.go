@@ -63,7 +63,8 @@ func serviceEntry(name, host string, port uint32, backends ...uint32) *networkin
 func meshAPI(t *testing.T) (*rest.Config, *istioclient.Clientset) {
 	ctx := context.Background()
 	cfg := apiserver.StartForTest(t).RESTConfig()
-	require.NoError(t, kube.InstallCRDs(ctx, cfg, cpmanifests.CRDs))
+	_, err := kube.InstallCRDs(ctx, cfg, cpmanifests.CRDs)
+	require.NoError(t, err)
 	kc, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
 	_, err = kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mesh"}}, metav1.CreateOptions{})

@@ -48,7 +48,8 @@ func TestControlPlaneCommandServes(t *testing.T) {
 	s := apiserver.StartForTest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	require.NoError(t, kube.InstallCRDs(ctx, s.RESTConfig(), manifests.CRDs))
+	_, err := kube.InstallCRDs(ctx, s.RESTConfig(), manifests.CRDs)
+	require.NoError(t, err)
 
 	runCtx, stop := context.WithCancel(ctx)
 	pr, pw := io.Pipe()

@@ -5,10 +5,15 @@
 //     WorkloadNamespace instead of "default", and AgentNamespace), labelled with the run's name,
 //     and deletes them in Down. It refuses to start when any of them exists already, saying whose
 //     it is. It never writes to another namespace. Cluster-scoped objects the control plane under
-//     test needs (its CRDs, ClusterRoles, webhook configurations) are applied as on any substrate.
+//     test needs (its CRDs, ClusterRoles, webhook configurations) are created when absent,
+//     labelled with the run's name, and otherwise used as the cluster has them (kube.Apply: a
+//     CRD of another version is reported, never overwritten); Down deletes the cluster-scoped
+//     objects that carry the run's label and nothing else.
 //   - Nodes: node k is the node labelled meshchaos.io/node=k when the cluster's owner labelled
-//     nodes 1..N (discovered, left as they are); with no such labels the first N Ready,
-//     schedulable, untainted nodes by name are labelled for the run and unlabelled in Down.
+//     nodes 1..N (discovered, left as they are). A run with node access needs those labels: its
+//     faults land only on nodes the owner chose. Without node access and labels, the first N
+//     Ready, schedulable, untainted nodes by name are labelled for the run's pods and
+//     unlabelled in Down.
 //   - Images: nothing is pulled or loaded; every node must already hold the meshchaos images
 //     (meshchaos.local/NAME:dev, imagePullPolicy Never). Up checks the nodes' image lists and
 //     names what is missing.
@@ -46,6 +51,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/cgroup"
 	"github.com/meshchaos/meshchaos/harness/cluster"
 	"github.com/meshchaos/meshchaos/harness/cluster/existing/agent"
+	"github.com/meshchaos/meshchaos/harness/kube"
 	imgs "github.com/meshchaos/meshchaos/images"
 )
 
@@ -56,7 +62,7 @@ const (
 	AgentNamespace = "meshchaos-agent"
 	// RunLabel marks a namespace (value: the run's cluster name) as created by a meshchaos run;
 	// on a node, LabelledByAnnotation says which run set its cluster.NodeLabel.
-	RunLabel             = "meshchaos.io/run"
+	RunLabel             = kube.OwnerLabel
 	LabelledByAnnotation = "meshchaos.io/labelled-by"
 
 	agentName   = "meshchaos-agent"
@@ -131,7 +137,7 @@ func (p Provider) Up(ctx context.Context, s cluster.Spec) (cluster.Cluster, erro
 		return nil, err
 	}
 	if _, err := client.Discovery().ServerVersion(); err != nil {
-		return nil, fmt.Errorf("reach the cluster of %s: %w", p.Kubeconfig, err)
+		return nil, fmt.Errorf("reach the cluster at %s (kubeconfig %q, context %q): %w", cfg.Host, p.Kubeconfig, p.Context, err)
 	}
 	c := &existingCluster{name: s.Name, cfg: cfg, client: client, allow: p.AllowNodeChaos, logf: logf,
 		exec: podExec{cfg: cfg, client: client, namespace: AgentNamespace, container: "agent"}, sessions: map[string]*session{}}
@@ -220,6 +226,11 @@ func (c *existingCluster) checkFree(ctx context.Context, ns string) error {
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
+	if c.allow {
+		c.logf("node-level effects: a privileged agent (host PID and network, cgroup writes) on %s; the experiment's node faults (kube-proxy and node CPU limits, pods' cgroups) land on these nodes only and are undone at the end", strings.Join(c.nodes, ", "))
+	} else {
+		c.logf("node-level effects: none (no --allow-node-chaos): the run's pods on %s only", strings.Join(c.nodes, ", "))
+	}
 	if err != nil {
 		return fmt.Errorf("namespace %s: %w", ns, err)
 	}
@@ -255,8 +266,8 @@ func (c *existingCluster) claim(ctx context.Context, ns string) error {
 	return nil
 }
 
-// mapNodes decides node k: nodes labelled 1..N by the cluster's owner, else the first N usable
-// nodes by name (labelled in labelNodes).
+// mapNodes decides node k: nodes labelled 1..N by the cluster's owner, else (for a run without
+// node access only) the first N usable nodes by name (labelled in labelNodes).
 func (c *existingCluster) mapNodes(ctx context.Context, n int) error {
 	list, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -304,6 +315,11 @@ func (c *existingCluster) mapNodes(ctx context.Context, n int) error {
 
 func nodeReady(n *corev1.Node) bool {
 	for _, cond := range n.Status.Conditions {
+	if c.allow {
+		// Node faults (throttled kube-proxy, node CPU budgets, pods' cgroups) change what the
+		// node's other tenants get: they land only on nodes the cluster's owner chose.
+		return fmt.Errorf("node faults land only on nodes you choose and no node carries %s: label %d node(s) %s=1..%d ('kubectl label node NODE %s=1'), or run without --allow-node-chaos (meshchaos then picks nodes for its pods alone)", cluster.NodeLabel, n, cluster.NodeLabel, n, cluster.NodeLabel)
+	}
 		if cond.Type == corev1.NodeReady {
 			return cond.Status == corev1.ConditionTrue
 		}
@@ -607,8 +623,9 @@ func (c *existingCluster) LoadImageArchive(context.Context, string) error {
 	return errors.New("the existing substrate does not load images: import them into each node's containerd ('ctr -n k8s.io images import FILE')")
 }
 
-// Down implements cluster.Cluster: it deletes the namespaces the run created (the agent with
-// them) and waits until they are gone, and removes the node labels it set. Safe to call twice.
+// Down implements cluster.Cluster: it deletes the cluster-scoped objects the run created
+// (webhook configurations first), then the namespaces the run created (the agent with them)
+// and waits until they are gone, and removes the node labels it set. Safe to call twice.
 func (c *existingCluster) Down(ctx context.Context) error {
 	c.mu.Lock()
 	c.down = true
@@ -639,6 +656,13 @@ func (c *existingCluster) Down(ctx context.Context) error {
 	for _, ns := range c.namespaces {
 		for {
 			_, err := c.client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	deleted, err := kube.DeleteOwned(ctx, c.cfg, c.name)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("delete the run's cluster-scoped objects: %w", err))
+	}
+	if len(deleted) > 0 && c.logf != nil {
+		c.logf("deleted the run's cluster-scoped objects: %s", strings.Join(deleted, ", "))
+	}
 			if apierrors.IsNotFound(err) {
 				break
 			}
