@@ -206,3 +206,22 @@ func TestComparisonRendering(t *testing.T) {
 	assert.Equal(t, stats.Effect{Abs: 2, Rel: 0.25}, ew.Min)
 	assert.Equal(t, []float64{10}, ew.Candidate)
 }
+
+// TestWriteComparisonFiles: comparison.json and comparison.md are written through a temporary
+// file and a rename (none is left behind), readable by all (0644), and ComparisonIn finds them.
+func TestWriteComparisonFiles(t *testing.T) {
+	c := compare(t, []*Summary{sample()}, []*Summary{sample()})
+	dir := t.TempDir()
+	assert.Empty(t, ComparisonIn(dir))
+	require.NoError(t, WriteComparison(dir, c))
+	require.NoError(t, WriteComparison(dir, c), "WriteComparison itself replaces: the CLI decides whether it may")
+	assert.Equal(t, []string{ComparisonJSONFile, ComparisonMarkdownFile}, ComparisonIn(dir))
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 2, "no temporary file left")
+	for _, e := range entries {
+		info, err := e.Info()
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o644), info.Mode().Perm(), e.Name())
+	}
+}

@@ -193,7 +193,9 @@ func (c *Comparison) WriteMarkdown(w io.Writer) error {
 	return err
 }
 
-// WriteComparison writes comparison.json and comparison.md into dir.
+// WriteComparison writes comparison.json and comparison.md into dir, each atomically (a
+// temporary file in dir renamed over it, mode 0644). It replaces an earlier comparison there:
+// callers that must not check with ComparisonIn first.
 func WriteComparison(dir string, c *Comparison) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("write comparison: %w", err)
@@ -202,15 +204,26 @@ func WriteComparison(dir string, c *Comparison) error {
 	if err != nil {
 		return fmt.Errorf("write comparison: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, ComparisonJSONFile), append(js, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write comparison: %w", err)
-	}
 	var md bytes.Buffer
 	if err := c.WriteMarkdown(&md); err != nil {
-		return err
+		return fmt.Errorf("write comparison: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, ComparisonMarkdownFile), md.Bytes(), 0o644); err != nil {
+	if err := WriteFileAtomic(filepath.Join(dir, ComparisonJSONFile), append(js, '\n')); err != nil {
+		return fmt.Errorf("write comparison: %w", err)
+	}
+	if err := WriteFileAtomic(filepath.Join(dir, ComparisonMarkdownFile), md.Bytes()); err != nil {
 		return fmt.Errorf("write comparison: %w", err)
 	}
 	return nil
+}
+
+// ComparisonIn names the comparison files (comparison.json, comparison.md) dir already holds.
+func ComparisonIn(dir string) []string {
+	var found []string
+	for _, f := range []string{ComparisonJSONFile, ComparisonMarkdownFile} {
+		if _, err := os.Lstat(filepath.Join(dir, f)); err == nil {
+			found = append(found, f)
+		}
+	}
+	return found
 }

@@ -196,12 +196,12 @@ type ControlPlaneStats struct {
 	// ChaosPushTime, ChaosCPUSeconds and ChaosPeakHeapBytes are the same figures over the chaos
 	// phase alone: what the faults cost, without the initial connection of every proxy (which
 	// dominates the whole-run figures with large fleets).
-	ChaosPushTime      *Histogram `json:"chaosPushTime,omitempty"`
+	ChaosPushTime *Histogram `json:"chaosPushTime,omitempty"`
 	// ChaosPushes are the pushes over the chaos phase alone (istiod counts a full push per
 	// proxy, and proxies that finish connecting after setup add to the whole run's).
-	ChaosPushes *Pushes `json:"chaosPushes,omitempty"`
-	ChaosCPUSeconds    *float64   `json:"chaosCpuSeconds,omitempty"`
-	ChaosPeakHeapBytes *int64     `json:"chaosPeakHeapBytes,omitempty"`
+	ChaosPushes        *Pushes  `json:"chaosPushes,omitempty"`
+	ChaosCPUSeconds    *float64 `json:"chaosCpuSeconds,omitempty"`
+	ChaosPeakHeapBytes *int64   `json:"chaosPeakHeapBytes,omitempty"`
 	// CPUSeconds is the CPU time the control plane used over the run (its process counter);
 	// absent when not scraped.
 	CPUSeconds *float64 `json:"cpuSeconds,omitempty"`
@@ -571,8 +571,9 @@ func Decode(name string, b []byte) (*Summary, error) {
 	return &s, nil
 }
 
-// WriteFileAtomic writes b to path through a temporary file and a rename, so readers (and a
-// crash) see either the old or the new file, never half of one.
+// WriteFileAtomic writes b to path through a temporary file in path's directory and a rename,
+// so readers (and a crash) see either the old or the new file, never half of one. The file has
+// mode 0644, as the run's other files.
 func WriteFileAtomic(path string, b []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
@@ -582,6 +583,11 @@ func WriteFileAtomic(path string, b []byte) error {
 		return err
 	}
 	defer os.Remove(tmp.Name())
+	// CreateTemp makes it 0600: a report only its writer can read would be no report.
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
 	if _, err := tmp.Write(b); err != nil {
 		tmp.Close()
 		return err

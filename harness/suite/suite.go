@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -66,6 +67,10 @@ func (s Suite) Validate() error {
 	if s.Name == "" {
 		return errors.New("suite has no name")
 	}
+	if !validName.MatchString(s.Name) {
+		// The name becomes a file name: the history's NAME.jsonl, the default output directory.
+		return fmt.Errorf("suite name %q: want letters, digits, '.', '_' and '-', starting with a letter or digit, at most 64 characters (it names files: NAME.jsonl under --history)", s.Name)
+	}
 	if len(s.Entries) == 0 {
 		return fmt.Errorf("suite %s has no entries", s.Name)
 	}
@@ -87,6 +92,9 @@ func (s Suite) Validate() error {
 	}
 	return nil
 }
+
+// validName is a suite name that is safe as a file name on its own: no path separator, no "..".
+var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 var builtins = map[string]Suite{}
 

@@ -3,6 +3,7 @@ package suite
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -41,4 +42,26 @@ entries:
 	}
 	_, err = Load(filepath.Join(dir, "absent.yaml"))
 	assert.ErrorContains(t, err, "neither a built-in")
+}
+
+// TestLoadRefusesUnsafeNames: a suite's name becomes a file name (NAME.jsonl under --history, the
+// default output directory): a path, "..", or anything but a plain name is refused.
+func TestLoadRefusesUnsafeNames(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"../evil", "a/b", "/tmp/evil", "..", ".", ".hidden", "a\\b", "with space", "-flag", "\"a\\u0000b\"", strings.Repeat("x", 65)} {
+		f := filepath.Join(dir, "s.yaml")
+		require.NoError(t, os.WriteFile(f, []byte("name: "+name+"\nentries:\n- experiment: a\n"), 0o644))
+		_, err := Load(f)
+		assert.ErrorContains(t, err, "suite name", name)
+		assert.ErrorContains(t, err, "want letters, digits", name)
+	}
+	for _, name := range []string{"tiny", "pre-upgrade", "honesty-ci", "v1.2_nightly", strings.Repeat("x", 64)} {
+		f := filepath.Join(dir, "s.yaml")
+		require.NoError(t, os.WriteFile(f, []byte("name: "+name+"\nentries:\n- experiment: a\n"), 0o644))
+		_, err := Load(f)
+		assert.NoError(t, err, name)
+	}
+	for _, s := range Builtins() {
+		assert.NoError(t, s.Validate(), s.Name)
+	}
 }

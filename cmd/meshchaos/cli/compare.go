@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -50,6 +51,7 @@ func (f *statsFlags) options(cmd *cobra.Command) (results.CompareOptions, error)
 func newCompareCmd() *cobra.Command {
 	var sf statsFlags
 	var out string
+	var force bool
 	cmd := &cobra.Command{
 		Use:   "compare BASE CAND",
 		Short: "Compare candidate runs with base runs, measure by measure, and fail on a regression",
@@ -72,6 +74,9 @@ experiment on one side only, a run with verdict error).`,
 			if err != nil {
 				return err
 			}
+			if err := checkComparisonOut(out, force, "pass --force to replace it"); err != nil {
+				return err
+			}
 			base, err := loadRuns(args[0])
 			if err != nil {
 				return err
@@ -85,21 +90,43 @@ experiment on one side only, a run with verdict error).`,
 				return Usagef("%v", err)
 			}
 			c.Base, c.Candidate = args[0], args[1]
-			return finishComparison(cmd.OutOrStdout(), c, out)
+			return finishComparison(cmd.OutOrStdout(), c, out, force)
 		},
 	}
 	sf.register(cmd)
-	cmd.Flags().StringVar(&out, "out", "", "also write comparison.md and comparison.json into this directory")
+	cmd.Flags().StringVar(&out, "out", "", "also write comparison.md and comparison.json into this directory (one that holds a comparison is refused without --force)")
+	cmd.Flags().BoolVar(&force, "force", false, "with --out: replace the comparison the directory holds")
 	return cmd
 }
 
-// finishComparison prints the comparison, writes it into dir (when given) and turns it into the
-// exit code: 1 on a regression, 2 when a group could not be compared.
-func finishComparison(w io.Writer, c *results.Comparison, dir string) error {
+// checkComparisonOut refuses, unless force, an output directory that already holds a comparison:
+// it would be overwritten. hint, when given, says how the command replaces it.
+func checkComparisonOut(dir string, force bool, hint string) error {
+	if dir == "" || force {
+		return nil
+	}
+	found := results.ComparisonIn(dir)
+	if len(found) == 0 {
+		return nil
+	}
+	if hint != "" {
+		hint = ", or " + hint
+	}
+	return Usagef("--out %s already holds a comparison (%s): choose another directory or remove it%s", dir, strings.Join(found, ", "), hint)
+}
+
+// finishComparison prints the comparison, writes it into dir (when given; one that holds a
+// comparison only with force) and turns it into the exit code: 1 on a regression, 2 when a group
+// could not be compared.
+func finishComparison(w io.Writer, c *results.Comparison, dir string, force bool) error {
 	if err := c.WriteTable(w); err != nil {
 		return err
 	}
 	if dir != "" {
+		// Again: a long upgrade-check gives another process time to write one.
+		if err := checkComparisonOut(dir, force, ""); err != nil {
+			return err
+		}
 		if err := results.WriteComparison(dir, c); err != nil {
 			return WithExitCode(2, err)
 		}

@@ -66,6 +66,11 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 			if pushThrottle < 1 {
 				return Usagef("--push-throttle must be at least 1 (istiod's default is 100)")
 			}
+			// Checked with or without --webhook-addr: a typo is refused, not kept for later.
+			mode, err := webhook.ParseStartMode(injectMode)
+			if err != nil {
+				return Usagef("--inject-default-mode %q: choose %s, %s or %s", injectMode, webhook.StartNone, webhook.StartHold, webhook.StartNative)
+			}
 			cfg, err := kubeConfig(kubeconfig)
 			if err != nil {
 				return Usagef("%v", err)
@@ -75,9 +80,7 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 				if wh.Sidecar.Image == "" || wh.Sidecar.XDSAddress == "" {
 					return Usagef("--webhook-addr needs --inject-image and --inject-xds-address (what the injected sidecar runs and dials)")
 				}
-				if wh.Sidecar.DefaultMode, err = webhook.ParseStartMode(injectMode); err != nil {
-					return Usagef("--inject-default-mode: %v", err)
-				}
+				wh.Sidecar.DefaultMode = mode
 				whOpts = &wh
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))

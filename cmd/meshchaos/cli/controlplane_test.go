@@ -100,3 +100,19 @@ func TestControlPlaneManifestsRendersWhatReferenceApplies(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, string(manifests.CRDs), string(crds))
 }
+
+// TestControlPlaneRefusesUnknownInjectMode: --inject-default-mode is checked whether or not the
+// webhooks are on, and the error lists the valid modes.
+func TestControlPlaneRefusesUnknownInjectMode(t *testing.T) {
+	for _, args := range [][]string{
+		{"controlplane", "--inject-default-mode", "bogus"},
+		{"controlplane", "--inject-default-mode", "Hold"},
+		{"controlplane", "--inject-default-mode", "", "--kubeconfig", "/nonexistent/kubeconfig"},
+		{"controlplane", "--inject-default-mode", "bogus", "--webhook-addr", "127.0.0.1:0", "--inject-image", "x", "--inject-xds-address", "cp:15010"},
+	} {
+		code, out := run(t, args...)
+		require.Equal(t, 2, code, "%v: %s", args, out)
+		require.Contains(t, out, "--inject-default-mode", "%v", args)
+		require.Contains(t, out, "choose none, hold or native", "%v", args)
+	}
+}

@@ -17,9 +17,26 @@ type existingFlags struct {
 }
 
 func (e *existingFlags) flags(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&e.Kubeconfig, "kubeconfig", "", "--substrate existing: the cluster's kubeconfig")
+	cmd.Flags().StringVar(&e.Kubeconfig, "kubeconfig", "", "--substrate existing: the cluster's kubeconfig (default: $KUBECONFIG, else ~/.kube/config, as kubectl)")
 	cmd.Flags().StringVar(&e.Context, "context", "", "--substrate existing: the kubeconfig context (default: its current one)")
 	cmd.Flags().BoolVar(&e.AllowNodeChaos, "allow-node-chaos", false, "--substrate existing: run the agent with node access (cgroups, kube-proxy, node tools) for the faults that need it")
+}
+
+// check refuses the existing substrate's flags with another substrate: they would be ignored, and
+// a cluster built on this host where the user meant the one the kubeconfig names.
+func (e existingFlags) check(substrate string) error {
+	if substrate == "existing" {
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"kubeconfig", e.Kubeconfig != ""}, {"context", e.Context != ""}, {"allow-node-chaos", e.AllowNodeChaos}} {
+		if f.set {
+			return Usagef("--%s is for --substrate existing: add --substrate existing to run on that cluster, or leave --%s out to run on --substrate %s", f.name, f.name, substrate)
+		}
+	}
+	return nil
 }
 
 // provider checks the kubeconfig before anything starts: an unreadable one is exit 2.

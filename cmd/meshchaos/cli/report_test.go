@@ -134,3 +134,60 @@ func TestCompareBadInput(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, out, "could not be carried out")
 }
+
+// TestCompareKeepsAnEarlierComparison: `compare --out DIR` into a directory that holds a
+// comparison is exit 2 before anything is read or written, and the earlier one is left as it
+// was; --force replaces it. The files are 0644 and no temporary file is left behind.
+func TestCompareKeepsAnEarlierComparison(t *testing.T) {
+	t.Setenv("MESHCHAOS_HOME", t.TempDir())
+	base := runDir(t, "x", 0.010, 0)
+	same := runDir(t, "x", 0.0105, 0)
+	worse := runDir(t, "x", 0.020, 0)
+	out := filepath.Join(t.TempDir(), "cmp")
+	code, msg := run(t, "compare", base, same, "--out", out)
+	require.Equal(t, 0, code, msg)
+	read := func() (string, string) {
+		md, err := os.ReadFile(filepath.Join(out, results.ComparisonMarkdownFile))
+		require.NoError(t, err)
+		js, err := os.ReadFile(filepath.Join(out, results.ComparisonJSONFile))
+		require.NoError(t, err)
+		return string(md), string(js)
+	}
+	md, js := read()
+
+	code, msg = run(t, "compare", base, worse, "--out", out)
+	assert.Equal(t, 2, code, msg)
+	assert.Contains(t, msg, "--out "+out+" already holds a comparison (comparison.json, comparison.md): choose another directory or remove it, or pass --force to replace it")
+	assert.NotContains(t, msg, "REGRESSION", "refused before comparing")
+	md2, js2 := read()
+	assert.Equal(t, md, md2, "the earlier comparison is kept")
+	assert.Equal(t, js, js2)
+
+	// upgrade-check, which writes the same files, refuses such a DIR before its first run.
+	code, msg = run(t, "upgrade-check", "--base", "reference", "--candidate", "reference:ungated", "--out", out)
+	assert.Equal(t, 2, code, msg)
+	assert.Contains(t, msg, "--out "+out+" already holds a comparison")
+	assertNothingStarted(t, os.Getenv("MESHCHAOS_HOME"), false)
+
+	// One of the two files is enough to refuse.
+	require.NoError(t, os.Remove(filepath.Join(out, results.ComparisonJSONFile)))
+	code, msg = run(t, "compare", base, worse, "--out", out)
+	assert.Equal(t, 2, code, msg)
+	assert.Contains(t, msg, "already holds a comparison (comparison.md)")
+
+	code, msg = run(t, "compare", base, worse, "--out", out, "--force")
+	assert.Equal(t, 1, code, msg)
+	md3, _ := read()
+	assert.NotEqual(t, md, md3, "--force replaces it")
+	assert.Contains(t, md3, "REGRESSION")
+	entries, err := os.ReadDir(out)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+		info, err := e.Info()
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o644), info.Mode().Perm(), e.Name())
+	}
+	assert.ElementsMatch(t, []string{results.ComparisonJSONFile, results.ComparisonMarkdownFile}, names, "no temporary file left")
+}

@@ -150,6 +150,9 @@ type prepared struct {
 // prepare checks everything a run needs before anything starts (bad input is exit 2 with a line
 // saying what to do) and claims the run directory.
 func (j job) prepare() (*prepared, error) {
+	if err := j.checkSubstrate(); err != nil {
+		return nil, err
+	}
 	def, ok := experiments.Lookup(j.Experiment)
 	if !ok {
 		return nil, Usagef("unknown experiment %q (see 'meshchaos list')", j.Experiment)
@@ -178,6 +181,17 @@ func (j job) prepare() (*prepared, error) {
 		return nil, WithExitCode(2, err)
 	}
 	return &prepared{job: j, Dir: dir, exp: exp}, nil
+}
+
+// checkSubstrate refuses an unknown --substrate and flags of another substrate than the one
+// chosen; commands that create anything before their first prepare call it first.
+func (j job) checkSubstrate() error {
+	switch j.Substrate {
+	case "local", "kind", "existing":
+	default:
+		return Usagef("--substrate %s: choose local, kind or existing", j.Substrate)
+	}
+	return j.Existing.check(j.Substrate)
 }
 
 // provider checks the substrate's preconditions and returns it.

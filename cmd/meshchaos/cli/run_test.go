@@ -2,9 +2,11 @@ package cli
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 
@@ -154,4 +156,76 @@ func assertNothingStarted(t *testing.T, home string, noRuns bool) {
 	if noRuns {
 		assert.NoDirExists(t, "runs", "no run directory")
 	}
+}
+
+// TestExistingFlagsNeedTheExistingSubstrate: --kubeconfig, --context and --allow-node-chaos
+// belong to --substrate existing; on every command that has them, giving one without it is exit
+// 2 saying to add it, before anything is created (no cluster state, no output directory) —
+// rather than ignored while a cluster is built on this host.
+func TestExistingFlagsNeedTheExistingSubstrate(t *testing.T) {
+	// The arguments each command needs besides the flag under test.
+	needs := map[string][]string{
+		"meshchaos run":           {"run", "cp-oom-restart"},
+		"meshchaos suite":         {"suite", "nightly"},
+		"meshchaos upgrade-check": {"upgrade-check", "--base", "reference", "--candidate", "reference:ungated"},
+	}
+	var found []string
+	for _, c := range NewRoot().Commands() {
+		if c.Flags().Lookup("substrate") != nil && c.Flags().Lookup("kubeconfig") != nil {
+			found = append(found, c.CommandPath())
+		}
+	}
+	require.ElementsMatch(t, found, slices.Collect(maps.Keys(needs)), "every command with the existing substrate's flags is tried here")
+
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\n"), 0o600))
+	for path, args := range needs {
+		for _, flag := range [][]string{{"--kubeconfig", kubeconfig}, {"--context", "staging"}, {"--allow-node-chaos"}} {
+			for _, substrate := range [][]string{nil, {"--substrate", "local"}, {"--substrate", "kind"}} {
+				home := t.TempDir()
+				t.Setenv("MESHCHAOS_HOME", home)
+				out := filepath.Join(t.TempDir(), "out")
+				a := slices.Concat(args, flag, substrate, []string{"--out", out})
+				code, msg := run(t, a...)
+				assert.Equal(t, 2, code, "%s %v: %s", path, a, msg)
+				assert.Contains(t, msg, flag[0]+" is for --substrate existing: add --substrate existing", "%s %v", path, a)
+				assert.NoDirExists(t, out, "%s %v: nothing created", path, a)
+				assertNothingStarted(t, home, false)
+			}
+		}
+	}
+}
+
+// TestExistingSubstrateReadsKUBECONFIG: with --substrate existing and no --kubeconfig, the
+// cluster is the one $KUBECONFIG names, as for kubectl.
+func TestExistingSubstrateReadsKUBECONFIG(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: staging, context: {cluster: c, user: u}}]
+current-context: staging
+`), 0o600))
+	t.Setenv("KUBECONFIG", kc)
+	out := filepath.Join(t.TempDir(), "out")
+
+	// A wrong --context is found in $KUBECONFIG's file, and the error says which file.
+	code, msg := run(t, "run", "cp-oom-restart", "--substrate", "existing", "--context", "nope", "--out", out)
+	assert.Equal(t, 2, code, msg)
+	assert.Contains(t, msg, "$KUBECONFIG "+kc)
+	assert.Contains(t, msg, `"nope"`)
+
+	// A good one gets past the kubeconfig to the next check (node access), still before anything
+	// is created.
+	code, msg = run(t, "run", "cp-oom-restart", "--substrate", "existing", "--out", out)
+	assert.Equal(t, 2, code, msg)
+	assert.Contains(t, msg, "--allow-node-chaos")
+	assert.NotContains(t, msg, "kubeconfig")
+	assert.NoDirExists(t, out)
+
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "absent"))
+	code, msg = run(t, "run", "cp-oom-restart", "--substrate", "existing", "--out", out)
+	assert.Equal(t, 2, code, msg)
+	assert.Contains(t, msg, "names no file that exists: fix $KUBECONFIG or give --kubeconfig FILE")
 }

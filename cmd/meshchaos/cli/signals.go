@@ -12,14 +12,20 @@ import (
 	"github.com/meshchaos/meshchaos/harness/runner"
 )
 
-// interruptible returns a context cancelled by the first SIGINT or SIGTERM, with a
+// interruptSignals end a run, a suite or an upgrade-check the same way — stop, tear down, write
+// what was measured: SIGINT (Ctrl-C), SIGTERM (kill, CI timeouts), SIGHUP (the terminal or SSH
+// session closed) and SIGQUIT (Ctrl-\, whose default would dump goroutines and leave the
+// cluster behind).
+var interruptSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// interruptible returns a context cancelled by the first of interruptSignals, with a
 // runner.Interrupt naming the signal as its cause (the run's summary records it). Later signals
 // do not cut the teardown short — a half-removed cluster is worse than a slow exit — but say so
 // on w. stop releases the signals.
 func interruptible(parent context.Context, w io.Writer, what string) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(parent)
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, interruptSignals...)
 	done := make(chan struct{})
 	go func() {
 		first := true

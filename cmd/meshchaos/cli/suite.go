@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -66,7 +65,7 @@ is appended to DIR/NAME.jsonl and index.html shows each main measure's trend ove
 				printSuites(cmd.ErrOrStderr())
 				return Usagef("%v", err)
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := signal.NotifyContext(cmd.Context(), interruptSignals...)
 			defer stop()
 			return runSuite(ctx, s, j, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
@@ -109,11 +108,9 @@ func planSuite(s suite.Suite, j job, o suiteOpts, out string) ([]plannedRun, err
 		for r := 1; r <= n; r++ {
 			rj := j
 			rj.Experiment, rj.Sets, rj.CP = e.Experiment, sets, cp
-			name := fmt.Sprintf("%02d-%s-%s", i+1, e.Experiment, strings.NewReplacer(":", "-", ",", "+").Replace(cp))
-			if n > 1 {
-				name += fmt.Sprintf("-r%d", r)
+			if rj.Out, err = runDirIn(out, suiteRunName(i, e.Experiment, cp, r, n)); err != nil {
+				return nil, Usagef("suite %s entry %d (%s, %s): %v", s.Name, i+1, e.Experiment, cp, err)
 			}
-			rj.Out = filepath.Join(out, name)
 			p, err := rj.prepare()
 			if err != nil {
 				var ec ExitCoder
@@ -126,6 +123,27 @@ func planSuite(s suite.Suite, j job, o suiteOpts, out string) ([]plannedRun, err
 		}
 	}
 	return runs, nil
+}
+
+// suiteRunName names the run directory of entry i's repeat r of n: the entry's number, its
+// experiment and its control plane (with no path separator: external:../../FILE stays one name).
+func suiteRunName(i int, experiment, cp string, r, n int) string {
+	name := fmt.Sprintf("%02d-%s-%s", i+1, experiment, dirName(cp))
+	if n > 1 {
+		name += fmt.Sprintf("-r%d", r)
+	}
+	return name
+}
+
+// runDirIn is the run directory called name directly inside out; a name that would land
+// elsewhere, or be out itself, is refused.
+func runDirIn(out, name string) (string, error) {
+	dir := filepath.Join(out, name)
+	rel, err := filepath.Rel(out, dir)
+	if err != nil || rel != name || rel == "." || !filepath.IsLocal(rel) || strings.ContainsRune(rel, filepath.Separator) {
+		return "", fmt.Errorf("run directory %q would not be a directory of its own inside %s: rename the entry's experiment or control plane", name, out)
+	}
+	return dir, nil
 }
 
 // claimSuiteDir creates the suite's output directory; one that already holds a suite is
@@ -146,6 +164,9 @@ func claimSuiteDir(out, name string) (string, error) {
 func runSuite(ctx context.Context, s suite.Suite, j job, o suiteOpts, stdout, stderr io.Writer) error {
 	if o.Nights < 2 {
 		return Usagef("--nights %d: at least 2 (a trend needs two nights)", o.Nights)
+	}
+	if err := j.checkSubstrate(); err != nil {
+		return err
 	}
 	var past []results.SuiteResult
 	if o.History != "" {

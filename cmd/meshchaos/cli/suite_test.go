@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -120,4 +121,41 @@ func readSuite(t *testing.T, dir string) *results.SuiteResult {
 	var s results.SuiteResult
 	require.NoError(t, json.Unmarshal(b, &s))
 	return &s
+}
+
+// TestSuiteRefusesUnsafeNames: a suite file whose name is a path (it would put the history's
+// NAME.jsonl outside --history) is exit 2 before anything is created or written.
+func TestSuiteRefusesUnsafeNames(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"../evil", "a/b", "/tmp/evil", ".."} {
+		f := filepath.Join(dir, "s.yaml")
+		require.NoError(t, os.WriteFile(f, []byte("name: "+name+"\nentries:\n- {experiment: endpoint-flap}\n"), 0o644))
+		history := filepath.Join(dir, "history", "h")
+		out := filepath.Join(dir, "out")
+		code, msg := run(t, "suite", f, "--out", out, "--history", history)
+		assert.Equal(t, 2, code, "%s: %s", name, msg)
+		assert.Contains(t, msg, fmt.Sprintf("suite name %q: want letters, digits", name))
+		assert.NoDirExists(t, out, name)
+		assert.NoDirExists(t, filepath.Join(dir, "history"), name)
+		assert.NoFileExists(t, filepath.Join(dir, "evil.jsonl"), name)
+	}
+}
+
+// TestSuiteRunDirsStayInsideOut: every entry's run directory is one directory directly inside
+// --out, whatever its control plane is spelled like (external:FILE with ../ or an absolute
+// path); a name that would land elsewhere is refused.
+func TestSuiteRunDirsStayInsideOut(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	for _, cp := range []string{"reference", "reference:ungated,quadratic-scope", "istiod@2026-04", "external:../../../etc/cp.yaml", "external:/abs/cp.yaml", "external:a/../../b.yaml"} {
+		for _, r := range []int{1, 2} {
+			name := suiteRunName(0, "cp-oom-restart", cp, r, 2)
+			dir, err := runDirIn(out, name)
+			require.NoError(t, err, cp)
+			assert.Equal(t, out, filepath.Dir(dir), "%s: directly inside --out", cp)
+		}
+	}
+	for _, name := range []string{"../x", "a/../../x", "a/b", "..", "", ".", "/abs"} {
+		_, err := runDirIn(out, name)
+		assert.ErrorContains(t, err, "would not be a directory of its own inside "+out, "%q", name)
+	}
 }

@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -58,7 +56,8 @@ minimum practical effect. A check that passes in the base and fails in the candi
 regression too.
 
 DIR gets base/ and candidate/ (one run directory per run; 'meshchaos compare DIR/base
-DIR/candidate' redoes the comparison) and comparison.md and comparison.json.
+DIR/candidate' redoes the comparison) and comparison.md and comparison.json; a DIR that holds a
+comparison already is refused.
 
 --repeats overrides every entry's repeats; the test can only reach α = 0.05 from 3 runs a side.
 --set name=value applies to every entry whose experiment has that parameter, --set
@@ -71,7 +70,7 @@ Exit code: 0 no regression, 1 a regression, 2 bad input, or runs that could not 
 			if err := u.prepare(cmd); err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := signal.NotifyContext(cmd.Context(), interruptSignals...)
 			defer stop()
 			return u.execute(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
@@ -96,6 +95,9 @@ func (u *upgradeCheck) prepare(cmd *cobra.Command) error {
 	if u.repeats < 0 || u.repeats > 100 {
 		return Usagef("--repeats %d: want 1–100 (or 0 for the suite's own)", u.repeats)
 	}
+	if err := u.checkSubstrate(); err != nil {
+		return err
+	}
 	var err error
 	if u.compareOpts, err = u.stats.options(cmd); err != nil {
 		return err
@@ -107,6 +109,9 @@ func (u *upgradeCheck) prepare(cmd *cobra.Command) error {
 	u.suite, u.suiteEntries = s.Name, len(s.Entries)
 	if u.out == "" {
 		u.out = filepath.Join("runs", fmt.Sprintf("upgrade-check-%s-vs-%s-%s", dirName(u.base), dirName(u.cand), time.Now().Format("20060102-150405")))
+	}
+	if err := checkComparisonOut(u.out, false, ""); err != nil {
+		return err
 	}
 	for i, e := range s.Entries {
 		if e.ControlPlane != "" {
@@ -132,7 +137,9 @@ func (u *upgradeCheck) prepare(cmd *cobra.Command) error {
 			for _, side := range []string{"base", "candidate"} {
 				j := u.job
 				j.Experiment, j.Sets, j.CP = e.Experiment, e.Sets, map[string]string{"base": u.base, "candidate": u.cand}[side]
-				j.Out = filepath.Join(u.out, side, fmt.Sprintf("%02d-%s-r%d", i+1, e.Experiment, r))
+				if j.Out, err = runDirIn(filepath.Join(u.out, side), fmt.Sprintf("%02d-%s-r%d", i+1, e.Experiment, r)); err != nil {
+					return Usagef("suite %s entry %d (%s, %s %s): %v", s.Name, i+1, e.Experiment, side, j.CP, err)
+				}
 				p, err := j.prepare()
 				if err != nil {
 					return fmt.Errorf("suite %s entry %d (%s, %s %s): %w", s.Name, i+1, e.Experiment, side, j.CP, err)
@@ -196,7 +203,7 @@ func (u *upgradeCheck) execute(ctx context.Context, stdout, stderr io.Writer) er
 	finished := time.Now()
 	c.Base, c.Candidate, c.Suite, c.StartedAt, c.FinishedAt = u.base, u.cand, u.suite, &u.startedAt, &finished
 	fmt.Fprintln(stdout)
-	err = finishComparison(stdout, c, u.out)
+	err = finishComparison(stdout, c, u.out, false)
 	if err == nil && len(errored) > 0 {
 		err = WithExitCode(2, fmt.Errorf("no regression among the runs made, but %d could not be carried out (%s): the comparison rests on fewer runs; re-run", len(errored), errored[0]))
 	}

@@ -26,6 +26,7 @@ import (
 )
 
 func TestRESTConfigSaysWhatIsWrong(t *testing.T) {
+	t.Setenv("KUBECONFIG", "/nonexistent/kubeconfig") // not the machine's own
 	_, err := Provider{}.RESTConfig()
 	assert.ErrorContains(t, err, "needs the cluster's kubeconfig")
 	_, err = Provider{Kubeconfig: "/nonexistent/kubeconfig"}.RESTConfig()

@@ -91,18 +91,36 @@ func (Provider) Name() string { return "existing" }
 // WorkloadNamespace implements cluster.Shared.
 func (Provider) WorkloadNamespace() string { return WorkloadNamespace }
 
-// RESTConfig reads the kubeconfig: errors say which file or context is wrong.
+// RESTConfig reads the kubeconfig as kubectl does: Kubeconfig when given, else the files
+// $KUBECONFIG lists (merged), else ~/.kube/config; Context picks one of its contexts ("" =
+// current). Errors say which file or context is wrong, on one line.
 func (p Provider) RESTConfig() (*rest.Config, error) {
+	rules, source := &clientcmd.ClientConfigLoadingRules{ExplicitPath: p.Kubeconfig}, "--kubeconfig "+p.Kubeconfig
 	if p.Kubeconfig == "" {
-		return nil, errors.New("--kubeconfig: the existing substrate needs the cluster's kubeconfig")
-	}
-	if _, err := os.ReadFile(p.Kubeconfig); err != nil {
+		rules = clientcmd.NewDefaultClientConfigLoadingRules()
+		var found []string
+		for _, f := range rules.GetLoadingPrecedence() {
+			if _, err := os.Stat(f); err == nil {
+				found = append(found, f)
+			}
+		}
+		env := os.Getenv(clientcmd.RecommendedConfigPathEnvVar)
+		switch {
+		case len(found) == 0 && env != "":
+			return nil, fmt.Errorf("--kubeconfig: the existing substrate needs the cluster's kubeconfig and $KUBECONFIG (%s) names no file that exists: fix $KUBECONFIG or give --kubeconfig FILE", env)
+		case len(found) == 0:
+			return nil, fmt.Errorf("--kubeconfig: the existing substrate needs the cluster's kubeconfig: give --kubeconfig FILE, set $KUBECONFIG, or create %s", clientcmd.RecommendedHomeFile)
+		case env != "":
+			source = "$KUBECONFIG " + strings.Join(found, string(os.PathListSeparator))
+		default:
+			source = "kubeconfig " + found[0]
+		}
+	} else if _, err := os.ReadFile(p.Kubeconfig); err != nil {
 		return nil, fmt.Errorf("--kubeconfig %s: %w", p.Kubeconfig, err)
 	}
-	rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: p.Kubeconfig}
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: p.Context}).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig %s: %s", p.Kubeconfig, strings.ReplaceAll(err.Error(), "\n", " "))
+		return nil, fmt.Errorf("%s: %s", source, strings.ReplaceAll(err.Error(), "\n", " "))
 	}
 	return cfg, nil
 }
@@ -208,6 +226,11 @@ func (c *existingCluster) up(ctx context.Context, s cluster.Spec) error {
 		return err
 	}
 	c.logf("existing cluster: nodes %s; namespaces %s", strings.Join(c.nodes, ", "), strings.Join(nss, ", "))
+	if c.allow {
+		c.logf("node-level effects: a privileged agent (host PID and network, cgroup writes) on %s; the experiment's node faults (kube-proxy and node CPU limits, pods' cgroups) land on these nodes only and are undone at the end", strings.Join(c.nodes, ", "))
+	} else {
+		c.logf("node-level effects: none (no --allow-node-chaos): the run's pods on %s only", strings.Join(c.nodes, ", "))
+	}
 	return c.startAgent(ctx)
 }
 
@@ -225,11 +248,6 @@ func (c *existingCluster) checkFree(ctx context.Context, ns string) error {
 	got, err := c.client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
-	}
-	if c.allow {
-		c.logf("node-level effects: a privileged agent (host PID and network, cgroup writes) on %s; the experiment's node faults (kube-proxy and node CPU limits, pods' cgroups) land on these nodes only and are undone at the end", strings.Join(c.nodes, ", "))
-	} else {
-		c.logf("node-level effects: none (no --allow-node-chaos): the run's pods on %s only", strings.Join(c.nodes, ", "))
 	}
 	if err != nil {
 		return fmt.Errorf("namespace %s: %w", ns, err)
@@ -297,6 +315,11 @@ func (c *existingCluster) mapNodes(ctx context.Context, n int) error {
 		}
 		return nil
 	}
+	if c.allow {
+		// Node faults (throttled kube-proxy, node CPU budgets, pods' cgroups) change what the
+		// node's other tenants get: they land only on nodes the cluster's owner chose.
+		return fmt.Errorf("node faults land only on nodes you choose and no node carries %s: label %d node(s) %s=1..%d ('kubectl label node NODE %s=1'), or run without --allow-node-chaos (meshchaos then picks nodes for its pods alone)", cluster.NodeLabel, n, cluster.NodeLabel, n, cluster.NodeLabel)
+	}
 	var usable []string
 	for _, nd := range list.Items {
 		if nd.Spec.Unschedulable || !nodeReady(&nd) || hasHardTaint(&nd) {
@@ -315,11 +338,6 @@ func (c *existingCluster) mapNodes(ctx context.Context, n int) error {
 
 func nodeReady(n *corev1.Node) bool {
 	for _, cond := range n.Status.Conditions {
-	if c.allow {
-		// Node faults (throttled kube-proxy, node CPU budgets, pods' cgroups) change what the
-		// node's other tenants get: they land only on nodes the cluster's owner chose.
-		return fmt.Errorf("node faults land only on nodes you choose and no node carries %s: label %d node(s) %s=1..%d ('kubectl label node NODE %s=1'), or run without --allow-node-chaos (meshchaos then picks nodes for its pods alone)", cluster.NodeLabel, n, cluster.NodeLabel, n, cluster.NodeLabel)
-	}
 		if cond.Type == corev1.NodeReady {
 			return cond.Status == corev1.ConditionTrue
 		}
@@ -638,6 +656,13 @@ func (c *existingCluster) Down(ctx context.Context) error {
 		c.fwd.close()
 	}
 	var errs []error
+	deleted, err := kube.DeleteOwned(ctx, c.cfg, c.name)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("delete the run's cluster-scoped objects: %w", err))
+	}
+	if len(deleted) > 0 && c.logf != nil {
+		c.logf("deleted the run's cluster-scoped objects: %s", strings.Join(deleted, ", "))
+	}
 	bg := metav1.DeletePropagationBackground
 	for _, ns := range c.namespaces {
 		err := c.client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{PropagationPolicy: &bg})
@@ -656,13 +681,6 @@ func (c *existingCluster) Down(ctx context.Context) error {
 	for _, ns := range c.namespaces {
 		for {
 			_, err := c.client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-	deleted, err := kube.DeleteOwned(ctx, c.cfg, c.name)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("delete the run's cluster-scoped objects: %w", err))
-	}
-	if len(deleted) > 0 && c.logf != nil {
-		c.logf("deleted the run's cluster-scoped objects: %s", strings.Join(deleted, ", "))
-	}
 			if apierrors.IsNotFound(err) {
 				break
 			}
