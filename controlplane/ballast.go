@@ -17,6 +17,10 @@ import (
 // memory and captures a heap profile before the kill, as it would before a real leak's OOM.
 // GET reports the current size. The memory is real and touched, so the kill is the kernel's.
 //
+// It is off unless the control plane was started with a bound (--ballast-max, set by the
+// harness for the runs that OOM-kill it): the admin port answers every pod of the cluster, and
+// an unbounded hook would let any of them take the node's memory.
+//
 // Near a Go memory limit (GOMEMLIMIT, which the manifest sets from the container's limit) the
 // runtime collects on almost every allocation and returns freed pages to stay under the limit;
 // under a small CPU limit that collector can take all the CPU the process gets, and 1 MiB steps
@@ -25,6 +29,9 @@ import (
 // one allocation, touched page by page without allocating again: the kernel's limit is crossed
 // in one step, as a leak's large allocation would.
 type ballast struct {
+	// max is the largest target in MiB; 0 turns the hook off.
+	max int
+
 	mu     sync.Mutex
 	chunks [][]byte
 	held   int // MiB held
@@ -70,9 +77,17 @@ func (b *ballast) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "{\"mb\":%d,\"targetMB\":%d,\"jumps\":%d}\n", b.held, b.target, b.jumps)
 		b.mu.Unlock()
 	case http.MethodPost:
+		if b.max <= 0 {
+			http.Error(w, "the ballast is off: start the control plane with --ballast-max=MiB to allow it", http.StatusForbidden)
+			return
+		}
 		mb, err := strconv.Atoi(r.URL.Query().Get("mb"))
-		if err != nil || mb <= 0 || mb > 1<<20 {
+		if err != nil || mb <= 0 {
 			http.Error(w, "give ?mb=N (MiB, > 0)", http.StatusBadRequest)
+			return
+		}
+		if mb > b.max {
+			http.Error(w, fmt.Sprintf("mb=%d: at most %d (--ballast-max)", mb, b.max), http.StatusBadRequest)
 			return
 		}
 		step := 8

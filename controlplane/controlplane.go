@@ -61,6 +61,9 @@ type Options struct {
 	Logger          *slog.Logger
 	// Webhook serves the admission webhooks (sidecar injection, config validation); nil: none.
 	Webhook *webhook.Options
+	// BallastMaxMiB bounds the admin port's memory ballast (/debug/ballast, the chaos hook that
+	// OOM-kills the process); 0 turns it off.
+	BallastMaxMiB int
 }
 
 // ControlPlane is a running reference control plane.
@@ -299,7 +302,7 @@ func (cp *ControlPlane) adminMux() *http.ServeMux {
 	mux.HandleFunc("/debug/config_dump", cp.configDump)
 	mux.HandleFunc("/debug/syncz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, cp.Server.Syncz()) })
 	mux.HandleFunc("/debug/push_status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, cp.Pusher.Status()) })
-	mux.Handle("/debug/ballast", &ballast{})
+	mux.Handle("/debug/ballast", &ballast{max: cp.opts.BallastMaxMiB})
 	return mux
 }
 

@@ -52,7 +52,7 @@ func init() {
 			gw := v.Int("nodes")
 			return mesh.Spec{
 				Nodes:          v.Int("nodes"),
-				CP:             subject.Placement{Node: 1, MemoryLimit: v["cpMemoryLimit"], CPULimit: v["cpCPULimit"]},
+				CP:             subject.Placement{Node: 1, MemoryLimit: v["cpMemoryLimit"], CPULimit: v["cpCPULimit"], Ballast: true},
 				Backends:       []mesh.Backend{{Name: "echo", Replicas: 2, Node: gw}},
 				ServiceEntries: mesh.ServiceEntries{Count: v.Int("serviceEntries"), Backend: "echo"},
 				Gateway:        mesh.Gateway{Replicas: v.Int("gateways"), Node: gw},

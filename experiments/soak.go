@@ -56,7 +56,7 @@ func init() {
 			dp := v.Int("nodes")
 			return mesh.Spec{
 				Nodes: v.Int("nodes"),
-				CP:    subject.Placement{Node: 1, MemoryLimit: v["cpMemoryLimit"], CPULimit: v["cpCPULimit"]},
+				CP:    subject.Placement{Node: 1, MemoryLimit: v["cpMemoryLimit"], CPULimit: v["cpCPULimit"], Ballast: true},
 				Backends: []mesh.Backend{
 					{Name: "echo", Replicas: 2, Node: dp},
 					{Name: flapService, Replicas: 1, Node: dp},

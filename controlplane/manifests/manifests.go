@@ -35,6 +35,9 @@ type Params struct {
 	Regress     []string // --regress switches
 	MemoryLimit string   // default 1Gi
 	ProxyImage  string   // the injected sidecar; default images.Ref("xdsproxy")
+	// BallastMaxMiB allows the admin port's memory ballast up to this size (--ballast-max);
+	// 0, the default, leaves it off: only a run that OOM-kills the control plane sets it.
+	BallastMaxMiB int
 }
 
 // ControlPlane renders the Namespace, ServiceAccount, ClusterRole(Binding), Deployment and

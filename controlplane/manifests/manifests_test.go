@@ -54,4 +54,15 @@ func TestControlPlaneManifests(t *testing.T) {
 		"--mutating-webhook-config=meshchaos-sidecar-injector", "--validating-webhook-config=meshchaos-validation"}, c["args"])
 	probe, _, _ := unstructured.NestedString(c, "readinessProbe", "httpGet", "path")
 	require.Equal(t, "/ready", probe)
+	ports, _, _ := unstructured.NestedSlice(kinds["Service"].Object, "spec", "ports")
+	var names []string
+	for _, p := range ports {
+		names = append(names, p.(map[string]any)["name"].(string))
+	}
+	require.Equal(t, []string{"grpc-xds", "https-webhook"}, names, "the admin port (pprof, config dump, ballast) is not in the Service")
+
+	// A run that OOM-kills the control plane allows the ballast, bounded.
+	data, err = manifests.ControlPlane(manifests.Params{SyncGate: true, BallastMaxMiB: 512})
+	require.NoError(t, err)
+	require.Contains(t, string(data), "- --ballast-max=512\n")
 }

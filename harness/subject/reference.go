@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -66,12 +67,19 @@ func (r *Reference) gated() bool {
 // Deploy implements ControlPlane: CRDs, then the control plane pinned and limited as asked.
 func (r *Reference) Deploy(ctx context.Context, c cluster.Cluster, p Placement) error {
 	cfg := c.RESTConfig()
+	var err error
 	rep, err := kube.InstallCRDs(ctx, cfg, cpmanifests.CRDs, kube.Owned(c.Name()))
 	logKept(p, rep)
 	if err != nil {
 		return fmt.Errorf("install the Istio CRDs: %w", err)
 	}
-	y, err := cpmanifests.ControlPlane(cpmanifests.Params{Namespace: r.ns, SyncGate: r.gated(), Regress: r.switches, MemoryLimit: p.MemoryLimit})
+	params := cpmanifests.Params{Namespace: r.ns, SyncGate: r.gated(), Regress: r.switches, MemoryLimit: p.MemoryLimit}
+	if p.Ballast {
+		if params.BallastMaxMiB, err = ballastBound(p.MemoryLimit); err != nil {
+			return err
+		}
+	}
+	y, err := cpmanifests.ControlPlane(params)
 	if err != nil {
 		return err
 	}
@@ -162,4 +170,17 @@ func (r *Reference) Metrics() map[Measure]Metric {
 // seconds, slow enough for a heap profile taken on the way up to complete.
 func (r *Reference) BallastURL(pod *corev1.Pod, mib int) string {
 	return fmt.Sprintf("%s/debug/ballast?mb=%d&step=4&every=100ms", r.AdminURL(pod), mib)
+}
+
+// ballastBound is the ballast's bound for a control plane limited to memoryLimit ("" is the
+// manifests' default, 1Gi): twice the limit, what the OOM kill asks for, and no more.
+func ballastBound(memoryLimit string) (int, error) {
+	if memoryLimit == "" {
+		memoryLimit = "1Gi"
+	}
+	q, err := resource.ParseQuantity(memoryLimit)
+	if err != nil {
+		return 0, fmt.Errorf("control plane memory limit %q: %w", memoryLimit, err)
+	}
+	return int(2 * (q.Value() >> 20)), nil
 }

@@ -101,6 +101,9 @@ type Placement struct {
 	// PriorityClass gives the pods a PriorityClass of this name, created with a high value
 	// ("" none).
 	PriorityClass string
+	// Ballast asks for the control plane's memory ballast hook (Ballaster), bounded by twice
+	// the memory limit: only runs that OOM-kill the control plane through it ask.
+	Ballast bool
 	// Logf reports progress.
 	Logf func(format string, args ...any)
 }

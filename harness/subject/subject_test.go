@@ -73,3 +73,14 @@ func TestReferenceURLs(t *testing.T) {
 	assert.Equal(t, "http://10.244.0.5:15014", ref.AdminURL(pod))
 	assert.Equal(t, "http://10.244.0.5:15014/debug/ballast?mb=512&step=4&every=100ms", ref.BallastURL(pod, 512))
 }
+
+// The reference's ballast is bounded by twice its memory limit, what the OOM kill asks for.
+func TestBallastBound(t *testing.T) {
+	for limit, want := range map[string]int{"256Mi": 512, "1Gi": 2048, "": 2048, "192Mi": 384} {
+		got, err := ballastBound(limit)
+		require.NoError(t, err, limit)
+		assert.Equal(t, want, got, limit)
+	}
+	_, err := ballastBound("lots")
+	assert.ErrorContains(t, err, `control plane memory limit "lots"`)
+}

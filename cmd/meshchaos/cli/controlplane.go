@@ -27,7 +27,7 @@ func newControlPlaneCmd() *cobra.Command {
 	var (
 		kubeconfig, xdsAddr, adminAddr, domain, logLevel string
 		syncGate, noRouteDefaults                        bool
-		pushThrottle                                     int
+		pushThrottle, ballastMax                         int
 		limits                                           xds.Limits
 		maxWait, quiet, debounceMax                      time.Duration
 		switches                                         []string
@@ -88,7 +88,8 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 			defer stop()
 			cp, err := controlplane.Start(ctx, controlplane.Options{Kube: cfg, XDSAddr: xdsAddr, AdminAddr: adminAddr,
 				SyncGate: syncGate, MaxWait: maxWait, DebounceQuiet: quiet, DebounceMax: debounceMax,
-				Regress: set, NoRouteDefaults: noRouteDefaults, PushThrottle: pushThrottle, XDSLimits: limits, DomainSuffix: domain, Logger: log, Webhook: whOpts})
+				Regress: set, NoRouteDefaults: noRouteDefaults, PushThrottle: pushThrottle, XDSLimits: limits, DomainSuffix: domain, Logger: log, Webhook: whOpts,
+				BallastMaxMiB: ballastMax})
 			if err != nil {
 				return err
 			}
@@ -103,6 +104,7 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config, then $KUBECONFIG)")
 	f.StringVar(&xdsAddr, "xds-addr", "127.0.0.1:15010", "xDS (gRPC) listen address; in a pod give the pod IP, e.g. $(POD_IP):15010")
 	f.StringVar(&adminAddr, "admin-addr", "127.0.0.1:15014", "admin HTTP listen address (/ready, /metrics, /debug/pprof, /debug/config_dump)")
+	f.IntVar(&ballastMax, "ballast-max", 0, "allow the memory ballast on the admin port (/debug/ballast, a chaos hook that grows the heap until the OOM kill) up to this many MiB; 0: off")
 	f.BoolVar(&syncGate, "sync-gate", true, "refuse xDS and report not ready until the informers have synced (false: historical behaviour)")
 	f.DurationVar(&maxWait, "sync-max-wait", 60*time.Second, "open the sync gate anyway after this long")
 	f.DurationVar(&quiet, "debounce", 100*time.Millisecond, "push debounce quiet period")
