@@ -3,7 +3,6 @@ package results
 import (
 	"fmt"
 	"image/color"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -120,7 +119,7 @@ func markerLabels(ms []Marker) []Marker {
 // data is skipped). The x axis of every chart is seconds since the run started, so markers line
 // up across charts.
 func RenderCharts(dir string, s *Summary) ([]Chart, error) {
-	if err := os.MkdirAll(filepath.Join(dir, ChartsDir), 0o755); err != nil {
+	if err := MkdirAll(filepath.Join(dir, ChartsDir)); err != nil {
 		return nil, fmt.Errorf("render charts: %w", err)
 	}
 	markers := markerLabels(Markers(s))

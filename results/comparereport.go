@@ -197,7 +197,7 @@ func (c *Comparison) WriteMarkdown(w io.Writer) error {
 // temporary file in dir renamed over it, mode 0644). It replaces an earlier comparison there:
 // callers that must not check with ComparisonIn first.
 func WriteComparison(dir string, c *Comparison) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := MkdirAll(dir); err != nil {
 		return fmt.Errorf("write comparison: %w", err)
 	}
 	js, err := json.MarshalIndent(c, "", "  ")

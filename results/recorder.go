@@ -2,7 +2,6 @@ package results
 
 import (
 	"fmt"
-	"os"
 	"sync"
 	"time"
 )
@@ -22,7 +21,7 @@ type Recorder struct {
 
 // NewRecorder creates dir and writes the initial summary (verdict error, "in progress").
 func NewRecorder(dir string, s Summary) (*Recorder, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
 	s.Schema = SchemaVersion

@@ -2,9 +2,11 @@ package results
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -150,37 +152,125 @@ func WriteSuiteResult(dir string, s *SuiteResult) error {
 	return WriteFileAtomic(filepath.Join(dir, SuiteFile), append(b, '\n'))
 }
 
-// historyFile is the suite's history in dir: one JSON line per execution, oldest first.
-func historyFile(dir, suite string) string { return filepath.Join(dir, suite+".jsonl") }
+// HistoryFile is the suite's history in dir: one JSON line per execution, oldest first.
+func HistoryFile(dir, suite string) string { return filepath.Join(dir, suite+".jsonl") }
 
-// AppendHistory adds the suite's result as one line to dir/SUITE.jsonl.
-func AppendHistory(dir string, s *SuiteResult) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// syncFile flushes a history file to disk; a variable so that tests see it called.
+var syncFile = (*os.File).Sync
+
+// AppendHistory adds the suite's result as one line to dir/SUITE.jsonl and syncs it to disk: the
+// history is the record of every night, and a line still in the page cache when the machine goes
+// down is a night lost. A last line torn by such a crash is repaired first, so that the new line
+// does not run into it (see healTornTail); warn gets a line saying what was repaired.
+func AppendHistory(dir string, s *SuiteResult, warn io.Writer) error {
+	if err := MkdirAll(dir); err != nil {
 		return fmt.Errorf("history: %w", err)
 	}
 	b, err := json.Marshal(s)
 	if err != nil {
 		return fmt.Errorf("history: encode: %w", err)
 	}
-	f, err := os.OpenFile(historyFile(dir, s.Suite), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	name := HistoryFile(dir, s.Suite)
+	_, statErr := os.Lstat(name)
+	f, err := os.OpenFile(name, os.O_APPEND|os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return fmt.Errorf("history: %w", err)
 	}
-	_, err = f.Write(append(b, '\n'))
+	err = appendLine(f, b, errors.Is(statErr, fs.ErrNotExist), warn)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("history %s: %w", f.Name(), err)
+		return fmt.Errorf("history %s: %w", name, err)
 	}
 	return nil
 }
 
+// appendLine writes line and a newline at the end of f (opened for appending) and syncs it;
+// created says this call created f.
+func appendLine(f *os.File, line []byte, created bool, warn io.Writer) error {
+	if created {
+		// The user reads the history as any other report, whatever the umask.
+		if err := f.Chmod(FileMode); err != nil {
+			return err
+		}
+	} else if err := healTornTail(f, warn); err != nil {
+		return err
+	}
+	if _, err := f.Write(append(line, '\n')); err != nil {
+		return err
+	}
+	if err := syncFile(f); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	return nil
+}
+
+// healTornTail repairs what a crash in the middle of an append leaves at the end of a history
+// file, before a new line is appended after it: a last line that is a whole record but lacks its
+// newline gets one (the new line would otherwise run into it), and a last line that is not valid
+// JSON — the part of a record written before the crash — is cut off (appended to, it would
+// become a bad line in the middle, which ReadHistory refuses). Nothing else is changed.
+func healTornTail(f *os.File, warn io.Writer) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	start, last, err := lastLine(f, fi.Size())
+	if err != nil || len(last) == 0 {
+		return err
+	}
+	complete := last[len(last)-1] == '\n'
+	if _, err := parseHistoryLine(last); err == nil || len(bytes.TrimSpace(last)) == 0 {
+		if complete {
+			return nil
+		}
+		_, err := f.Write([]byte{'\n'})
+		return err
+	}
+	if err := f.Truncate(start); err != nil {
+		return fmt.Errorf("cut off the torn last line: %w", err)
+	}
+	fmt.Fprintf(warn, "warning: history %s: cut off its torn last line (%d bytes that are not a whole record: a write cut short by a crash)\n", f.Name(), len(last))
+	return nil
+}
+
+// lastLine returns the last line of the first size bytes of f (with its newline, if it has one)
+// and the offset it starts at; it reads backwards, so a long history costs no more than its tail.
+func lastLine(f *os.File, size int64) (int64, []byte, error) {
+	const chunk = 64 << 10
+	var tail []byte
+	end := size
+	for end > 0 {
+		n := min(int64(chunk), end)
+		buf := make([]byte, n)
+		if _, err := f.ReadAt(buf, end-n); err != nil {
+			return 0, nil, fmt.Errorf("read the last line: %w", err)
+		}
+		tail = append(buf, tail...)
+		end -= n
+		// The line's own newline, at the very end, does not end the line before it.
+		if i := bytes.LastIndexByte(tail[:len(tail)-1], '\n'); i >= 0 {
+			return end + int64(i) + 1, tail[i+1:], nil
+		}
+	}
+	return 0, tail, nil
+}
+
+// parseHistoryLine decodes one line of a history file.
+func parseHistoryLine(b []byte) (SuiteResult, error) {
+	var s SuiteResult
+	err := json.Unmarshal(b, &s)
+	return s, err
+}
+
 // ReadHistory returns the last n executions of suite recorded in dir, oldest first; none when
-// there is no history yet. A line that does not parse is an error naming it (the file is the
-// user's record; it is not silently skipped).
-func ReadHistory(dir, suite string, n int) ([]SuiteResult, error) {
-	f, err := os.Open(historyFile(dir, suite))
+// there is no history yet. A line in the middle that does not parse is an error naming it (the
+// file is the user's record; it is not silently skipped). A last line that does not parse is
+// what a crash while appending it leaves: it is skipped with a warning to warn naming the file
+// and line, so that one crash does not refuse every later run (AppendHistory repairs it).
+func ReadHistory(dir, suite string, n int, warn io.Writer) ([]SuiteResult, error) {
+	f, err := os.Open(HistoryFile(dir, suite))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -189,20 +279,32 @@ func ReadHistory(dir, suite string, n int) ([]SuiteResult, error) {
 	}
 	defer f.Close()
 	var out []SuiteResult
+	// A line that did not parse is held until it is known whether another line follows it.
+	var (
+		badLine int
+		badErr  error
+	)
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for line := 1; sc.Scan(); line++ {
-		if len(strings.TrimSpace(sc.Text())) == 0 {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
 			continue
 		}
-		var s SuiteResult
-		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
-			return nil, fmt.Errorf("history %s line %d: %w (fix or remove the line)", f.Name(), line, err)
+		if badErr != nil {
+			return nil, fmt.Errorf("history %s line %d: %w (fix or remove the line)", f.Name(), badLine, badErr)
+		}
+		s, err := parseHistoryLine(sc.Bytes())
+		if err != nil {
+			badLine, badErr = line, err
+			continue
 		}
 		out = append(out, s)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("history %s: %w", f.Name(), err)
+	}
+	if badErr != nil {
+		fmt.Fprintf(warn, "warning: history %s line %d: skipped: the last line is not a whole record (%v); a crash while it was written leaves that, and the next append cuts it off\n", f.Name(), badLine, badErr)
 	}
 	if n > 0 && len(out) > n {
 		out = out[len(out)-n:]

@@ -1,7 +1,13 @@
 package results
 
 import (
+	"bytes"
+	"encoding/json"
 	"encoding/xml"
+	"errors"
+	"io"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -105,4 +111,130 @@ func TestSuiteIndexShowsRunsSpreadAndTrends(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(page, "<svg"), "one inline chart per entry × measure")
 	assert.Contains(t, page, "1 of 1 measures changed beyond the noise")
 	assert.Contains(t, page, `class="trend changed"`)
+}
+
+// historyLine is one execution of the nightly suite as AppendHistory writes it.
+func historyLine(t *testing.T, day int) []byte {
+	t.Helper()
+	n := night(time.Date(2026, 1, day, 2, 0, 0, 0, time.UTC), float64(100+day))
+	b, err := json.Marshal(n)
+	require.NoError(t, err)
+	return append(b, '\n')
+}
+
+// TestReadHistorySkipsATornLastLine: a crash while a line was appended leaves its beginning
+// (no newline, or not valid JSON): that last line is skipped with a warning naming the file
+// and line, and the nights before it are read — one crash must not refuse every later run. A bad
+// line in the middle is someone's edit, not a crash: still an error naming it.
+func TestReadHistorySkipsATornLastLine(t *testing.T) {
+	whole := append(historyLine(t, 1), historyLine(t, 2)...)
+	torn := historyLine(t, 3)[:40]
+	for name, tc := range map[string]struct {
+		content []byte
+		want    int
+		warn    string
+		err     string
+	}{
+		"whole":                        {content: whole, want: 2},
+		"ends without a newline":       {content: slices.Concat(whole, torn), want: 2, warn: "line 3: skipped"},
+		"last line not json":           {content: slices.Concat(whole, torn, []byte("\n")), want: 2, warn: "line 3: skipped"},
+		"torn line then blank lines":   {content: slices.Concat(whole, torn, []byte("\n\n \n")), want: 2, warn: "line 3: skipped"},
+		"a whole record, newline lost": {content: slices.Concat(whole, bytes.TrimSuffix(historyLine(t, 3), []byte("\n"))), want: 3},
+		"a bad line in the middle":     {content: slices.Concat(historyLine(t, 1), torn, []byte("\n"), historyLine(t, 2)), err: "line 2"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			file := HistoryFile(dir, "nightly")
+			require.NoError(t, os.WriteFile(file, tc.content, 0o644))
+			var warn bytes.Buffer
+			got, err := ReadHistory(dir, "nightly", 0, &warn)
+			if tc.err != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), file+" "+tc.err)
+				assert.Contains(t, err.Error(), "fix or remove the line")
+				return
+			}
+			require.NoError(t, err)
+			assert.Len(t, got, tc.want)
+			if tc.warn == "" {
+				assert.Empty(t, warn.String())
+				return
+			}
+			assert.Contains(t, warn.String(), "warning: history "+file+" "+tc.warn)
+		})
+	}
+}
+
+// TestAppendHistoryRepairsATornTail: appending after a crash that tore the last line cuts the
+// torn part off (appended to, it would become a bad line in the middle and refuse every later
+// run), and ends a whole last record that lost its newline instead of running into it.
+func TestAppendHistoryRepairsATornTail(t *testing.T) {
+	for name, tc := range map[string]struct {
+		tail []byte
+		want int
+		warn string
+	}{
+		"torn":                    {tail: historyLine(t, 2)[:40], want: 2, warn: "cut off its torn last line (40 bytes"},
+		"torn with a newline":     {tail: append(historyLine(t, 2)[:40:40], '\n'), want: 2, warn: "cut off its torn last line (41 bytes"},
+		"whole but no newline":    {tail: bytes.TrimSuffix(historyLine(t, 2), []byte("\n")), want: 3},
+		"whole, ends with a line": {tail: historyLine(t, 2), want: 3},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			file := HistoryFile(dir, "nightly")
+			require.NoError(t, os.WriteFile(file, slices.Concat(historyLine(t, 1), tc.tail), 0o644))
+			var warn bytes.Buffer
+			next := night(time.Date(2026, 1, 9, 2, 0, 0, 0, time.UTC), 109)
+			require.NoError(t, AppendHistory(dir, &next, &warn))
+			if tc.warn == "" {
+				assert.Empty(t, warn.String())
+			} else {
+				assert.Contains(t, warn.String(), "history "+file+": "+tc.warn)
+			}
+
+			warn.Reset()
+			got, err := ReadHistory(dir, "nightly", 0, &warn)
+			require.NoError(t, err)
+			assert.Empty(t, warn.String(), "nothing torn is left")
+			require.Len(t, got, tc.want)
+			assert.Equal(t, next.StartedAt, got[len(got)-1].StartedAt, "the new night is read back, last")
+			b, err := os.ReadFile(file)
+			require.NoError(t, err)
+			assert.True(t, bytes.HasSuffix(b, []byte("}\n")))
+		})
+	}
+}
+
+// TestAppendHistorySyncsEveryLine: the line is on disk (fsync) before AppendHistory returns,
+// and a sync that fails is an error naming the file: a night still in the page cache when the
+// machine goes down is lost.
+func TestAppendHistorySyncsEveryLine(t *testing.T) {
+	dir := t.TempDir()
+	var synced [][]byte
+	var fail error
+	defer func(orig func(*os.File) error) { syncFile = orig }(syncFile)
+	syncFile = func(f *os.File) error {
+		b, err := os.ReadFile(f.Name())
+		require.NoError(t, err)
+		synced = append(synced, b)
+		if fail != nil {
+			return fail
+		}
+		return f.Sync()
+	}
+	first, second := night(time.Date(2026, 1, 1, 2, 0, 0, 0, time.UTC), 1), night(time.Date(2026, 1, 2, 2, 0, 0, 0, time.UTC), 2)
+	require.NoError(t, AppendHistory(dir, &first, io.Discard))
+	require.NoError(t, AppendHistory(dir, &second, io.Discard))
+	require.Len(t, synced, 2, "one sync per line")
+	assert.Equal(t, 1, bytes.Count(synced[0], []byte("\n")), "synced after the first line was written")
+	assert.Equal(t, 2, bytes.Count(synced[1], []byte("\n")), "synced after the second line was written")
+
+	fail = errors.New("input/output error")
+	err := AppendHistory(dir, &second, io.Discard)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "history "+HistoryFile(dir, "nightly")+": sync: input/output error")
+
+	fi, err := os.Stat(HistoryFile(dir, "nightly"))
+	require.NoError(t, err)
+	assert.Equal(t, FileMode, fi.Mode().Perm())
 }

@@ -575,7 +575,7 @@ func Decode(name string, b []byte) (*Summary, error) {
 // so readers (and a crash) see either the old or the new file, never half of one. The file has
 // mode 0644, as the run's other files.
 func WriteFileAtomic(path string, b []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := MkdirAll(filepath.Dir(path)); err != nil {
 		return err
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
@@ -584,7 +584,7 @@ func WriteFileAtomic(path string, b []byte) error {
 	}
 	defer os.Remove(tmp.Name())
 	// CreateTemp makes it 0600: a report only its writer can read would be no report.
-	if err := tmp.Chmod(0o644); err != nil {
+	if err := tmp.Chmod(FileMode); err != nil {
 		tmp.Close()
 		return err
 	}
@@ -605,14 +605,14 @@ func WriteFileAtomic(path string, b []byte) error {
 // Write validates s and writes dir/summary.json atomically.
 func Write(dir string, s *Summary) error {
 	if err := s.Validate(); err != nil {
-		return fmt.Errorf("write summary: %w", err)
+		return fmt.Errorf("write the run's summary: %w", err)
 	}
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
-		return fmt.Errorf("write summary: %w", err)
+		return fmt.Errorf("write the run's summary: %w", err)
 	}
 	if err := WriteFileAtomic(filepath.Join(dir, SummaryFile), append(b, '\n')); err != nil {
-		return fmt.Errorf("write summary: %w", err)
+		return fmt.Errorf("write the run's summary: %w", err)
 	}
 	return nil
 }

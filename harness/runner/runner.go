@@ -78,7 +78,10 @@ type Run struct {
 }
 
 // Execute runs the experiment and writes its run directory. The returned summary's verdict is
-// pass, fail or error; the error is only for a run directory that could not be written.
+// pass, fail or error; the error is only for a run directory that could not be written: with
+// an empty verdict when the run could not start one, with the verdict when its final summary.json
+// or its reports could not be written (the error says which, and the verdict). A caller must
+// not take the verdict's exit code then: the run directory does not hold that verdict.
 func Execute(ctx context.Context, exp Experiment, o Options) (results.Summary, error) {
 	if o.Progress == nil {
 		o.Progress = NewProgress(os.Stderr)
@@ -157,10 +160,13 @@ func Execute(ctx context.Context, exp Experiment, o Options) (results.Summary, e
 	r.flush()
 	s, err := rec.Finish(runErr)
 	if err != nil {
-		return s, err
+		// The verdict exists in memory only: summary.json on disk still says the run is in
+		// progress. No report is rendered from it (it would contradict the summary), and the
+		// error carries the verdict so that the caller can say what was lost.
+		return s, fmt.Errorf("%w: the verdict was %s", err, s.Verdict)
 	}
 	if err := results.Render(o.Dir, &s); err != nil {
-		return s, fmt.Errorf("render reports: %w", err)
+		return s, fmt.Errorf("write the run's reports: %w: the verdict was %s", err, s.Verdict)
 	}
 	r.Logf("verdict %s — %s", s.Verdict, filepath.Join(o.Dir, results.HTMLFile))
 	return s, nil
@@ -272,14 +278,14 @@ func (r *Run) RecordEvent(e results.Event) {
 		r.Logf("%s", msg)
 	}
 	if err := r.rec.Update(func(s *results.Summary) { s.Events = append(s.Events, e) }); err != nil {
-		r.Logf("write summary: %v", err)
+		r.Logf("%v", err)
 	}
 }
 
 // RecordFault lists an injected fault and its implementation in the summary.
 func (r *Run) RecordFault(f results.Fault) {
 	if err := r.rec.Update(func(s *results.Summary) { s.Faults = append(s.Faults, f) }); err != nil {
-		r.Logf("write summary: %v", err)
+		r.Logf("%v", err)
 	}
 }
 
@@ -417,7 +423,7 @@ func eventTimes(events []results.Event) map[string]time.Time {
 // flush writes the summary with what the observers measured so far.
 func (r *Run) flush() {
 	if err := r.rec.Update(r.fill); err != nil {
-		r.Logf("write summary: %v", err)
+		r.Logf("%v", err)
 	}
 }
 

@@ -522,3 +522,43 @@ func TestExecuteUnscrapedPushesAreAnError(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(md), "| metrics | control-plane | **no** |")
 }
+
+// TestExecuteFinalWriteFailureSaysTheVerdict: a run whose final summary.json cannot be written
+// (the disk went away at the end) returns an error that says so and what the verdict was — the
+// run directory still says "in progress", so the caller must not take the verdict's exit code —
+// and renders no report contradicting it; one whose reports cannot be written says that.
+func TestExecuteFinalWriteFailureSaysTheVerdict(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		breakDir func(dir string) error
+		want     string
+	}{
+		{name: "summary", want: "write the run's summary: ", breakDir: func(dir string) error {
+			// A file where the run directory was: nothing can be written into it any more.
+			if err := os.RemoveAll(dir); err != nil {
+				return err
+			}
+			return os.WriteFile(dir, nil, 0o644)
+		}},
+		{name: "reports", want: "write the run's reports: render charts: ", breakDir: func(dir string) error {
+			return os.WriteFile(filepath.Join(dir, results.ChartsDir), nil, 0o644)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "run")
+			exp := quickExperiment()
+			exp.Teardown = func(context.Context, *Run) error { return tc.breakDir(dir) }
+			s, err := Execute(context.Background(), exp, Options{Dir: dir, Progress: NewProgress(&bytes.Buffer{})})
+			require.Error(t, err)
+			assert.Equal(t, results.VerdictPass, s.Verdict, "the verdict in memory")
+			assert.Contains(t, err.Error(), tc.want)
+			assert.True(t, strings.HasSuffix(err.Error(), ": the verdict was pass"), err.Error())
+			if tc.name == "reports" {
+				got, err := results.Read(dir)
+				require.NoError(t, err)
+				assert.Equal(t, results.VerdictPass, got.Verdict, "the summary was written before the reports")
+				assert.NoFileExists(t, filepath.Join(dir, results.HTMLFile))
+			}
+		})
+	}
+}

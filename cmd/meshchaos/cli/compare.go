@@ -90,7 +90,8 @@ experiment on one side only, a run with verdict error).`,
 				return Usagef("%v", err)
 			}
 			c.Base, c.Candidate = args[0], args[1]
-			return finishComparison(cmd.OutOrStdout(), c, out, force)
+			var made results.Created
+			return finishComparison(cmd.OutOrStdout(), cmd.ErrOrStderr(), &made, c, out, force)
 		},
 	}
 	sf.register(cmd)
@@ -117,8 +118,9 @@ func checkComparisonOut(dir string, force bool, hint string) error {
 
 // finishComparison prints the comparison, writes it into dir (when given; one that holds a
 // comparison only with force) and turns it into the exit code: 1 on a regression, 2 when a group
-// could not be compared.
-func finishComparison(w io.Writer, c *results.Comparison, dir string, force bool) error {
+// could not be compared or the comparison could not be written. made records what the command
+// created; it and the comparison's files are handed to the user who ran it through sudo.
+func finishComparison(w, stderr io.Writer, made *results.Created, c *results.Comparison, dir string, force bool) error {
 	if err := c.WriteTable(w); err != nil {
 		return err
 	}
@@ -127,8 +129,16 @@ func finishComparison(w io.Writer, c *results.Comparison, dir string, force bool
 		if err := checkComparisonOut(dir, force, ""); err != nil {
 			return err
 		}
-		if err := results.WriteComparison(dir, c); err != nil {
-			return WithExitCode(2, err)
+		err := made.MkdirAll(dir)
+		if err != nil {
+			err = fmt.Errorf("write comparison: %w", err)
+		} else {
+			err = results.WriteComparison(dir, c)
+		}
+		handOver(stderr, append(made.Paths(), filepath.Join(dir, results.ComparisonJSONFile), filepath.Join(dir, results.ComparisonMarkdownFile))...)
+		if err != nil {
+			// The outcome printed above is not on disk: the exit code must not pretend it is.
+			return WithExitCode(2, fmt.Errorf("%w: the outcome was %s", err, c.Outcome()))
 		}
 		fmt.Fprintf(w, "report: %s\n", filepath.Join(dir, results.ComparisonMarkdownFile))
 	}

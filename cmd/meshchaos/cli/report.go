@@ -28,7 +28,11 @@ Exit code mirrors the run: 0 pass, 1 a check failed, 2 the run could not be carr
 			if err != nil {
 				return Usagef("%v", err)
 			}
-			if err := results.Render(dir, s); err != nil {
+			err = results.Render(dir, s)
+			// Only what it wrote: the run directory may be someone else's.
+			handOver(cmd.ErrOrStderr(), filepath.Join(dir, results.JUnitFile), filepath.Join(dir, results.MarkdownFile),
+				filepath.Join(dir, results.HTMLFile), filepath.Join(dir, results.ChartsDir))
+			if err != nil {
 				return WithExitCode(2, fmt.Errorf("render %s: %w", dir, err))
 			}
 			out := cmd.OutOrStdout()

@@ -60,7 +60,7 @@ func newRunCmd() *cobra.Command {
 	var j job
 	cmd := &cobra.Command{
 		Use:   "run EXPERIMENT [--substrate local] [--cp reference|reference:<switch>|istiod[@PIN]|external:FILE] [--set k=v]… [--out DIR]",
-		Short: "Run an experiment and write its run directory (exit 0 pass, 1 a check failed, 2 could not run)",
+		Short: "Run an experiment and write its run directory (exit 0 pass, 1 a check failed, 2 could not run or its results could not be written)",
 		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
@@ -74,30 +74,16 @@ func newRunCmd() *cobra.Command {
 				return Usagef("unknown experiment %q: choose one listed above", args[0])
 			}
 			j.Experiment = args[0]
-			p, err := j.prepare()
+			var made results.Created
+			p, err := j.prepare(&made)
 			if err != nil {
+				// Refused: the run directory it may have made goes again.
+				made.RemoveEmpty()
 				return err
 			}
 			ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), "run "+j.Experiment)
 			defer stop()
-			s, err := p.execute(ctx, runner.NewProgress(cmd.ErrOrStderr()))
-			if err != nil && s.Verdict == "" {
-				return WithExitCode(2, fmt.Errorf("run %s: %w", j.Experiment, err))
-			}
-			o := cmd.OutOrStdout()
-			fmt.Fprintf(o, "%s (%s, %s): %s\n", j.Experiment, j.Substrate, j.CP, strings.ToUpper(string(s.Verdict)))
-			for _, c := range s.Checks {
-				status := "FAIL"
-				if c.Pass {
-					status = "ok"
-				}
-				fmt.Fprintf(o, "  %-4s  %s\n", status, c.String())
-			}
-			fmt.Fprintf(o, "report: %s\n", filepath.Join(p.Dir, results.MarkdownFile))
-			if s.Verdict == results.VerdictError && err != nil && s.Error == "" {
-				s.Error = err.Error()
-			}
-			return verdictError(&s)
+			return p.run(ctx, &made, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	j.flags(cmd)
@@ -148,8 +134,8 @@ type prepared struct {
 }
 
 // prepare checks everything a run needs before anything starts (bad input is exit 2 with a line
-// saying what to do) and claims the run directory.
-func (j job) prepare() (*prepared, error) {
+// saying what to do) and claims the run directory, recording in made the directories it creates.
+func (j job) prepare(made *results.Created) (*prepared, error) {
 	if err := j.checkSubstrate(); err != nil {
 		return nil, err
 	}
@@ -176,7 +162,7 @@ func (j job) prepare() (*prepared, error) {
 	if err != nil {
 		return nil, Usagef("%v", err)
 	}
-	dir, err := claimRunDir(j.Out, def.Name, j.CP)
+	dir, err := claimRunDir(made, j.Out, def.Name, j.CP)
 	if err != nil {
 		return nil, WithExitCode(2, err)
 	}
@@ -242,6 +228,44 @@ func (j job) imagesDir() (string, error) {
 	return images, nil
 }
 
+// run executes the prepared run as `meshchaos run` does: its verdict and checks on stdout and
+// the verdict as the exit code — but exit 2 when the run directory does not hold the verdict
+// (its final summary or reports could not be written), whatever the verdict in memory: a pass
+// nobody can read back is no pass. made is what the command created; what the run wrote is
+// handed to the user who ran it through sudo.
+func (p *prepared) run(ctx context.Context, made *results.Created, stdout, stderr io.Writer) error {
+	s, err := p.execute(ctx, runner.NewProgress(stderr))
+	if err != nil && s.Verdict == "" {
+		// Nothing was written: the run directory goes again if it is empty.
+		made.RemoveEmpty()
+		handOver(stderr, made.Paths()...)
+		return WithExitCode(2, fmt.Errorf("run %s: %w", p.Experiment, err))
+	}
+	handOver(stderr, append(made.Paths(), p.Dir)...)
+	fmt.Fprintf(stdout, "%s (%s, %s): %s\n", p.Experiment, p.Substrate, p.CP, strings.ToUpper(string(s.Verdict)))
+	for _, c := range s.Checks {
+		status := "FAIL"
+		if c.Pass {
+			status = "ok"
+		}
+		fmt.Fprintf(stdout, "  %-4s  %s\n", status, c.String())
+	}
+	if err != nil {
+		return WithExitCode(2, fmt.Errorf("run %s: %w", p.Experiment, err))
+	}
+	fmt.Fprintf(stdout, "report: %s\n", filepath.Join(p.Dir, results.MarkdownFile))
+	return verdictError(&s)
+}
+
+// handOver gives paths (and what is under them) to the user who ran meshchaos through sudo. A
+// failure is said on w but does not change the exit code: the results are there and readable,
+// only owned by root.
+func handOver(w io.Writer, paths ...string) {
+	if err := results.GiveToInvoker(paths...); err != nil {
+		fmt.Fprintf(w, "warning: %v\n", err)
+	}
+}
+
 // execute runs the prepared experiment into its directory. The summary's verdict is empty only
 // when the run could not write one.
 func (p *prepared) execute(ctx context.Context, progress runner.Progress) (results.Summary, error) {
@@ -250,19 +274,21 @@ func (p *prepared) execute(ctx context.Context, progress runner.Progress) (resul
 
 // claimRunDir prepares the run directory before anything starts: an explicit one must not hold an
 // earlier run (its evidence would be overwritten) and must be writable; the default one
-// (runs/EXPERIMENT-CP-TIME) gets a suffix when two runs start in the same second.
-func claimRunDir(out, experiment, cp string) (string, error) {
+// (runs/EXPERIMENT-CP-TIME) gets a suffix when two runs start in the same second. The
+// directories it creates are recorded in made (so that a refusal removes them) and are 0755
+// whatever the umask.
+func claimRunDir(made *results.Created, out, experiment, cp string) (string, error) {
 	if out != "" {
 		if _, err := os.Stat(filepath.Join(out, results.SummaryFile)); err == nil {
 			return "", fmt.Errorf("--out %s already holds a run (%s): choose another directory or remove it", out, results.SummaryFile)
 		}
-		if err := os.MkdirAll(out, 0o755); err != nil {
+		if err := made.MkdirAll(out); err != nil {
 			return "", fmt.Errorf("create run directory: %w", err)
 		}
 		return out, writable(out)
 	}
 	base := filepath.Join("runs", fmt.Sprintf("%s-%s-%s", experiment, strings.NewReplacer(":", "-", "/", "-").Replace(cp), time.Now().Format("20060102-150405")))
-	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
+	if err := made.MkdirAll(filepath.Dir(base)); err != nil {
 		return "", fmt.Errorf("create run directory: %w", err)
 	}
 	for i := 1; ; i++ {
@@ -271,7 +297,7 @@ func claimRunDir(out, experiment, cp string) (string, error) {
 			dir = fmt.Sprintf("%s-%d", base, i)
 		}
 		// Mkdir, not MkdirAll: creating it is how a run claims it.
-		err := os.Mkdir(dir, 0o755)
+		err := made.Mkdir(dir)
 		if err == nil {
 			return dir, writable(dir)
 		}

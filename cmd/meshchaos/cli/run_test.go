@@ -127,9 +127,9 @@ func TestRunAsNonRootExitsTwo(t *testing.T) {
 // their own directories.
 func TestDefaultRunDirsAreDistinct(t *testing.T) {
 	t.Chdir(t.TempDir())
-	a, err := claimRunDir("", "cp-oom-restart", "reference")
+	a, err := claimRunDir(nil, "", "cp-oom-restart", "reference")
 	require.NoError(t, err)
-	b, err := claimRunDir("", "cp-oom-restart", "reference")
+	b, err := claimRunDir(nil, "", "cp-oom-restart", "reference")
 	require.NoError(t, err)
 	assert.NotEqual(t, a, b)
 	assert.DirExists(t, a)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -35,7 +36,7 @@ func newSuiteCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "suite NAME|FILE [--out DIR] [--history DIR] [--set k=v]… [--substrate local]",
-		Short: "Run a suite of experiments one after another: combined junit.xml and index.html (exit 0 every run gave its expected verdict, 1 not, 2 bad input)",
+		Short: "Run a suite of experiments one after another: combined junit.xml and index.html (exit 0 every run gave its expected verdict, 1 not, 2 bad input or results that could not be written)",
 		Long: `Run a suite: experiments × control planes × parameters × repeats, one run after another on this
 machine, each with the verdict it is expected to give. NAME is a built-in suite (see below) or FILE a
 YAML file:
@@ -93,9 +94,9 @@ type plannedRun struct {
 	p                      *prepared
 }
 
-// planSuite checks every entry and prepares every run before anything starts; on bad input it
-// returns an exit-2 error naming the entry.
-func planSuite(s suite.Suite, j job, o suiteOpts, out string) ([]plannedRun, error) {
+// planSuite checks every entry and prepares every run before anything starts, recording in made
+// the directories it creates; on bad input it returns an exit-2 error naming the entry.
+func planSuite(made *results.Created, s suite.Suite, j job, o suiteOpts, out string) ([]plannedRun, error) {
 	entries, err := resolveEntries(s, o.Sets, j.CP)
 	if err != nil {
 		return nil, err
@@ -111,7 +112,7 @@ func planSuite(s suite.Suite, j job, o suiteOpts, out string) ([]plannedRun, err
 			if rj.Out, err = runDirIn(out, suiteRunName(i, e.Experiment, cp, r, n)); err != nil {
 				return nil, Usagef("suite %s entry %d (%s, %s): %v", s.Name, i+1, e.Experiment, cp, err)
 			}
-			p, err := rj.prepare()
+			p, err := rj.prepare(made)
 			if err != nil {
 				var ec ExitCoder
 				if errors.As(err, &ec) && ec.ExitCode() == 2 {
@@ -146,16 +147,16 @@ func runDirIn(out, name string) (string, error) {
 	return dir, nil
 }
 
-// claimSuiteDir creates the suite's output directory; one that already holds a suite is
-// refused (its evidence would be overwritten).
-func claimSuiteDir(out, name string) (string, error) {
+// claimSuiteDir creates the suite's output directory, recording in made what it creates; one
+// that already holds a suite is refused (its evidence would be overwritten).
+func claimSuiteDir(made *results.Created, out, name string) (string, error) {
 	if out == "" {
 		out = filepath.Join("runs", fmt.Sprintf("suite-%s-%s", filepath.Base(name), time.Now().Format("20060102-150405")))
 	}
 	if _, err := os.Stat(filepath.Join(out, results.SuiteFile)); err == nil {
 		return "", Usagef("--out %s already holds a suite (%s): choose another directory or remove it", out, results.SuiteFile)
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
+	if err := made.MkdirAll(out); err != nil {
 		return "", WithExitCode(2, fmt.Errorf("create suite directory: %w", err))
 	}
 	return out, nil
@@ -171,27 +172,59 @@ func runSuite(ctx context.Context, s suite.Suite, j job, o suiteOpts, stdout, st
 	var past []results.SuiteResult
 	if o.History != "" {
 		var err error
-		if past, err = results.ReadHistory(o.History, s.Name, o.Nights-1); err != nil {
+		if past, err = results.ReadHistory(o.History, s.Name, o.Nights-1, stderr); err != nil {
 			return Usagef("%v", err)
 		}
 	}
-	_, statErr := os.Stat(o.Out)
-	created := o.Out == "" || statErr != nil
-	out, err := claimSuiteDir(o.Out, s.Name)
+	x := &suiteExec{suite: s, substrate: j.Substrate, opts: o, past: past}
+	var err error
+	if x.out, err = claimSuiteDir(&x.made, o.Out, s.Name); err == nil {
+		x.runs, err = planSuite(&x.made, s, j, o, x.out)
+	}
 	if err != nil {
+		// Nothing ran: the directories this refusal made go again (only those, and only empty).
+		x.made.RemoveEmpty()
 		return err
 	}
-	runs, err := planSuite(s, j, o, out)
-	if err != nil {
-		if created {
-			os.RemoveAll(out) // nothing ran: leave no empty run directories behind
-		}
-		return err
-	}
+	return x.execute(ctx, stdout, stderr)
+}
 
+// suiteExec is a suite whose runs are planned (every input checked, every run directory
+// claimed), on its way.
+type suiteExec struct {
+	suite     suite.Suite
+	substrate string
+	opts      suiteOpts
+	out       string
+	runs      []plannedRun
+	// past is the history before this execution (oldest first).
+	past []results.SuiteResult
+	// made is what this invocation created: handed to the user who ran it through sudo.
+	made results.Created
+}
+
+// execute makes the suite's runs one after another and writes its output (and history line).
+// Exit code: 0 every run gave its expected verdict, 1 not, 2 when a run's or the suite's results
+// could not be written (a verdict nobody can read back is no verdict).
+func (x *suiteExec) execute(ctx context.Context, stdout, stderr io.Writer) error {
+	s, out, runs, o := x.suite, x.out, x.runs, x.opts
+	defer func() {
+		// Everything the suite wrote: what it created (its directory, run directories, history)
+		// and the suite's own files, in an --out that may have been there before.
+		paths := x.made.Paths()
+		for _, r := range runs {
+			paths = append(paths, r.p.Dir)
+		}
+		for _, f := range []string{results.JUnitFile, results.SuiteFile, results.SuiteIndexFile} {
+			paths = append(paths, filepath.Join(out, f))
+		}
+		handOver(stderr, paths...)
+	}()
 	res := &results.SuiteResult{Schema: results.SuiteSchema, Suite: s.Name, Summary: s.Summary,
-		Substrate: j.Substrate, StartedAt: time.Now().UTC(), Planned: len(runs)}
-	eta := newSuiteETA(past)
+		Substrate: x.substrate, StartedAt: time.Now().UTC(), Planned: len(runs)}
+	eta := newSuiteETA(x.past)
+	// unsaved are the runs whose verdict their run directory does not hold.
+	var unsaved []string
 	fmt.Fprintf(stderr, "suite %s: %d runs into %s\n", s.Name, len(runs), out)
 	for i, r := range runs {
 		if ctx.Err() != nil {
@@ -207,8 +240,13 @@ func runSuite(ctx context.Context, s suite.Suite, j job, o suiteOpts, stdout, st
 		eta.done(key, secs)
 		rel, _ := filepath.Rel(out, r.p.Dir)
 		var sp *results.Summary
-		if sum.Verdict != "" {
+		if sum.Verdict != "" && err == nil {
 			sp = &sum
+		}
+		if err != nil && sum.Verdict != "" {
+			// The run's final summary or reports could not be written (the error says the
+			// verdict): it counts as a run that could not be carried out, not as its verdict.
+			unsaved = append(unsaved, fmt.Sprintf("%s (%s): %v", key, r.p.Dir, err))
 		}
 		sr := results.NewSuiteRun(sp, r.entry, r.repeat, r.p.Experiment, r.p.CP, r.set, r.expect, rel, secs, err)
 		res.Runs = append(res.Runs, sr)
@@ -223,23 +261,27 @@ func runSuite(ctx context.Context, s suite.Suite, j job, o suiteOpts, stdout, st
 		// Written after every run, so an interrupted suite still leaves its junit and index.
 		res.FinishedAt = time.Now().UTC()
 		if err := results.WriteSuite(out, res, nil); err != nil {
-			return WithExitCode(2, err)
+			return WithExitCode(2, fmt.Errorf("suite %s: write the suite's results after run %d/%d: %w: %s", s.Name, i+1, len(runs), err, suiteOutcome(res)))
 		}
 	}
 	res.FinishedAt = time.Now().UTC()
 	var nights []results.SuiteResult
+	var historyErr error
 	if o.History != "" {
-		if err := results.AppendHistory(o.History, res); err != nil {
-			return WithExitCode(2, err)
+		if historyErr = x.appendHistory(res, stderr); historyErr == nil {
+			nights = append(x.past, *res)
 		}
-		nights = append(past, *res)
 	}
+	// Written even when the history could not be: this execution's own record comes first.
 	if err := results.WriteSuite(out, res, nights); err != nil {
-		return WithExitCode(2, err)
+		return WithExitCode(2, fmt.Errorf("suite %s: write the suite's results: %w: %s", s.Name, err, suiteOutcome(res)))
+	}
+	if historyErr != nil {
+		return WithExitCode(2, fmt.Errorf("suite %s: %w: %s", s.Name, historyErr, suiteOutcome(res)))
 	}
 
 	bad := 0
-	fmt.Fprintf(stdout, "suite %s (%s, %s):\n", s.Name, j.Substrate, res.FinishedAt.Sub(res.StartedAt).Round(time.Second))
+	fmt.Fprintf(stdout, "suite %s (%s, %s):\n", s.Name, x.substrate, res.FinishedAt.Sub(res.StartedAt).Round(time.Second))
 	for _, r := range res.Runs {
 		status := "ok"
 		if !r.AsExpected() {
@@ -256,11 +298,43 @@ func runSuite(ctx context.Context, s suite.Suite, j job, o suiteOpts, stdout, st
 		}
 	}
 	fmt.Fprintf(stdout, "junit: %s\nindex: %s\n", filepath.Join(out, results.JUnitFile), filepath.Join(out, results.SuiteIndexFile))
+	if len(unsaved) > 0 {
+		return WithExitCode(2, fmt.Errorf("suite %s: the results of %d of %d runs could not be written, the first: %s", s.Name, len(unsaved), res.Planned, unsaved[0]))
+	}
 	if res.OK() {
 		return nil
 	}
 	missing := res.Planned - len(res.Runs)
 	return WithExitCode(1, fmt.Errorf("suite %s: %d of %d runs did not give their expected verdict, %d did not run", s.Name, bad, res.Planned, missing))
+}
+
+// appendHistory adds res to the history, recording the history directories and file it creates.
+func (x *suiteExec) appendHistory(res *results.SuiteResult, stderr io.Writer) error {
+	dir := x.opts.History
+	if err := x.made.MkdirAll(dir); err != nil {
+		return fmt.Errorf("history: %w", err)
+	}
+	file := results.HistoryFile(dir, res.Suite)
+	_, statErr := os.Lstat(file)
+	err := results.AppendHistory(dir, res, stderr)
+	if errors.Is(statErr, fs.ErrNotExist) {
+		x.made.Note(file)
+	}
+	return err
+}
+
+// suiteOutcome says what the suite's verdict was, for an error saying it could not be written.
+func suiteOutcome(res *results.SuiteResult) string {
+	if res.OK() {
+		return fmt.Sprintf("the verdict was ok (all %d runs as expected)", res.Planned)
+	}
+	bad := 0
+	for _, r := range res.Runs {
+		if !r.AsExpected() {
+			bad++
+		}
+	}
+	return fmt.Sprintf("the verdict was not ok (%d of %d runs not as expected, %d did not run)", bad, res.Planned, res.Planned-len(res.Runs))
 }
 
 // expectText is an expectation as the suite prints it: "pass", or "fail on CHECK, CHECK".

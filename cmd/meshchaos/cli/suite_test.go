@@ -108,8 +108,10 @@ func TestSuiteTinyBothWays(t *testing.T) {
 	page, err := os.ReadFile(filepath.Join(out, results.SuiteIndexFile))
 	require.NoError(t, err)
 	assert.Contains(t, string(page), `href="`+res.Runs[1].Dir+"/"+results.HTMLFile+`"`)
-	nights, err := results.ReadHistory(history, "tiny", 10)
+	var warn strings.Builder
+	nights, err := results.ReadHistory(history, "tiny", 10, &warn)
 	require.NoError(t, err)
+	assert.Empty(t, warn.String(), "a whole history")
 	require.Len(t, nights, 1)
 	assert.Equal(t, res.Runs[1].Measures, nights[0].Runs[1].Measures)
 }

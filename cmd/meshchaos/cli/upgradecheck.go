@@ -32,6 +32,9 @@ type upgradeCheck struct {
 	runs         []upgradeRun
 	compareOpts  results.CompareOptions
 	suiteEntries int
+	// made is what this invocation created: removed again while empty when the plan is
+	// refused, handed to the user who ran it through sudo when it ran.
+	made results.Created
 }
 
 // upgradeRun is one run of the plan: an entry's repeat on one side.
@@ -68,6 +71,8 @@ Exit code: 0 no regression, 1 a regression, 2 bad input, or runs that could not 
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := u.prepare(cmd); err != nil {
+				// Refused: the run directories planned before the refusal go again.
+				u.made.RemoveEmpty()
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), interruptSignals...)
@@ -140,7 +145,7 @@ func (u *upgradeCheck) prepare(cmd *cobra.Command) error {
 				if j.Out, err = runDirIn(filepath.Join(u.out, side), fmt.Sprintf("%02d-%s-r%d", i+1, e.Experiment, r)); err != nil {
 					return Usagef("suite %s entry %d (%s, %s %s): %v", s.Name, i+1, e.Experiment, side, j.CP, err)
 				}
-				p, err := j.prepare()
+				p, err := j.prepare(&u.made)
 				if err != nil {
 					return fmt.Errorf("suite %s entry %d (%s, %s %s): %w", s.Name, i+1, e.Experiment, side, j.CP, err)
 				}
@@ -157,6 +162,14 @@ func dirName(cp string) string { return strings.NewReplacer(":", "-", ",", "+", 
 // and writes the report.
 func (u *upgradeCheck) execute(ctx context.Context, stdout, stderr io.Writer) error {
 	u.startedAt = time.Now()
+	// The comparison's files are handed over by finishComparison.
+	defer func() {
+		paths := u.made.Paths()
+		for _, r := range u.runs {
+			paths = append(paths, r.p.Dir)
+		}
+		handOver(stderr, paths...)
+	}()
 	fmt.Fprintf(stderr, "upgrade-check: suite %s (%d entries), %d runs, base %s, candidate %s, into %s\n", u.suite, u.suiteEntries, len(u.runs), u.base, u.cand, u.out)
 	var base, cand []results.Run
 	var errored []string
@@ -182,6 +195,12 @@ func (u *upgradeCheck) execute(ctx context.Context, stdout, stderr io.Writer) er
 		if s.Verdict == results.VerdictError && s.Error == "" && err != nil {
 			s.Error = err.Error()
 		}
+		if err != nil && s.Verdict != results.VerdictError {
+			// The run's final summary or reports could not be written (the error says the
+			// verdict): its directory does not hold that verdict, and 'meshchaos compare' on it
+			// would not find it. It counts as a run that could not be carried out.
+			s.Verdict, s.Error = results.VerdictError, err.Error()
+		}
 		fmt.Fprintf(stderr, "[%d/%d] %s %s: %s in %s\n", k+1, len(u.runs), r.p.Experiment, r.p.CP, s.Verdict, time.Since(start).Round(time.Second))
 		if s.Verdict == results.VerdictError {
 			errored = append(errored, fmt.Sprintf("%s (%s): %s", r.p.Dir, r.side, s.Error))
@@ -203,7 +222,7 @@ func (u *upgradeCheck) execute(ctx context.Context, stdout, stderr io.Writer) er
 	finished := time.Now()
 	c.Base, c.Candidate, c.Suite, c.StartedAt, c.FinishedAt = u.base, u.cand, u.suite, &u.startedAt, &finished
 	fmt.Fprintln(stdout)
-	err = finishComparison(stdout, c, u.out, false)
+	err = finishComparison(stdout, stderr, &u.made, c, u.out, false)
 	if err == nil && len(errored) > 0 {
 		err = WithExitCode(2, fmt.Errorf("no regression among the runs made, but %d could not be carried out (%s): the comparison rests on fewer runs; re-run", len(errored), errored[0]))
 	}
