@@ -69,9 +69,9 @@ var runMarkers = []struct{ marker, phase string }{
 
 // interruptPoints: MESHCHAOS_INTERRUPT=full gives every marker with every signal in turn,
 // twice over with different signals (30 points: `make interrupt`); otherwise four points, one
-// per phase group and each signal at least once, for `make test`.
+// per phase group and each signal (SIGINT, SIGTERM, SIGHUP, SIGKILL) once.
 func interruptPoints() []interruptPoint {
-	sigs := []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL}
+	sigs := []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGKILL}
 	if os.Getenv("MESHCHAOS_INTERRUPT") == "full" {
 		var out []interruptPoint
 		for round := range 2 {
@@ -85,14 +85,15 @@ func interruptPoints() []interruptPoint {
 		{"nodes: containerd", "setup", syscall.SIGINT},
 		{"traffic.start", "steady", syscall.SIGTERM},
 		{"chaos.injected", "chaos", syscall.SIGKILL},
-		{"phase recovery", "recovery", syscall.SIGINT},
+		{"phase recovery", "recovery", syscall.SIGHUP},
 	}
 }
 
 // TestInterruptAnywhere starts real runs and stops each with a signal at a chosen moment: after
 // SIGINT or SIGTERM the run tears its cluster down by itself and leaves a valid summary (verdict
-// error, the signal and the phase it came in, what was measured until then); after any signal,
-// `cluster down --all --prefix` (only this test's clusters) leaves nothing on the host.
+// error, the signal and the phase it came in, what was measured until then); SIGHUP the same;
+// after SIGKILL `cluster down --stale --prefix` (only this test's clusters) finds the run's
+// cluster by its dead owner, and after any signal nothing is left on the host.
 func TestInterruptAnywhere(t *testing.T) {
 	bin, home, env := integrationCLI(t)
 	seed := time.Now().UnixNano()
@@ -137,9 +138,14 @@ func TestInterruptAnywhere(t *testing.T) {
 				// The run cleaned up after itself: nothing is left before `cluster down`.
 				assert.Empty(t, local.Leftovers(home, name), "left by the interrupted run itself")
 			}
-			code, downOut := cli(t, bin, env, "cluster", "down", "--all", "--prefix", prefix)
+			// What a killed run left is stale (its owner is gone): --stale finds it; after the
+			// other signals there is nothing left to find.
+			code, downOut := cli(t, bin, env, "cluster", "down", "--stale", "--prefix", prefix)
 			assert.Equal(t, 0, code, downOut)
-			assert.Empty(t, local.Leftovers(home, name), "after cluster down --all --prefix %s", prefix)
+			if p.sig == syscall.SIGKILL {
+				assert.Contains(t, downOut, "removed "+name, "the killed run's cluster is stale")
+			}
+			assert.Empty(t, local.Leftovers(home, name), "after cluster down --stale --prefix %s", prefix)
 		})
 	}
 }
