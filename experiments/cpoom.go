@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshchaos/meshchaos/harness/chaos"
 	"github.com/meshchaos/meshchaos/harness/experiment"
@@ -121,6 +122,12 @@ func oomKillControlPlane(ctx context.Context, s *experiment.State) (*chaos.Balla
 		return nil, time.Time{}, fmt.Errorf("the control plane's memory cgroup is not readable on substrate %s: the ballast's effect cannot be proven", m.Cluster.Name())
 	}
 	since := time.Now().Add(-time.Second) // container timestamps have whole seconds
+	// The pod as it is now, not as the setup saw it: after an earlier OOM kill (a soak's cycle)
+	// its container has another id, by which the generic hog finds the container's cgroup.
+	pod, err := m.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("the control plane's pod: %w", err)
+	}
 	// A control plane without a ballast hook gets the generic memory hog in its container's cgroup.
 	limitMiB := int(v.Bytes("cpMemoryLimit") >> 20)
 	b := &chaos.Ballast{Target: "control-plane", Usage: func() (int64, error) {
