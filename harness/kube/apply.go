@@ -101,16 +101,9 @@ type Report struct {
 // Namespaced objects without a namespace go to "default". Every mutate function adjusts every
 // decoded object before it is sent.
 func Apply(ctx context.Context, cfg *rest.Config, data []byte, mutate ...Mutator) (Report, error) {
-	objs, err := Decode(data)
+	objs, err := decodeMutated(data, mutate)
 	if err != nil {
 		return Report{}, err
-	}
-	for _, o := range objs {
-		for _, m := range mutate {
-			if err := m(o); err != nil {
-				return Report{}, fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)
-			}
-		}
 	}
 	return applyObjects(ctx, cfg, objs)
 }
@@ -119,7 +112,7 @@ func Apply(ctx context.Context, cfg *rest.Config, data []byte, mutate ...Mutator
 // and the run did not create is kept as it is) and waits until every one is Established. data
 // must hold nothing but CRDs.
 func InstallCRDs(ctx context.Context, cfg *rest.Config, data []byte, mutate ...Mutator) (Report, error) {
-	objs, err := Decode(data)
+	objs, err := decodeMutated(data, mutate)
 	if err != nil {
 		return Report{}, err
 	}
@@ -127,13 +120,24 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, data []byte, mutate ...M
 		if o.GroupVersionKind().GroupKind() != crdGVK.GroupKind() {
 			return Report{}, fmt.Errorf("install CRDs: %s %s is not a CustomResourceDefinition (use Apply for other objects)", o.GetKind(), o.GetName())
 		}
+	}
+	return applyObjects(ctx, cfg, objs)
+}
+
+// decodeMutated decodes data and runs every mutate function on every object.
+func decodeMutated(data []byte, mutate []Mutator) ([]*unstructured.Unstructured, error) {
+	objs, err := Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range objs {
 		for _, m := range mutate {
 			if err := m(o); err != nil {
-				return Report{}, fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)
+				return nil, fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)
 			}
 		}
 	}
-	return applyObjects(ctx, cfg, objs)
+	return objs, nil
 }
 
 // crdDifference says how the cluster's CRD live differs from the run's copy: the versions
@@ -193,17 +197,12 @@ func dynamicClients(cfg *rest.Config) (dynamic.Interface, *restmapper.DeferredDi
 }
 
 // applyObjects applies the Namespaces and CRDs among objs, waits until the CRDs are Established,
-// then applies the rest in order.
+// then applies the rest in order, and reports the cluster's own objects it kept.
 func applyObjects(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured) (Report, error) {
 	var rep Report
-	err := applyObjectsTo(ctx, cfg, objs, &rep)
-	return rep, err
-}
-
-func applyObjectsTo(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured, rep *Report) error {
 	dyn, mapper, err := dynamicClients(cfg)
 	if err != nil {
-		return err
+		return rep, err
 	}
 	var first, crds, others []*unstructured.Unstructured
 	for _, o := range objs {
@@ -218,13 +217,13 @@ func applyObjectsTo(ctx context.Context, cfg *rest.Config, objs []*unstructured.
 		}
 	}
 	for _, o := range first {
-		if err := applyOne(ctx, dyn, mapper, o, nil, rep); err != nil {
-			return err
+		if err := applyOne(ctx, dyn, mapper, o, nil, &rep); err != nil {
+			return rep, err
 		}
 	}
 	if len(crds) > 0 {
 		if err := waitEstablished(ctx, dyn, crds); err != nil {
-			return err
+			return rep, err
 		}
 		// The cached discovery predates the new kinds.
 		mapper.Reset()
@@ -237,11 +236,11 @@ func applyObjectsTo(ctx context.Context, cfg *rest.Config, objs []*unstructured.
 		fresh[schema.GroupKind{Group: group, Kind: kind}] = true
 	}
 	for _, o := range others {
-		if err := applyOne(ctx, dyn, mapper, o, fresh, rep); err != nil {
-			return err
+		if err := applyOne(ctx, dyn, mapper, o, fresh, &rep); err != nil {
+			return rep, err
 		}
 	}
-	return nil
+	return rep, nil
 }
 
 // applyOne server-side applies o. A kind the API server does not serve is looked up again after

@@ -67,7 +67,6 @@ func (r *Reference) gated() bool {
 // Deploy implements ControlPlane: CRDs, then the control plane pinned and limited as asked.
 func (r *Reference) Deploy(ctx context.Context, c cluster.Cluster, p Placement) error {
 	cfg := c.RESTConfig()
-	var err error
 	rep, err := kube.InstallCRDs(ctx, cfg, cpmanifests.CRDs, kube.Owned(c.Name()))
 	logKept(p, rep)
 	if err != nil {
