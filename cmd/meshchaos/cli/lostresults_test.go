@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -138,15 +139,22 @@ func twoEntrySuite(t *testing.T) (file string, substrate []string) {
 	dir := t.TempDir()
 	file = filepath.Join(dir, "late.yaml")
 	require.NoError(t, os.WriteFile(file, []byte("name: late\nentries:\n- {experiment: endpoint-flap}\n- {experiment: cp-oom-restart}\n"), 0o644))
-	kc := filepath.Join(dir, "kubeconfig")
-	require.NoError(t, os.WriteFile(kc, []byte(`apiVersion: v1
+	return file, []string{"--substrate", "existing", "--kubeconfig", unreachableKubeconfig(t, "c")}
+}
+
+// unreachableKubeconfig writes a kubeconfig whose current context (named context) is a cluster
+// nobody listens for (127.0.0.1:1), and returns its path.
+func unreachableKubeconfig(t *testing.T, context string) string {
+	t.Helper()
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kc, fmt.Appendf(nil, `apiVersion: v1
 kind: Config
 clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
 users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`), 0o600))
-	return file, []string{"--substrate", "existing", "--kubeconfig", kc}
+contexts: [{name: %[1]s, context: {cluster: c, user: u}}]
+current-context: %[1]s
+`, context), 0o600))
+	return kc
 }
 
 // TestRefusedSuiteLeavesNoRunDirectory: a suite refused after it claimed its first run's

@@ -199,14 +199,7 @@ func TestExistingFlagsNeedTheExistingSubstrate(t *testing.T) {
 // TestExistingSubstrateReadsKUBECONFIG: with --substrate existing and no --kubeconfig, the
 // cluster is the one $KUBECONFIG names, as for kubectl.
 func TestExistingSubstrateReadsKUBECONFIG(t *testing.T) {
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(kc, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: staging, context: {cluster: c, user: u}}]
-current-context: staging
-`), 0o600))
+	kc := unreachableKubeconfig(t, "staging")
 	t.Setenv("KUBECONFIG", kc)
 	out := filepath.Join(t.TempDir(), "out")
 
