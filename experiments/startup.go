@@ -44,12 +44,13 @@ func init() {
 	register(experiment.Definition{
 		Name:    "sidecar-startup",
 		Summary: "app pods start before their injected sidecar has its config (incident 5: first call refused, exit 1, restarts); start modes none / hold / native / resilient side by side",
-		// The start orders are the injecting control plane's: meshchaos's proxy injected with
-		// each mode's annotation. istiod injects its own istio-proxy (a template that injects
-		// meshchaos's proxy instead is istiod's next step).
+		// The start orders are the injecting control plane's: meshchaos's proxy injected, by
+		// the control plane's own webhook, in each mode as that control plane spells it (the
+		// reference's start annotation; istiod's template "meshchaos", nativeSidecar and
+		// holdApplicationUntilProxyStarts).
 		Needs: func(cp subject.ControlPlane) error {
 			if _, ok := cp.(subject.ProxyInjector); !ok {
-				return errors.New("needs a control plane whose webhook injects meshchaos's proxy with its start modes (--cp reference); istiod injects its own istio-proxy")
+				return errors.New("needs a control plane whose webhook can inject meshchaos's proxy with its start modes (--cp reference or istiod); an external descriptor declares no injection template")
 			}
 			return nil
 		},
@@ -180,8 +181,9 @@ func startupMode(ctx context.Context, s *experiment.State, mode string) error {
 	if err != nil {
 		return fmt.Errorf("create namespace %s: %w", ns, err)
 	}
+	inj := s.CP.(subject.ProxyInjector)
 	meas := &observe.Startup{Client: m.Client, Namespace: ns, Selector: "app=" + startupApp, Mode: mode,
-		Dial: m.Cluster.Dialer(node), AppPort: startupAppPort, AdminPort: startupAdminPort, AppContainer: "app", ProxyContainer: "proxy"}
+		Dial: m.Cluster.Dialer(node), AppPort: startupAppPort, AdminPort: startupAdminPort, AppContainer: "app", ProxyContainer: inj.ProxyContainer()}
 	if err := s.Measure(meas); err != nil {
 		return err
 	}
@@ -191,6 +193,7 @@ func startupMode(ctx context.Context, s *experiment.State, mode string) error {
 		vals.StartMode, vals.Attempts = "none", v.Int("attempts")
 		vals.RetryInterval, vals.RetryMaxInterval = v.Duration("retryInterval"), v.Duration("retryMaxInterval")
 	}
+	vals.InjectAnnotations = inj.ProxyAnnotations(vals.StartMode, m.Workloads().ImageRef("xdsproxy"))
 	y, err := wlmanifests.Render("app", vals)
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 
 	cpmanifests "github.com/meshchaos/meshchaos/controlplane/manifests"
 	"github.com/meshchaos/meshchaos/controlplane/regress"
+	"github.com/meshchaos/meshchaos/controlplane/webhook"
 	"github.com/meshchaos/meshchaos/harness/cluster"
 	"github.com/meshchaos/meshchaos/harness/kube"
 )
@@ -137,8 +138,14 @@ func (r *Reference) InjectionLabels() map[string]string {
 	return map[string]string{"meshchaos.io/inject": "enabled"}
 }
 
-// InjectsMeshchaosProxy implements ProxyInjector.
-func (r *Reference) InjectsMeshchaosProxy() {}
+// ProxyAnnotations implements ProxyInjector: the reference injects its own proxy image (its
+// --inject-image) in the mode its start annotation asks (controlplane/webhook).
+func (r *Reference) ProxyAnnotations(mode, _ string) map[string]string {
+	return map[string]string{webhook.StartAnnotation: mode}
+}
+
+// ProxyContainer implements ProxyInjector.
+func (r *Reference) ProxyContainer() string { return webhook.ProxyContainer }
 
 // PprofURL implements ControlPlane: pprof is on the admin port.
 func (r *Reference) PprofURL(pod *corev1.Pod) string { return r.AdminURL(pod) }

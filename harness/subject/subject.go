@@ -152,12 +152,17 @@ type Injector interface {
 	InjectionLabels() map[string]string
 }
 
-// ProxyInjector is an Injector that injects meshchaos's own proxy, with the start orders
-// sidecar-startup compares (none, hold, native, resilient), chosen per pod by annotation.
+// ProxyInjector is an Injector that can inject meshchaos's own proxy, started in the orders
+// sidecar-startup compares (none, hold, native), chosen per pod by annotations: the reference's
+// injector by its own annotation, istiod's through its injection template "meshchaos" and its
+// own start-order settings.
 type ProxyInjector interface {
 	Injector
-	// InjectsMeshchaosProxy marks the capability.
-	InjectsMeshchaosProxy()
+	// ProxyAnnotations are the pod annotations that ask the injector for meshchaos's proxy,
+	// image (the substrate's xdsproxy image), started in mode (none, hold or native).
+	ProxyAnnotations(mode, image string) map[string]string
+	// ProxyContainer names the container the injector adds.
+	ProxyContainer() string
 }
 
 // Remover is a control plane that removes itself from the cluster (what an external

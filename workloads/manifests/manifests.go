@@ -108,6 +108,10 @@ type Values struct {
 	// it for this start mode (none, hold, native); HoldApp is then ignored. The namespace must
 	// be labelled for injection.
 	StartMode string
+	// InjectAnnotations are the pod annotations that ask the injector for the proxy in
+	// StartMode (subject.ProxyInjector.ProxyAnnotations); default: the reference injector's
+	// start annotation, sidecar.meshchaos.io/start=StartMode.
+	InjectAnnotations map[string]string
 	// RetryInterval and RetryMaxInterval make the app retry its start-up call with exponential
 	// backoff (the resilient app), Attempts times.
 	RetryInterval, RetryMaxInterval time.Duration
@@ -172,6 +176,9 @@ func Render(name string, v Values) ([]byte, error) {
 	d := data{Values: v, PullPolicy: v.Substrate.PullPolicy}
 	d.HoldApp = name == "app" && v.HoldApp // only the app's sidecar holds anything
 	injected := name == "app" && v.StartMode != ""
+	if injected && d.InjectAnnotations == nil {
+		d.InjectAnnotations = map[string]string{"sidecar.meshchaos.io/start": v.StartMode}
+	}
 	switch name {
 	case "gateway", "app", "adsload":
 		if injected {
