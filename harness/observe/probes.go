@@ -185,7 +185,7 @@ func XDSProbe(addr string, dial DialContext, typeURL string, opts ...grpc.DialOp
 		mu.Unlock()
 		conn, err := grpc.NewClient("passthrough:///"+addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return dial(ctx, "tcp", a) }),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20))}, opts...)...)
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256 << 20))}, opts...)...)
 		if err != nil {
 			return 0, fmt.Errorf("xds probe: %w", err)
 		}
