@@ -171,8 +171,11 @@ func (p *Prober) Snapshot() *results.Probes {
 
 // XDSProbe is a probe of an xDS server as a new proxy sees it: a new connection, a new ADS
 // stream, a fresh subscription to typeURL (wildcard) under a node id of its own, and the first
-// response. Its value is the number of resources received.
-func XDSProbe(addr string, dial DialContext, typeURL string) func(ctx context.Context) (float64, error) {
+// response. Its value is the number of resources received. opts are added after the probe's own
+// dial options (plaintext): transport credentials among them replace plaintext, e.g.
+// oracle.Credentials' for a secure port, with a token of namespace default (the probe's node
+// ids are in it).
+func XDSProbe(addr string, dial DialContext, typeURL string, opts ...grpc.DialOption) func(ctx context.Context) (float64, error) {
 	var n int64
 	var mu sync.Mutex
 	return func(ctx context.Context) (float64, error) {
@@ -180,9 +183,9 @@ func XDSProbe(addr string, dial DialContext, typeURL string) func(ctx context.Co
 		n++
 		id := fmt.Sprintf("sidecar~10.0.0.1~xds-probe-%d.default~default.svc.cluster.local", n)
 		mu.Unlock()
-		conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		conn, err := grpc.NewClient("passthrough:///"+addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return dial(ctx, "tcp", a) }),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256 << 20))}, opts...)...)
 		if err != nil {
 			return 0, fmt.Errorf("xds probe: %w", err)
 		}

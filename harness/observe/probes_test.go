@@ -3,14 +3,18 @@ package observe
 import (
 	"context"
 	"errors"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshchaos/meshchaos/results"
+	"github.com/meshchaos/meshchaos/workloads/xdscred"
+	"github.com/meshchaos/meshchaos/workloads/xdstest"
 )
 
 // TestProberKeepsPaceWhenAProbeHangs: a probe that hangs until its timeout is sampled as often
@@ -57,4 +61,25 @@ func TestProberKeepsPaceWhenAProbeHangs(t *testing.T) {
 	assert.Equal(t, []results.ProbeSample{{T: sum.Probes.Series["staleness"][0].T, OK: true, Ms: 42}}, sum.Probes.Series["staleness"])
 	assert.Equal(t, "probes", sum.Measurements[0].Name)
 	assert.True(t, sum.Measurements[0].OK)
+}
+
+// The xDS probe reaches a secure port with credentials: TLS under the control plane's name
+// while it dials an IP, and a token.
+func TestXDSProbeOnASecurePort(t *testing.T) {
+	const name = "meshchaos-controlplane.meshchaos-system.svc"
+	ca := xdstest.NewCA(t)
+	srv := xdstest.StartSecure(t, xdstest.Auth{Cert: ca.ServerCert(t, name), Tokens: []string{"tok"}})
+	srv.Set(t, "1", xdstest.EDSCluster("a", ""), xdstest.EDSCluster("b", ""))
+	creds, err := xdscred.Options{RootCertPEM: ca.RootPEM, ServerName: name,
+		Token: func(context.Context) (string, error) { return "tok", nil }}.DialOptions()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var d net.Dialer
+	n, err := XDSProbe(srv.Addr, d.DialContext, resourcev3.ClusterType, creds...)(ctx)
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, n)
+
+	_, err = XDSProbe(srv.Addr, d.DialContext, resourcev3.ClusterType)(ctx)
+	assert.Error(t, err, "plaintext to a TLS port")
 }

@@ -42,6 +42,10 @@ type Client struct {
 	// NodeID is the node's id; default SidecarID("default"). Istio takes the proxy's namespace
 	// from it, and exports a ServiceEntry with exportTo "." to its own namespace only.
 	NodeID string
+	// DialOptions are added after the client's own (plaintext): transport credentials here
+	// replace plaintext, e.g. Credentials' for a secure port, whose token must then be of the
+	// NodeID's namespace.
+	DialOptions []grpc.DialOption
 
 	mu      sync.Mutex
 	state   State
@@ -84,7 +88,7 @@ func (c *Client) session(ctx context.Context) error {
 	if c.Dial != nil {
 		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return c.Dial(ctx, "tcp", addr) }))
 	}
-	conn, err := grpc.NewClient(c.Addr, opts...)
+	conn, err := grpc.NewClient(c.Addr, append(opts, c.DialOptions...)...)
 	if err != nil {
 		return fmt.Errorf("oracle client: dial %s: %w", c.Addr, err)
 	}

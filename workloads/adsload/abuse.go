@@ -17,9 +17,10 @@ import (
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/meshchaos/meshchaos/workloads/xdscred"
 )
 
 // Abuse modes: ADS clients that misbehave, to prove a control plane keeps serving the others.
@@ -46,7 +47,13 @@ var AbuseModes = []string{AbuseNACK, AbuseSlow, AbuseFlood, AbuseDisconnect, Abu
 // AbuseOptions configure an abuser.
 type AbuseOptions struct {
 	XDSAddress string
-	Mode       string
+	// Credentials reach a secure xDS port (see Options.Credentials). Without a token, the
+	// abusers test that a control plane refuses unauthenticated streams.
+	Credentials xdscred.Options
+	// Namespace is the namespace of the abusers' node ids (default "abuse"); with a token, the
+	// token's.
+	Namespace string
+	Mode      string
 	// Clients is how many misbehaving clients (streams for flood) run at once.
 	Clients int
 	// Period is how often a slow consumer reopens its stream (default 5 s).
@@ -92,6 +99,12 @@ func NewAbuser(o AbuseOptions) (*Abuser, error) {
 	}
 	if o.Clients <= 0 {
 		return nil, errors.New("adsload: --clients must be at least 1")
+	}
+	if err := o.Credentials.Validate(); err != nil {
+		return nil, fmt.Errorf("adsload: %w", err)
+	}
+	if o.Namespace == "" {
+		o.Namespace = "abuse"
 	}
 	if o.Period <= 0 {
 		o.Period = 5 * time.Second
@@ -150,8 +163,11 @@ func sleep(ctx context.Context, d time.Duration) {
 // dial opens a connection of its own. Slow consumers fix their flow-control windows at 64 KiB:
 // gRPC's dynamic window would otherwise grow to megabytes and absorb what the server sends.
 func (a *Abuser) dial(slow bool) (*grpc.ClientConn, error) {
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64 << 20))}
+	creds, err := a.o.Credentials.DialOptions()
+	if err != nil {
+		return nil, err
+	}
+	opts := append(creds, grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
 	if slow {
 		opts = append(opts, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 	}
@@ -159,7 +175,8 @@ func (a *Abuser) dial(slow bool) (*grpc.ClientConn, error) {
 }
 
 func (a *Abuser) node(i int) *corev3.Node {
-	id := fmt.Sprintf("sidecar~10.200.%d.%d~abuse-%s-%d.abuse~abuse.svc.cluster.local", (i>>8)&0xff, i&0xff, a.o.Mode, i)
+	ns := a.o.Namespace
+	id := fmt.Sprintf("sidecar~10.200.%d.%d~abuse-%s-%d.%s~%s.svc.cluster.local", (i>>8)&0xff, i&0xff, a.o.Mode, i, ns, ns)
 	return &corev3.Node{Id: id, Cluster: "abuse", UserAgentName: "adsload-abuse"}
 }
 

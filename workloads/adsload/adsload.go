@@ -4,6 +4,9 @@
 // ACKs every response, and the package records resource counts, bytes, and per-push fan-out
 // (when each client received each version) so the harness can compute bytes per connected proxy
 // and push convergence times.
+//
+// The clients speak plaintext unless given credentials (package xdscred): then they reach a
+// secure port as Istio's sidecars reach istiod's 15012, all with the same root and token.
 package adsload
 
 import (
@@ -30,11 +33,11 @@ import (
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/meshchaos/meshchaos/workloads/adsqueue"
+	"github.com/meshchaos/meshchaos/workloads/xdscred"
 )
 
 // maxResponseBytes is the largest xDS response a client takes (Envoy sets no limit).
@@ -42,8 +45,12 @@ const maxResponseBytes = 1 << 30
 
 // Options configure a load.
 type Options struct {
-	// XDSAddress is the ADS server (host:port, plaintext gRPC).
+	// XDSAddress is the ADS server (host:port).
 	XDSAddress string
+	// Credentials reach a secure xDS port (TLS and a bearer token); the zero value is
+	// plaintext. The token's namespace should be Namespace: a control plane may refuse a token
+	// from another namespace than the node id's (the reference does).
+	Credentials xdscred.Options
 	// Clients is how many ADS clients to run.
 	Clients int
 	// NodeID builds client i's node id; default Istio-style "sidecar~10.x.y.z~adsload-i.<ns>~<ns>.svc.cluster.local".
@@ -117,6 +124,9 @@ func New(opts Options) (*Load, error) {
 	if opts.Clients <= 0 {
 		return nil, errors.New("adsload: --clients must be at least 1")
 	}
+	if err := opts.Credentials.Validate(); err != nil {
+		return nil, fmt.Errorf("adsload: %w", err)
+	}
 	if opts.Namespace == "" {
 		opts.Namespace = "adsload"
 	}
@@ -156,12 +166,18 @@ func New(opts Options) (*Load, error) {
 // Run starts every client and blocks until ctx ends.
 func (l *Load) Run(ctx context.Context) error {
 	l.started = time.Now()
+	// One set of credentials for every client: the token and the roots are read again at each
+	// stream and handshake anyway.
+	creds, err := l.opts.Credentials.DialOptions()
+	if err != nil {
+		return fmt.Errorf("adsload: %w", err)
+	}
+	// Envoy sets no limit on a response's size; gRPC's default of 4 MiB is one CDS response of
+	// a few thousand services.
+	dialOpts := append(creds, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponseBytes)))
 	var wg sync.WaitGroup
 	for _, c := range l.clients {
-		// Envoy sets no limit on a response's size; gRPC's default of 4 MiB is one CDS
-		// response of a few thousand services.
-		conn, err := grpc.NewClient(l.opts.XDSAddress, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponseBytes)))
+		conn, err := grpc.NewClient(l.opts.XDSAddress, dialOpts...)
 		if err != nil {
 			return fmt.Errorf("adsload: dial %s: %w", l.opts.XDSAddress, err)
 		}

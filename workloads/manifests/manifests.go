@@ -4,6 +4,11 @@
 // fix), and adsload. The same templates serve every substrate: the Substrate sets image names,
 // pull policy and which proxy runs — xdsproxy on the local substrate, Envoy on kind — behind the
 // same admin port and /ready, so experiments observe both alike.
+//
+// Values.SecureXDS makes the proxies and adsload reach the control plane's secure port as
+// Istio's sidecars reach istiod's 15012: the control plane's root ConfigMap and a projected
+// ServiceAccount token mounted where Istio's sidecar template mounts them, and the flags that
+// read them. Envoy is refused in that mode (see SecureXDS).
 package manifests
 
 import (
@@ -28,6 +33,10 @@ var tmpl = template.Must(template.New("").Funcs(template.FuncMap{
 		b, err := json.Marshal(v)
 		return string(b), err
 	},
+	// The mount paths and the token's lifetime, for the volumes of SecureXDS.
+	"rootCertDir":   func() string { return RootCertDir },
+	"tokenDir":      func() string { return TokenDir },
+	"tokenLifetime": func() int { return TokenLifetime },
 	"indent": func(n int, s string) string {
 		pad := strings.Repeat(" ", n)
 		return pad + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n"+pad)
@@ -120,7 +129,40 @@ type Values struct {
 	// the clusters whose name contains it (adsload --track).
 	Clients int
 	Track   string
+
+	// SecureXDS, when set, puts the proxies (gateway, the app's sidecar) and adsload on the
+	// control plane's secure port (XDSAddress should name it, e.g. :15012). The injected app
+	// variant and echo ignore it.
+	SecureXDS *SecureXDS
 }
+
+// SecureXDS is how a pod reaches a secure xDS port, as Istio's sidecar template sets it up: the
+// control plane's root ConfigMap mounted at RootCertDir, a projected ServiceAccount token
+// (the pod's ServiceAccount, in its namespace) at TokenDir, and the proxy told to use them.
+//
+// Envoy (kind) is refused: in Istio it reaches istiod through pilot-agent's local socket, never
+// port 15012 itself, and its bootstrap could carry the token only as fixed gRPC initial
+// metadata, which Envoy never reads again after kubelet rotates the token.
+type SecureXDS struct {
+	// ServerName is the name the control plane's certificate carries (its Service name, e.g.
+	// istiod.istio-system.svc); default: the host of XDSAddress.
+	ServerName string
+	// RootConfigMap is the ConfigMap, in the pod's namespace, whose root-cert.pem is the
+	// control plane's root: istio-ca-root-cert (istiod's, the default) or
+	// meshchaos-ca-root-cert (the reference's).
+	RootConfigMap string
+	// Audience is the token's audience (default istio-ca, what istiod checks).
+	Audience string
+}
+
+// Where Istio's sidecar template mounts the root and the token; the flags point at them.
+const (
+	RootCertDir   = "/var/run/secrets/istio"
+	RootCertFile  = RootCertDir + "/root-cert.pem"
+	TokenDir      = "/var/run/secrets/tokens"
+	TokenFile     = TokenDir + "/istio-token"
+	TokenLifetime = 43200 // seconds, as Istio's template; kubelet renews at 80 %
+)
 
 // Names lists the manifests Render knows.
 var Names = []string{"gateway", "echo", "app", "adsload"}
@@ -135,6 +177,8 @@ type data struct {
 	WaitCommand    []string
 	EnvoyBootstrap string
 	AppArgs        []string
+	// XDSCredArgs are the flags of SecureXDS (empty without it).
+	XDSCredArgs []string
 }
 
 // Render returns the YAML (several documents) of manifest name.
@@ -178,6 +222,26 @@ func Render(name string, v Values) ([]byte, error) {
 	injected := name == "app" && v.StartMode != ""
 	if injected && d.InjectAnnotations == nil {
 		d.InjectAnnotations = map[string]string{"sidecar.meshchaos.io/start": v.StartMode}
+	}
+	if sx := v.SecureXDS; sx != nil {
+		switch {
+		case name == "echo" || injected:
+			d.SecureXDS = nil // no xDS client of ours in these pods
+		case sx.RootConfigMap == "":
+			return nil, fmt.Errorf("manifest %s: SecureXDS.RootConfigMap (the control plane's root ConfigMap, e.g. istio-ca-root-cert) is required", name)
+		case name != "adsload" && v.Substrate.Proxy == Envoy:
+			return nil, fmt.Errorf("manifest %s: SecureXDS is not supported with Envoy (substrate %s): Envoy cannot read a rotating token file; use xdsproxy (local) or plaintext", name, v.Substrate.Name)
+		default:
+			c := *sx
+			if c.Audience == "" {
+				c.Audience = "istio-ca"
+			}
+			d.SecureXDS = &c
+			d.XDSCredArgs = []string{"--xds-root-cert", RootCertFile, "--xds-token", TokenFile}
+			if c.ServerName != "" {
+				d.XDSCredArgs = append(d.XDSCredArgs, "--xds-server-name", c.ServerName)
+			}
+		}
 	}
 	switch name {
 	case "gateway", "app", "adsload":
@@ -261,6 +325,7 @@ func (d *data) proxy(role string, labels map[string]string) error {
 		if d.Delta {
 			d.ProxyArgs = append(d.ProxyArgs, "--delta")
 		}
+		d.ProxyArgs = append(d.ProxyArgs, d.XDSCredArgs...)
 		// The image's entrypoint is /meshchaos workload xdsproxy; the hook runs its wait.
 		d.WaitCommand = []string{"/meshchaos", "workload", "xdsproxy", "wait", "--admin", admin, "--timeout", d.WaitTimeout.String()}
 	case Envoy:

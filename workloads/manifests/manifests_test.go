@@ -174,6 +174,88 @@ func TestKindRunsEnvoyWithAValidBootstrap(t *testing.T) {
 	}
 }
 
+// SecureXDS gives the proxies and adsload what Istio's sidecar template gives a sidecar: the
+// control plane's root ConfigMap and a projected token, mounted where the flags point.
+func TestSecureXDSMountsRootAndToken(t *testing.T) {
+	secure := &SecureXDS{ServerName: "meshchaos-controlplane.meshchaos-system.svc", RootConfigMap: "meshchaos-ca-root-cert"}
+	want := []string{"--xds-root-cert", "/var/run/secrets/istio/root-cert.pem", "--xds-token", "/var/run/secrets/tokens/istio-token",
+		"--xds-server-name", "meshchaos-controlplane.meshchaos-system.svc"}
+	for _, tc := range []struct {
+		manifest string
+		v        Values
+	}{
+		{"gateway", Values{}}, {"app", Values{}}, {"app", Values{HoldApp: true}}, {"adsload", Values{}},
+	} {
+		tc.v.Substrate, tc.v.SecureXDS = Local(), secure
+		spec := deployment(t, render(t, tc.manifest, tc.v)).Spec.Template.Spec
+		var c corev1.Container
+		for _, x := range spec.Containers {
+			if x.Name == "proxy" || x.Name == "adsload" {
+				c = x
+			}
+		}
+		require.NotEmpty(t, c.Name, tc.manifest)
+		assert.Equal(t, want, c.Args[len(c.Args)-len(want):], "%s: the flags", tc.manifest)
+		assert.Equal(t, []corev1.VolumeMount{
+			{Name: "istiod-ca-cert", MountPath: "/var/run/secrets/istio", ReadOnly: true},
+			{Name: "istio-token", MountPath: "/var/run/secrets/tokens", ReadOnly: true},
+		}, c.VolumeMounts, tc.manifest)
+		require.Len(t, spec.Volumes, 2, tc.manifest)
+		assert.Equal(t, &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "meshchaos-ca-root-cert"},
+			Items: []corev1.KeyToPath{{Key: "root-cert.pem", Path: "root-cert.pem"}}}, spec.Volumes[0].ConfigMap, tc.manifest)
+		require.NotNil(t, spec.Volumes[1].Projected, tc.manifest)
+		assert.Equal(t, &corev1.ServiceAccountTokenProjection{Audience: "istio-ca", ExpirationSeconds: ptrInt64(43200), Path: "istio-token"},
+			spec.Volumes[1].Projected.Sources[0].ServiceAccountToken, tc.manifest)
+		for _, other := range spec.Containers {
+			if other.Name == "app" {
+				assert.Empty(t, other.VolumeMounts, "the app gets no token")
+			}
+		}
+	}
+
+	// Another audience, and the dialled name as server name.
+	ads := deployment(t, render(t, "adsload", Values{Substrate: Kind(""), SecureXDS: &SecureXDS{RootConfigMap: "istio-ca-root-cert", Audience: "other"}})).Spec.Template.Spec
+	assert.NotContains(t, ads.Containers[0].Args, "--xds-server-name")
+	assert.Equal(t, "other", ads.Volumes[1].Projected.Sources[0].ServiceAccountToken.Audience)
+	assert.Equal(t, "istio-ca-root-cert", ads.Volumes[0].ConfigMap.Name, "adsload is no Envoy: secure on kind too")
+
+	// Pods without an xDS client of ours render as without SecureXDS.
+	for _, tc := range []struct {
+		manifest string
+		v        Values
+	}{{"echo", Values{}}, {"app", Values{StartMode: "native"}}} {
+		tc.v.Substrate = Local()
+		plain, err := Render(tc.manifest, withDefaults(tc.v))
+		require.NoError(t, err)
+		tc.v.SecureXDS = secure
+		got, err := Render(tc.manifest, withDefaults(tc.v))
+		require.NoError(t, err)
+		assert.Equal(t, string(plain), string(got), tc.manifest)
+	}
+	// And without SecureXDS, no volumes at all on the local substrate.
+	for _, n := range Names {
+		assert.Empty(t, deployment(t, render(t, n, Values{Substrate: Local()})).Spec.Template.Spec.Volumes, n)
+	}
+}
+
+func ptrInt64(v int64) *int64 { return &v }
+
+// withDefaults fills what render fills, for Render called directly.
+func withDefaults(v Values) Values {
+	v.XDSAddress, v.Dependency = "meshchaos-cp.meshchaos-system.svc:15010", "echo.default.svc.cluster.local"
+	return v
+}
+
+func TestSecureXDSRefusals(t *testing.T) {
+	secure := &SecureXDS{RootConfigMap: "istio-ca-root-cert"}
+	for _, n := range []string{"gateway", "app"} {
+		_, err := Render(n, withDefaults(Values{Substrate: Kind(""), SecureXDS: secure}))
+		assert.ErrorContains(t, err, "SecureXDS is not supported with Envoy", n)
+	}
+	_, err := Render("gateway", withDefaults(Values{Substrate: Local(), SecureXDS: &SecureXDS{ServerName: "cp.ns.svc"}}))
+	assert.ErrorContains(t, err, "SecureXDS.RootConfigMap")
+}
+
 func TestRenderRejectsBadValues(t *testing.T) {
 	_, err := Render("nope", Values{Substrate: Local()})
 	assert.ErrorContains(t, err, "unknown manifest")
@@ -198,8 +280,14 @@ func TestManifestsAreAcceptedByKubeAPIServer(t *testing.T) {
 		for _, v := range []Values{
 			{Name: "gw"}, {Name: "echo", EchoEnv: map[string]string{"ECHO_LATENCY": "10ms"}},
 			{Name: "app-plain"}, {Name: "app-hold", HoldApp: true}, {Name: "load"},
+			{Name: "load-secure", SecureXDS: &SecureXDS{RootConfigMap: "istio-ca-root-cert"}},
+			{Name: "gw-secure", SecureXDS: &SecureXDS{RootConfigMap: "istio-ca-root-cert", ServerName: "istiod.istio-system.svc"}},
 		} {
-			manifest := map[string]string{"gw": "gateway", "echo": "echo", "app-plain": "app", "app-hold": "app", "load": "adsload"}[v.Name]
+			if v.SecureXDS != nil && v.Name == "gw-secure" && sub.Proxy == Envoy {
+				continue // refused (TestSecureXDSRefusals)
+			}
+			manifest := map[string]string{"gw": "gateway", "echo": "echo", "app-plain": "app", "app-hold": "app", "load": "adsload",
+				"load-secure": "adsload", "gw-secure": "gateway"}[v.Name]
 			v.Substrate, v.Namespace = sub, ns
 			for _, o := range render(t, manifest, v) {
 				switch o := o.(type) {

@@ -29,6 +29,12 @@
 //   - The xDS connection is grpc-go's, configured like Istio's agent (which Envoy reaches through
 //     a local socket): keepalive 30s/10s (grpc-go raises a time below 10s to 10s), and an attempt
 //     waits up to grpc-go's 20s for the server's HTTP/2 handshake.
+//   - Plaintext (istiod's port 15010) unless Options.Credentials name a root certificate; then,
+//     as pilot-agent on port 15012, TLS against that root only, under Credentials.ServerName,
+//     with the projected ServiceAccount token as a bearer token (package xdscred). Both files
+//     are read again for every attempt, so rotations are picked up at the next reconnect. No
+//     client certificate (pilot-agent may present its workload certificate instead of a token
+//     once it has one).
 package xdsproxy
 
 import (
@@ -46,15 +52,18 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/meshchaos/meshchaos/workloads/xdscred"
 )
 
 // Options configure a proxy.
 type Options struct {
-	// XDSAddress is the ADS server, host:port (plaintext gRPC).
+	// XDSAddress is the ADS server, host:port.
 	XDSAddress string
+	// Credentials reach a secure xDS port (TLS and a bearer token); the zero value is plaintext.
+	Credentials xdscred.Options
 	// NodeID is the node id sent to the server; Istio-style ids
 	// ("sidecar~10.0.0.1~pod.ns~ns.svc.cluster.local") are passed through unchanged.
 	NodeID string
@@ -111,6 +120,9 @@ func New(opts Options) (*Proxy, error) {
 	if opts.NodeID == "" {
 		return nil, errors.New("xdsproxy: a node id is required (--node-id)")
 	}
+	if err := opts.Credentials.Validate(); err != nil {
+		return nil, fmt.Errorf("xdsproxy: %w", err)
+	}
 	if opts.BackoffBase <= 0 {
 		opts.BackoffBase = 500 * time.Millisecond
 	}
@@ -153,10 +165,11 @@ func (p *Proxy) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("xdsproxy: node metadata: %w", err)
 	}
-	// Only the target is checked here; every stream attempt dials its own connection.
+	// Only the target and the credentials' files are checked here; every stream attempt dials
+	// its own connection.
 	conn, err := p.dialXDS()
 	if err != nil {
-		return fmt.Errorf("xdsproxy: xDS server address %s: %w", p.opts.XDSAddress, err)
+		return fmt.Errorf("xdsproxy: xDS server %s: %w", p.opts.XDSAddress, err)
 	}
 	conn.Close()
 	if p.opts.AdminAddress != "" {
@@ -227,15 +240,19 @@ func (p *Proxy) Close() {
 // max_requests_per_connection 1 on its xds-grpc cluster) makes the stream-level backoff the
 // only retry loop: a long-lived client would redial on grpc-go's own backoff (1s ×1.6 ±20%),
 // which overrides Envoy's jitter and brings a fleet of proxies back nearly in step. The client
-// never retries itself: a failed connection fails the attempt.
+// never retries itself: a failed connection fails the attempt. The credentials are built
+// again for each client, so a rotated root certificate is trusted from the next attempt on.
 func (p *Proxy) dialXDS() (*grpc.ClientConn, error) {
-	return grpc.NewClient(p.opts.XDSAddress,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds, err := p.opts.Credentials.DialOptions()
+	if err != nil {
+		return nil, err
+	}
+	return grpc.NewClient(p.opts.XDSAddress, append(creds,
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: p.opts.KeepaliveTime, Timeout: p.opts.KeepaliveTimeout}),
 		// Envoy sets no limit on a response's size; gRPC's default of 4 MiB is one CDS
 		// response of a few thousand services.
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)),
-	)
+	)...)
 }
 
 func (p *Proxy) track(s *http.Server) {

@@ -50,12 +50,20 @@ type Server struct {
 	requests []*discoveryv3.DiscoveryRequest
 	deltas   []*discoveryv3.DeltaDiscoveryRequest
 	streams  int
+
+	auth      *Auth    // nil: plaintext, no token asked
+	presented []string // bearer tokens presented (Auth only)
 }
 
 // Start runs a server on 127.0.0.1 (random port) until the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	s := &Server{Cache: cachev3.NewSnapshotCache(false, oneGroup{}, nil)}
+	return start(t, nil)
+}
+
+func start(t testing.TB, auth *Auth) *Server {
+	t.Helper()
+	s := &Server{Cache: cachev3.NewSnapshotCache(false, oneGroup{}, nil), auth: auth}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("xdstest: listen: %v", err)
@@ -98,7 +106,11 @@ func (s *Server) serve(ln net.Listener) {
 	// Accept client keepalive pings as often as every second, as a control plane must for its
 	// proxies' keepalive (grpc-go's default policy answers pings more often than every 5 minutes
 	// with GOAWAY).
-	g := grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}))
+	opts := []grpc.ServerOption{grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true})}
+	if s.auth != nil {
+		opts = append(opts, s.secureOptions(s.auth)...)
+	}
+	g := grpc.NewServer(opts...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, srv)
 	s.mu.Lock()
 	s.grpc, s.cancel = g, cancel

@@ -120,6 +120,8 @@ func TestBadInputMatrix(t *testing.T) {
 		input{[]string{"cluster", "down"}, "--name"},
 		input{[]string{"cluster", "down", "--stale", "--all"}, "--stale"},
 		input{[]string{"controlplane", "--inject-default-mode", "bogus"}, "inject-default-mode"},
+		input{[]string{"workload", "xdsproxy", "--xds", "127.0.0.1:15012", "--node-id", "n", "--xds-token", "t"}, "--xds-token needs --xds-root-cert"},
+		input{[]string{"workload", "adsload", "--xds", "127.0.0.1:15012", "--xds-server-name", "cp.ns.svc"}, "--xds-server-name needs --xds-root-cert"},
 	)
 
 	for _, in := range inputs {

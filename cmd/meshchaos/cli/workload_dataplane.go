@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/meshchaos/meshchaos/workloads/adsload"
 	"github.com/meshchaos/meshchaos/workloads/startupapp"
+	"github.com/meshchaos/meshchaos/workloads/xdscred"
 	"github.com/meshchaos/meshchaos/workloads/xdsproxy"
 )
 
@@ -41,6 +43,32 @@ func workloadLogger(level string) (*slog.Logger, error) {
 		return nil, Usagef("--log-level %q: use debug, info, warn or error", level)
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// addXDSCredFlags adds the flags of a secure xDS port, as Istio mounts its files in a sidecar.
+func addXDSCredFlags(f *pflag.FlagSet, o *xdscred.Options) {
+	f.StringVar(&o.RootCertFile, "xds-root-cert", os.Getenv("XDS_ROOT_CERT"),
+		"speak TLS to the xDS server, trusting only the root certificate(s) in this PEM file, read at every connection (Istio: /var/run/secrets/istio/root-cert.pem; env XDS_ROOT_CERT)")
+	f.StringVar(&o.TokenFile, "xds-token", os.Getenv("XDS_TOKEN"),
+		"send this file's token as 'authorization: Bearer' on every stream, read each time (Istio: /var/run/secrets/tokens/istio-token, a projected ServiceAccount token with audience istio-ca); needs --xds-root-cert (env XDS_TOKEN)")
+	f.StringVar(&o.ServerName, "xds-server-name", os.Getenv("XDS_SERVER_NAME"),
+		"the name the server's certificate must carry when --xds is not that name, e.g. istiod.istio-system.svc; needs --xds-root-cert (env XDS_SERVER_NAME)")
+}
+
+// checkXDSCred refuses flag combinations that cannot work. TLS without a token is allowed, with
+// a warning: istiod and the reference control plane refuse such a stream, which is what a test
+// of that refusal needs.
+func checkXDSCred(o xdscred.Options, log *slog.Logger) error {
+	if o.TokenFile != "" && o.RootCertFile == "" {
+		return Usagef("--xds-token needs --xds-root-cert: a token is never sent in plaintext")
+	}
+	if o.ServerName != "" && o.RootCertFile == "" {
+		return Usagef("--xds-server-name needs --xds-root-cert: it names the TLS server")
+	}
+	if o.RootCertFile != "" && o.TokenFile == "" {
+		log.Warn("xDS over TLS without a token (--xds-token): istiod and the reference control plane refuse such streams", "root", o.RootCertFile)
+	}
+	return nil
 }
 
 func newXDSProxyCmd() *cobra.Command {
@@ -71,19 +99,24 @@ admin /ready, /config_dump and /stats on --admin.`,
 				return err
 			}
 			o.Logger = log
+			if err := checkXDSCred(o.Credentials, log); err != nil {
+				return err
+			}
 			p, err := xdsproxy.New(o)
 			if err != nil {
 				return Usagef("%v", err)
 			}
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
-			log.Info("xdsproxy starting", "xds", o.XDSAddress, "node", o.NodeID, "delta", o.Delta, "admin", o.AdminAddress)
+			log.Info("xdsproxy starting", "xds", o.XDSAddress, "tls", o.Credentials.Secure(), "token", o.Credentials.HasToken(),
+				"node", o.NodeID, "delta", o.Delta, "admin", o.AdminAddress)
 			return p.Run(ctx)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.XDSAddress, "xds", os.Getenv("XDS_ADDRESS"), "ADS server HOST:PORT (env XDS_ADDRESS)")
 	f.StringVar(&o.NodeID, "node-id", os.Getenv("NODE_ID"), "node id, e.g. sidecar~$(POD_IP)~$(POD_NAME).$(POD_NAMESPACE)~$(POD_NAMESPACE).svc.cluster.local (env NODE_ID)")
+	addXDSCredFlags(f, &o.Credentials)
 	f.StringVar(&o.Cluster, "cluster", "", "node cluster (Envoy --service-cluster)")
 	f.StringVar(&metadata, "metadata", "", "node metadata as a JSON object")
 	f.BoolVar(&o.Delta, "delta", false, "use the delta (incremental) ADS protocol instead of state of the world")
@@ -173,9 +206,16 @@ func newADSLoadCmd() *cobra.Command {
 				return err
 			}
 			o.Logger = log
+			if err := checkXDSCred(o.Credentials, log); err != nil {
+				return err
+			}
 			if abuse != "" {
-				return runAbuser(cmd, adsload.AbuseOptions{XDSAddress: o.XDSAddress, Mode: abuse, Clients: o.Clients,
-					Period: period, Logger: log})
+				a := adsload.AbuseOptions{XDSAddress: o.XDSAddress, Credentials: o.Credentials, Mode: abuse, Clients: o.Clients,
+					Period: period, Logger: log}
+				if cmd.Flags().Changed("namespace") {
+					a.Namespace = o.Namespace // the abusers' own default ("abuse") otherwise
+				}
+				return runAbuser(cmd, a)
 			}
 			l, err := adsload.New(o)
 			if err != nil {
@@ -190,7 +230,8 @@ func newADSLoadCmd() *cobra.Command {
 			defer srv.Close()
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
-			log.Info("adsload starting", "xds", o.XDSAddress, "clients", o.Clients, "stats", ln.Addr().String())
+			log.Info("adsload starting", "xds", o.XDSAddress, "tls", o.Credentials.Secure(), "token", o.Credentials.HasToken(),
+				"clients", o.Clients, "stats", ln.Addr().String())
 			if err := l.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 				return err
 			}
@@ -199,8 +240,9 @@ func newADSLoadCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.XDSAddress, "xds", os.Getenv("XDS_ADDRESS"), "ADS server HOST:PORT (env XDS_ADDRESS)")
+	addXDSCredFlags(f, &o.Credentials)
 	f.IntVar(&o.Clients, "clients", 100, "number of ADS clients")
-	f.StringVar(&o.Namespace, "namespace", "adsload", "namespace used in the clients' Istio-style node ids")
+	f.StringVar(&o.Namespace, "namespace", "adsload", "namespace used in the clients' Istio-style node ids (with --xds-token: the token's; --abuse: default abuse)")
 	f.DurationVar(&o.Ramp, "ramp", 0, "pause between starting two clients")
 	f.StringVar(&o.Track, "track", "", "record, per client, when each endpoint-count change of the clusters whose name contains this arrived (JSON on /tracked)")
 	f.StringVar(&listen, "listen", "127.0.0.1:8080", "HTTP address for /stats (JSON) and /metrics (Prometheus); in a pod the manifest gives :PORT")
