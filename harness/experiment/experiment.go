@@ -65,6 +65,9 @@ type Env struct {
 	// ClusterName names the cluster exactly (--name); empty: the experiment's short name and a
 	// process-unique suffix.
 	ClusterName string
+	// XDS is how the data plane reaches the control plane (--xds): mesh.XDSAuto, XDSSecure or
+	// XDSPlaintext.
+	XDS string
 }
 
 // Resolve validates --set assignments and the rules between parameters: all before anything
@@ -187,6 +190,7 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 	spec.Name = shortName(d.Name)
 	spec.ClusterName = env.ClusterName
 	spec.ControlPlane = env.ControlPlane
+	spec.XDS = env.XDS
 	if err := spec.Validate(); err != nil {
 		return runner.Experiment{}, err
 	}

@@ -46,6 +46,9 @@ type Spec struct {
 	Gateway Gateway
 	// ADSLoad is a fleet of ADS clients standing in for sidecars; Clients 0 deploys none.
 	ADSLoad ADSLoad
+	// XDS is how the mesh's xDS clients reach the control plane: XDSAuto (the secure port
+	// when it serves one), XDSSecure or XDSPlaintext.
+	XDS string
 }
 
 // ADSLoad is one adsload pod (workloads/adsload) whose Clients each connect to the control
@@ -110,6 +113,8 @@ type Mesh struct {
 	logf func(format string, args ...any)
 	// crds is set once the mesh installed the Istio CRDs.
 	crds bool
+	// secure is the control plane's secure xDS endpoint when the mesh's clients use it.
+	secure *subject.SecureXDS
 }
 
 // installCRDs installs the Istio CRDs as the run's own; a cluster that has them keeps its own
@@ -155,6 +160,9 @@ func (s Spec) Validate() error {
 	if s.ControlPlane == nil {
 		errs = append(errs, errors.New("no control plane under test"))
 	}
+	if err := s.checkXDS(); err != nil {
+		errs = append(errs, err)
+	}
 	if s.ServiceEntries.Count > 0 && !names[s.ServiceEntries.Backend] {
 		errs = append(errs, fmt.Errorf("ServiceEntries point at backend %q, which the mesh does not deploy", s.ServiceEntries.Backend))
 	}
@@ -193,6 +201,11 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 	}
 	m.wl = wl
 	rec.Event("note", "data plane", why)
+	if _, shared := provider.(cluster.Shared); !shared {
+		if err := m.OwnNamespace(ctx, ns); err != nil {
+			return m, err
+		}
+	}
 	for _, b := range spec.Backends {
 		if err := m.deploy(ctx, "echo", wlmanifests.Values{Substrate: wl, Namespace: ns, Name: b.Name, Replicas: b.Replicas}, b.Node); err != nil {
 			return m, fmt.Errorf("deploy backend %s: %w", b.Name, err)
@@ -225,10 +238,20 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 		return m, fmt.Errorf("deploy the control plane %s: %w", spec.ControlPlane.Name(), err)
 	}
 	rec.Event("cp.ready", spec.ControlPlane.Name(), fmt.Sprintf("first start ready in %s with %d ServiceEntries", time.Since(start).Round(100*time.Millisecond), spec.ServiceEntries.Count))
+	if err := m.chooseXDS(rec); err != nil {
+		return m, err
+	}
+	if spec.Gateway.Replicas > 0 || spec.ADSLoad.Clients > 0 {
+		if err := m.WaitRootCert(ctx, ns); err != nil {
+			return m, err
+		}
+	}
 	if g := spec.Gateway; g.Replicas > 0 {
 		// The gateway reaches the control plane through its Service, so through kube-proxy's
 		// rules on its node: the path the incidents' Envoys took.
-		if err := m.deploy(ctx, "gateway", wlmanifests.Values{Substrate: wl, Namespace: ns, Replicas: g.Replicas, XDSAddress: spec.ControlPlane.XDSAddress()}, g.Node); err != nil {
+		v := wlmanifests.Values{Substrate: wl, Namespace: ns, Replicas: g.Replicas}
+		m.xdsValues(&v)
+		if err := m.deploy(ctx, "gateway", v, g.Node); err != nil {
 			return m, fmt.Errorf("deploy the gateway: %w", err)
 		}
 		if m.GatewayIPs, err = kube.PodIPs(ctx, m.Client, ns, "app=gateway"); err != nil {
@@ -241,8 +264,9 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 		if a.TrackService != "" {
 			track = serviceCluster(a.TrackService, ns)
 		}
-		if err := m.deploy(ctx, "adsload", wlmanifests.Values{Substrate: wl, Namespace: ns, Clients: a.Clients, Track: track, Port: port,
-			XDSAddress: spec.ControlPlane.XDSAddress()}, a.Node); err != nil {
+		v := wlmanifests.Values{Substrate: wl, Namespace: ns, Clients: a.Clients, Track: track, Port: port}
+		m.xdsValues(&v)
+		if err := m.deploy(ctx, "adsload", v, a.Node); err != nil {
 			return m, fmt.Errorf("deploy adsload: %w", err)
 		}
 		ips, err := kube.PodIPs(ctx, m.Client, ns, "app=adsload")

@@ -46,6 +46,9 @@ type Descriptor struct {
 	Container  string `json:"container"`
 	// XDS is where our proxies dial: a Service's port (plaintext gRPC).
 	XDS ServicePort `json:"xds"`
+	// SecureXDS, when set, is its xDS over TLS with token authentication (istiod's 15012),
+	// which runs use by default.
+	SecureXDS *SecurePort `json:"secureXDS,omitempty"`
 	// Admin is the pods' HTTP port for metrics and pprof.
 	Admin Admin `json:"admin"`
 	// Ready bounds the wait for the Deployment to be available (default 3m).
@@ -72,6 +75,18 @@ type Install struct {
 type ServicePort struct {
 	Service string `json:"service"`
 	Port    int    `json:"port"`
+}
+
+// SecurePort is a Service's port serving xDS over TLS: proxies verify it against the root
+// certificate in RootConfigMap (key root-cert.pem; the control plane writes it into the
+// workloads' namespaces), expect ServerName in its certificate (default
+// SERVICE.NAMESPACE.svc) and send a ServiceAccount token for Audience (default istio-ca).
+type SecurePort struct {
+	Service       string `json:"service"`
+	Port          int    `json:"port"`
+	ServerName    string `json:"serverName,omitempty"`
+	RootConfigMap string `json:"rootConfigMap"`
+	Audience      string `json:"audience,omitempty"`
 }
 
 // Admin is a pod's HTTP admin endpoint.
@@ -104,8 +119,12 @@ type External struct {
 	match   map[string]string
 	timeout time.Duration
 	xds     string
-	applied []byte // what Install rendered, for Remove
+	secure  SecureXDS // with the descriptor's secureXDS, after Deploy
+	applied []byte    // what Install rendered, for Remove
 }
+
+// SecureXDS implements SecureServer: the descriptor's secureXDS, after Deploy.
+func (e *External) SecureXDS() (SecureXDS, bool) { return e.secure, e.d.SecureXDS != nil }
 
 // externalBallaster is an External whose descriptor names a ballast hook: only then is it a
 // Ballaster, so chaos falls back to the generic memory hog for the others.
@@ -114,6 +133,7 @@ type externalBallaster struct{ *External }
 var (
 	_ ControlPlane = (*External)(nil)
 	_ Remover      = (*External)(nil)
+	_ SecureServer = (*External)(nil)
 	_ Ballaster    = externalBallaster{}
 )
 
@@ -185,6 +205,10 @@ func (e *External) check() error {
 		return errors.New("xds.service: required (the Service our proxies dial)")
 	case !validPort(d.XDS.Port):
 		return fmt.Errorf("xds.port %d: want 1-65535", d.XDS.Port)
+	case d.SecureXDS != nil && (d.SecureXDS.Service == "" || !validPort(d.SecureXDS.Port)):
+		return fmt.Errorf("secureXDS: want service and port 1-65535 (got %q, %d)", d.SecureXDS.Service, d.SecureXDS.Port)
+	case d.SecureXDS != nil && d.SecureXDS.RootConfigMap == "":
+		return errors.New("secureXDS.rootConfigMap: required (the ConfigMap with root-cert.pem the control plane writes into each namespace, e.g. istio-ca-root-cert)")
 	case !validPort(d.Admin.Port):
 		return fmt.Errorf("admin.port %d: want 1-65535", d.Admin.Port)
 	case !strings.HasPrefix(d.Admin.MetricsPath, "/"):
@@ -337,6 +361,21 @@ func (e *External) Deploy(ctx context.Context, c cluster.Cluster, p Placement) e
 		return fmt.Errorf("%s: the xDS Service (xds.service): %w", e.file, err)
 	}
 	e.xds = net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(e.d.XDS.Port))
+	if sp := e.d.SecureXDS; sp != nil {
+		if sp.Service != e.d.XDS.Service {
+			if svc, err = cs.CoreV1().Services(e.d.Namespace).Get(ctx, sp.Service, metav1.GetOptions{}); err != nil {
+				return fmt.Errorf("%s: the secure xDS Service (secureXDS.service): %w", e.file, err)
+			}
+		}
+		e.secure = SecureXDS{Address: net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(sp.Port)), ServerName: sp.ServerName,
+			RootConfigMap: sp.RootConfigMap, Audience: sp.Audience}
+		if e.secure.ServerName == "" {
+			e.secure.ServerName = sp.Service + "." + e.d.Namespace + ".svc"
+		}
+		if e.secure.Audience == "" {
+			e.secure.Audience = DefaultAudience
+		}
+	}
 	return nil
 }
 

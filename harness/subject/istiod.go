@@ -26,7 +26,8 @@ const IstiodPrefix = "istiod"
 
 // istiodDescriptor is what the harness knows of istiod as `make istiod` renders it from istio's
 // own charts (hack/istiod/values.yaml): one replica in istio-system, plaintext xDS on the
-// Service's 15010, metrics on the monitoring port 15014, pprof on the debug port 8080.
+// Service's 15010 and xDS over TLS on 15012 (its CA's root in istio-ca-root-cert, a token for
+// istio-ca), metrics on the monitoring port 15014, pprof on the debug port 8080.
 //
 // Measures follow what istiod counts:
 //   - full-pushes is pilot_xds_pushes{type=cds}: CDS responses, which istiod sends on a full push
@@ -46,6 +47,7 @@ var istiodDescriptor = Descriptor{
 	Deployment: "istiod",
 	Container:  "discovery",
 	XDS:        ServicePort{Service: "istiod", Port: 15010},
+	SecureXDS:  &SecurePort{Service: "istiod", Port: 15012, ServerName: "istiod.istio-system.svc", RootConfigMap: istiodCAConfigMaps[0]},
 	Admin:      Admin{Port: 15014, MetricsPath: "/metrics", PprofPath: "/debug/pprof", PprofPort: 8080},
 	Ready:      &Ready{Timeout: "5m"},
 	Metrics: map[Measure]Metric{

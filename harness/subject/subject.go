@@ -137,6 +137,26 @@ type ControlPlane interface {
 	Metrics() map[Measure]Metric
 }
 
+// SecureXDS is how a sidecar reaches a control plane's xDS over TLS (istiod's 15012): the
+// address it dials (the Service's ClusterIP and port), the name the serving certificate
+// carries, the ConfigMap holding the root certificate (key root-cert.pem) that the control
+// plane writes into the workloads' namespaces, and the audience of the ServiceAccount token
+// the control plane checks (with a TokenReview).
+type SecureXDS struct {
+	Address, ServerName, RootConfigMap, Audience string
+}
+
+// SecureServer is a control plane that serves xDS over TLS to proxies that authenticate with
+// their ServiceAccount token, as istiod does on 15012 (the port hardened installs keep, with
+// plaintext 15010 off).
+type SecureServer interface {
+	// SecureXDS is its secure endpoint, known after Deploy; false when it serves none.
+	SecureXDS() (SecureXDS, bool)
+}
+
+// DefaultAudience is the token audience istiod checks (and pilot-agent asks for).
+const DefaultAudience = "istio-ca"
+
 // Ballaster is a control plane with a chaos hook that grows its own heap on request (the
 // reference control plane's /debug/ballast). Memory-pressure chaos uses it when present and
 // falls back to configuration load otherwise.

@@ -20,6 +20,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/cluster/kind"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 	"github.com/meshchaos/meshchaos/harness/experiment"
+	"github.com/meshchaos/meshchaos/harness/mesh"
 	"github.com/meshchaos/meshchaos/harness/runner"
 	"github.com/meshchaos/meshchaos/harness/subject"
 	imgs "github.com/meshchaos/meshchaos/images"
@@ -109,6 +110,8 @@ type job struct {
 	Name string
 	// Existing is the existing substrate's flags (--kubeconfig, --context, --allow-node-chaos).
 	Existing existingFlags
+	// XDS is how the data plane reaches the control plane (--xds auto|tls|plaintext).
+	XDS string
 }
 
 // flags registers the flags every command that runs experiments against one control plane shares.
@@ -122,6 +125,7 @@ func (j *job) substrateFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&j.Substrate, "substrate", "local", "where to run: local (network namespaces on this host, root), kind (Docker) or existing (a cluster you have: --kubeconfig)")
 	cmd.Flags().StringVar(&j.Images, "images", "", "image tarballs (from 'make images'; "+imagesDefault+")")
 	cmd.Flags().StringVar(&j.Name, "name", "", "the cluster's name, unique on this host (default: the experiment's first letters and the process id)")
+	cmd.Flags().StringVar(&j.XDS, "xds", "auto", "how the proxies reach the control plane: tls (xDS over TLS with their ServiceAccount tokens, as sidecars dial istiod's 15012), plaintext (15010), or auto (tls when the control plane serves it)")
 	j.Existing.flags(cmd)
 }
 
@@ -158,7 +162,11 @@ func (j job) prepare(made *results.Created) (*prepared, error) {
 	if err := checkNodeAccess(sub, def); err != nil {
 		return nil, err
 	}
-	exp, err := def.Build(experiment.Env{Substrate: sub, ControlPlane: sut, ClusterName: j.Name}, vals)
+	xds, err := mesh.ParseXDS(j.XDS)
+	if err != nil {
+		return nil, Usagef("%v", err)
+	}
+	exp, err := def.Build(experiment.Env{Substrate: sub, ControlPlane: sut, ClusterName: j.Name, XDS: xds}, vals)
 	if err != nil {
 		return nil, Usagef("%v", err)
 	}
