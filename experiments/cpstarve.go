@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	istioapi "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
@@ -178,7 +179,13 @@ func starveChaos(ctx context.Context, s *experiment.State) error {
 	if err := createInjectedNamespace(ctx, s); err != nil {
 		return err
 	}
-	prober := &observe.Prober{As: observe.RoleControlPlane, Probes: starveProbes(s, pods)}
+	// The xDS probe speaks as a new sidecar of the mesh's namespace: on the secure port (the
+	// default where the control plane serves one) with that namespace's token.
+	xdsOpts, err := m.HostXDSDialOptions(ctx, m.Namespace)
+	if err != nil {
+		return err
+	}
+	prober := &observe.Prober{As: observe.RoleControlPlane, Probes: starveProbes(s, pods, xdsOpts)}
 	if err := s.Measure(prober); err != nil {
 		return err
 	}
@@ -292,14 +299,14 @@ func createInjectedNamespace(ctx context.Context, s *experiment.State) error {
 // both webhooks through the apiserver (dry runs: nothing is created, the webhooks are called),
 // the control plane's pods as Kubernetes reports them, and the CPU of the busy node and of the
 // control plane.
-func starveProbes(s *experiment.State, pods *cgroup.Group) []observe.Probe {
+func starveProbes(s *experiment.State, pods *cgroup.Group, xdsOpts []grpc.DialOption) []observe.Probe {
 	v, m := s.Params, s.Mesh
 	cs := m.Client
 	ic, icErr := istioclient.NewForConfig(m.Cluster.RESTConfig())
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	probes := []observe.Probe{
 		{Name: seriesXDS, Timeout: v.Duration("xdsDeadline"),
-			Run: observe.XDSProbe(s.CP.XDSAddress(), m.Cluster.Dialer(m.Spec.Gateway.Node), "type.googleapis.com/envoy.config.cluster.v3.Cluster")},
+			Run: observe.XDSProbe(m.XDSAddress(), m.Namespace, m.Cluster.Dialer(m.Spec.Gateway.Node), "type.googleapis.com/envoy.config.cluster.v3.Cluster", xdsOpts...)},
 		{Name: seriesInject, Timeout: 15 * time.Second, Run: func(ctx context.Context) (float64, error) {
 			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: starveNamespace},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "probe"}}}}

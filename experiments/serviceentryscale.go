@@ -109,15 +109,21 @@ func scaleSteps(ctx context.Context, s *experiment.State) error {
 		return fmt.Errorf("apiserver metrics client: %w", err)
 	}
 	dial := m.Cluster.Dialer(m.Spec.CP.Node)
-	_, xdsPort, err := net.SplitHostPort(s.CP.XDSAddress())
+	_, xdsPort, err := net.SplitHostPort(m.XDSAddress())
 	if err != nil {
-		return fmt.Errorf("control plane xDS address %q: %w", s.CP.XDSAddress(), err)
+		return fmt.Errorf("control plane xDS address %q: %w", m.XDSAddress(), err)
+	}
+	// The oracle speaks as a sidecar of the mesh's namespace: on the secure port (the default
+	// where the control plane serves one) with that namespace's token.
+	xdsOpts, err := m.HostXDSDialOptions(ctx, m.Namespace)
+	if err != nil {
+		return err
 	}
 	r := &scaleRun{s: s, cfg: m.Cluster.RESTConfig(), rec: &observe.ScaleSteps{}, exp: mesh.Expected{}, kind: map[string]string{},
 		eps: v.Int("endpoints"), shown: v.Int("mismatchesShown"), timeout: v.Duration("convergeTimeout"),
 		cpHTTP: &http.Client{Transport: &http.Transport{DialContext: dial}, Timeout: 10 * time.Second}, apiHTTP: apiHTTP,
 		// The pod's own address, not the Service's: the client must not depend on kube-proxy.
-		client: &oracle.Client{Addr: net.JoinHostPort(s.CPPod.Status.PodIP, xdsPort), Dial: dial, NodeID: oracle.SidecarID(m.Namespace)}}
+		client: &oracle.Client{Addr: net.JoinHostPort(s.CPPod.Status.PodIP, xdsPort), Dial: dial, NodeID: oracle.SidecarID(m.Namespace), DialOptions: xdsOpts}}
 	if err := s.Measure(r.rec); err != nil {
 		return err
 	}

@@ -171,17 +171,20 @@ func (p *Prober) Snapshot() *results.Probes {
 
 // XDSProbe is a probe of an xDS server as a new proxy sees it: a new connection, a new ADS
 // stream, a fresh subscription to typeURL (wildcard) under a node id of its own, and the first
-// response. Its value is the number of resources received. opts are added after the probe's own
-// dial options (plaintext): transport credentials among them replace plaintext, e.g.
-// oracle.Credentials' for a secure port, with a token of namespace default (the probe's node
-// ids are in it).
-func XDSProbe(addr string, dial DialContext, typeURL string, opts ...grpc.DialOption) func(ctx context.Context) (float64, error) {
+// response. Its value is the number of resources received. Its node ids are of namespace ns
+// ("" default). opts are added after the probe's own dial options (plaintext): transport
+// credentials among them replace plaintext, e.g. oracle.Credentials' for a secure port, with a
+// token of namespace ns.
+func XDSProbe(addr, ns string, dial DialContext, typeURL string, opts ...grpc.DialOption) func(ctx context.Context) (float64, error) {
+	if ns == "" {
+		ns = "default"
+	}
 	var n int64
 	var mu sync.Mutex
 	return func(ctx context.Context) (float64, error) {
 		mu.Lock()
 		n++
-		id := fmt.Sprintf("sidecar~10.0.0.1~xds-probe-%d.default~default.svc.cluster.local", n)
+		id := fmt.Sprintf("sidecar~10.0.0.1~xds-probe-%d.%s~%s.svc.cluster.local", n, ns, ns)
 		mu.Unlock()
 		conn, err := grpc.NewClient("passthrough:///"+addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return dial(ctx, "tcp", a) }),
@@ -194,7 +197,7 @@ func XDSProbe(addr string, dial DialContext, typeURL string, opts ...grpc.DialOp
 		if err != nil {
 			return 0, fmt.Errorf("xds probe: open stream: %w", err)
 		}
-		if err := stream.Send(&discovery.DiscoveryRequest{Node: &corev3.Node{Id: id, Cluster: "xds-probe.default"}, TypeUrl: typeURL}); err != nil {
+		if err := stream.Send(&discovery.DiscoveryRequest{Node: &corev3.Node{Id: id, Cluster: "xds-probe." + ns}, TypeUrl: typeURL}); err != nil {
 			return 0, fmt.Errorf("xds probe: subscribe: %w", err)
 		}
 		resp, err := stream.Recv()

@@ -76,10 +76,10 @@ func TestXDSProbeOnASecurePort(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var d net.Dialer
-	n, err := XDSProbe(srv.Addr, d.DialContext, resourcev3.ClusterType, creds...)(ctx)
+	n, err := XDSProbe(srv.Addr, "", d.DialContext, resourcev3.ClusterType, creds...)(ctx)
 	require.NoError(t, err)
 	assert.EqualValues(t, 2, n)
 
-	_, err = XDSProbe(srv.Addr, d.DialContext, resourcev3.ClusterType)(ctx)
+	_, err = XDSProbe(srv.Addr, "", d.DialContext, resourcev3.ClusterType)(ctx)
 	assert.Error(t, err, "plaintext to a TLS port")
 }
