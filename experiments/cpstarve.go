@@ -176,7 +176,7 @@ func starveChaos(ctx context.Context, s *experiment.State) error {
 	if err != nil {
 		return err
 	}
-	if err := createInjectedNamespace(ctx, s); err != nil {
+	if err := createInjectedNamespace(ctx, s, starveNamespace); err != nil {
 		return err
 	}
 	// The xDS probe speaks as a new sidecar of the mesh's namespace: on the secure port (the
@@ -285,12 +285,16 @@ func recovered(p *results.Probes) bool {
 	return true
 }
 
-// createInjectedNamespace creates the namespace the injection probe creates its pods in.
-func createInjectedNamespace(ctx context.Context, s *experiment.State) error {
-	_, err := s.Mesh.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: starveNamespace,
-		Labels: s.CP.(subject.Injector).InjectionLabels()}}, metav1.CreateOptions{})
+// createInjectedNamespace creates a namespace of the run's whose pods the control plane's
+// webhook injects (the run's label also has the reference publish its root certificate there).
+func createInjectedNamespace(ctx context.Context, s *experiment.State, name string) error {
+	l := map[string]string{kube.OwnerLabel: s.Mesh.Cluster.Name()}
+	for k, v := range s.CP.(subject.Injector).InjectionLabels() {
+		l[k] = v
+	}
+	_, err := s.Mesh.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create namespace %s: %w", starveNamespace, err)
+		return fmt.Errorf("create namespace %s: %w", name, err)
 	}
 	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -176,10 +175,8 @@ func startupMode(ctx context.Context, s *experiment.State, mode string) error {
 	v, m := s.Params, s.Mesh
 	ns := "startup-" + mode
 	node := m.Spec.Gateway.Node
-	_, err := m.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
-		Labels: s.CP.(subject.Injector).InjectionLabels()}}, metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("create namespace %s: %w", ns, err)
+	if err := createInjectedNamespace(ctx, s, ns); err != nil {
+		return err
 	}
 	inj := s.CP.(subject.ProxyInjector)
 	meas := &observe.Startup{Client: m.Client, Namespace: ns, Selector: "app=" + startupApp, Mode: mode,
