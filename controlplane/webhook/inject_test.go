@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/meshchaos/meshchaos/controlplane/ca"
 )
 
 func pod(ann map[string]string, containers ...string) *corev1.Pod {
@@ -66,9 +68,9 @@ func TestInjectPatchKeepsAnnotationsAndInitContainers(t *testing.T) {
 func TestWithCAKeepsEveryReplicasCA(t *testing.T) {
 	var cas [][]byte
 	for i := range maxBundleCAs + 1 {
-		ca, err := NewCA(fmt.Sprintf("replica-%d", i), time.Hour)
+		c, err := ca.New(fmt.Sprintf("replica-%d", i), time.Hour)
 		require.NoError(t, err)
-		cas = append(cas, ca.PEM)
+		cas = append(cas, c.PEM)
 	}
 	b, had := withCA(nil, cas[0])
 	assert.False(t, had)
