@@ -75,10 +75,6 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 			if err != nil {
 				return Usagef("--inject-default-mode %q: choose %s, %s or %s", injectMode, webhook.StartNone, webhook.StartHold, webhook.StartNative)
 			}
-			cfg, err := kubeConfig(kubeconfig)
-			if err != nil {
-				return Usagef("%v", err)
-			}
 			var secureOpts *controlplane.SecureXDS
 			if secure.Addr != "" {
 				if len(secure.DNSNames) == 0 {
@@ -97,6 +93,10 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 			}
 			if wh.Sidecar.RootConfigMap != "" && wh.Sidecar.TokenAudience == "" {
 				return Usagef("--inject-xds-audience must not be empty with --inject-xds-root-configmap")
+			}
+			cfg, err := kubeConfig(kubeconfig)
+			if err != nil {
+				return Usagef("%v", err)
 			}
 			var whOpts *webhook.Options
 			if wh.Addr != "" {
