@@ -61,6 +61,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(envCPChild); spec != "" {
 		os.Exit(runCPChild(spec))
 	}
+	if spec := os.Getenv(envSecureGRPCChild); spec != "" {
+		os.Exit(runSecureGRPCChild(spec))
+	}
 	os.Exit(m.Run())
 }
 

@@ -8,6 +8,7 @@ package controlplane
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,13 +26,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/protobuf/encoding/protojson"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/meshchaos/meshchaos/controlplane/ca"
 	"github.com/meshchaos/meshchaos/controlplane/gate"
 	"github.com/meshchaos/meshchaos/controlplane/kube"
 	"github.com/meshchaos/meshchaos/controlplane/metrics"
 	"github.com/meshchaos/meshchaos/controlplane/model"
 	"github.com/meshchaos/meshchaos/controlplane/regress"
+	"github.com/meshchaos/meshchaos/controlplane/rootcert"
 	"github.com/meshchaos/meshchaos/controlplane/webhook"
 	"github.com/meshchaos/meshchaos/controlplane/xds"
 )
@@ -61,9 +65,36 @@ type Options struct {
 	Logger          *slog.Logger
 	// Webhook serves the admission webhooks (sidecar injection, config validation); nil: none.
 	Webhook *webhook.Options
+	// SecureXDS serves xDS over TLS with token authentication too (istiod's 15012); nil: off.
+	SecureXDS *SecureXDS
+	// Namespace is the control plane's own namespace, where CASecret lives.
+	Namespace string
+	// CASecret names the Secret in Namespace that holds the CA every replica shares (istiod's
+	// istio-ca-secret): created by the first replica, read by the others. "": a CA of this
+	// process's own, in memory (replicas then serve certificates from different roots).
+	CASecret string
 	// BallastMaxMiB bounds the admin port's memory ballast (/debug/ballast, the chaos hook that
 	// OOM-kills the process); 0 turns it off.
 	BallastMaxMiB int
+}
+
+// SecureXDS configures the secure xDS port, as istiod's 15012: TLS with a serving certificate
+// from the CA, every stream authenticated by the pod's ServiceAccount token (a TokenReview for
+// Audience) and its proxy's namespace checked against the token's; the root certificate is
+// published as a ConfigMap into the namespaces proxies run in.
+type SecureXDS struct {
+	// Addr is the listen address (in a pod $(POD_IP):15012).
+	Addr string
+	// DNSNames and IPs go into the serving certificate: what clients verify, e.g.
+	// meshchaos-controlplane.NAMESPACE.svc.
+	DNSNames []string
+	IPs      []net.IP
+	// Audience the proxies' tokens must have (default xds.DefaultAudience, istio-ca).
+	Audience string
+	// RootConfigMap is the ConfigMap the root certificate is published as (default
+	// rootcert.DefaultConfigMap), RootNamespaces the label selector of the namespaces it is
+	// written into ("": every namespace, as istiod).
+	RootConfigMap, RootNamespaces string
 }
 
 // ControlPlane is a running reference control plane.
@@ -80,11 +111,13 @@ type ControlPlane struct {
 	source  *kube.Source
 	// Webhook is the admission webhook server (nil without Options.Webhook).
 	Webhook *webhook.Server
+	// CA signs the secure xDS and webhook certificates (nil without either).
+	CA *ca.CA
 
-	xdsL, adminL net.Listener
-	admin        *http.Server
-	cancel       context.CancelFunc
-	wg           sync.WaitGroup
+	xdsL, adminL, secureL net.Listener
+	admin                 *http.Server
+	cancel                context.CancelFunc
+	wg                    sync.WaitGroup
 }
 
 // Start starts a control plane: it listens, starts the informers and serves; the gate opens
@@ -131,27 +164,43 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	cp.source = src
 	src.OnEvent = cp.countEvent
 
-	cp.xdsL, err = net.Listen("tcp", opts.XDSAddr)
-	if err != nil {
-		return nil, fmt.Errorf("start control plane: listen for xDS on %s: %w", opts.XDSAddr, err)
-	}
-	cp.adminL, err = net.Listen("tcp", opts.AdminAddr)
-	if err != nil {
-		cp.xdsL.Close()
-		return nil, fmt.Errorf("start control plane: listen for admin on %s: %w", opts.AdminAddr, err)
+	if opts.SecureXDS != nil || opts.Webhook != nil {
+		if cp.CA, err = cp.loadCA(ctx); err != nil {
+			return nil, fmt.Errorf("start control plane: %w", err)
+		}
 	}
 	ctx, cp.cancel = context.WithCancel(ctx)
+	fail := func(err error) (*ControlPlane, error) {
+		cp.cancel()
+		if cp.Server != nil {
+			cp.Server.Stop() // the secure port's, if it was started
+		}
+		for _, l := range []net.Listener{cp.xdsL, cp.adminL, cp.secureL} {
+			if l != nil {
+				l.Close()
+			}
+		}
+		return nil, fmt.Errorf("start control plane: %w", err)
+	}
+	if cp.xdsL, err = net.Listen("tcp", opts.XDSAddr); err != nil {
+		return fail(fmt.Errorf("listen for xDS on %s: %w", opts.XDSAddr, err))
+	}
+	if cp.adminL, err = net.Listen("tcp", opts.AdminAddr); err != nil {
+		return fail(fmt.Errorf("listen for admin on %s: %w", opts.AdminAddr, err))
+	}
 	limits := opts.XDSLimits
 	if opts.PushThrottle != 0 {
 		limits.PushThrottle = opts.PushThrottle
 	}
 	cp.Server = xds.NewServerLimited(ctx, cp.Caches, cp.Pusher, cp.Gate, cp.Metrics, opts.Logger, limits)
+	if opts.SecureXDS != nil {
+		if err := cp.startSecure(ctx); err != nil {
+			return fail(err)
+		}
+	}
 	if opts.Webhook != nil {
 		if err := cp.startWebhook(ctx); err != nil {
-			cp.cancel()
-			cp.xdsL.Close()
-			cp.adminL.Close()
-			return nil, fmt.Errorf("start control plane: %w", err)
+			return fail(err)
 		}
 	}
 	cp.admin = &http.Server{Handler: cp.adminMux(), ReadHeaderTimeout: 10 * time.Second}
@@ -167,7 +216,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	}
 	cp.source.Start(ctx)
 	go func() { defer cp.wg.Done(); cp.waitSync(ctx) }()
-	cp.log.Info("control plane started", "xds", cp.XDSAddr(), "admin", cp.AdminAddr(),
+	cp.log.Info("control plane started", "xds", cp.XDSAddr(), "secureXDS", cp.SecureXDSAddr(), "admin", cp.AdminAddr(),
 		"syncGate", opts.SyncGate, "regress", opts.Regress.String())
 	return cp, nil
 }
@@ -235,6 +284,14 @@ func (cp *ControlPlane) openGate(reason string, forced bool) {
 // XDSAddr is the address xDS is served on.
 func (cp *ControlPlane) XDSAddr() string { return cp.xdsL.Addr().String() }
 
+// SecureXDSAddr is the address secure xDS is served on ("" without Options.SecureXDS).
+func (cp *ControlPlane) SecureXDSAddr() string {
+	if cp.secureL == nil {
+		return ""
+	}
+	return cp.secureL.Addr().String()
+}
+
 // AdminAddr is the admin HTTP address.
 func (cp *ControlPlane) AdminAddr() string { return cp.adminL.Addr().String() }
 
@@ -258,14 +315,68 @@ func (cp *ControlPlane) Stop() {
 	cp.wg.Wait()
 }
 
+// loadCA is the CA replicas share (Options.CASecret), or one of this process's own.
+func (cp *ControlPlane) loadCA(ctx context.Context) (*ca.CA, error) {
+	const name = "meshchaos-controlplane-ca"
+	if cp.opts.CASecret == "" {
+		return ca.New(name, ca.DefaultValidity)
+	}
+	if cp.opts.Namespace == "" {
+		return nil, errors.New("the CA Secret needs the control plane's namespace (--namespace, or POD_NAMESPACE in a pod)")
+	}
+	kc, err := kubernetes.NewForConfig(cp.opts.Kube)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	authority, err := ca.LoadOrCreate(ctx, kc, cp.opts.Namespace, cp.opts.CASecret, name)
+	if err != nil {
+		return nil, err
+	}
+	cp.log.Info("CA loaded", "secret", cp.opts.Namespace+"/"+cp.opts.CASecret)
+	return authority, nil
+}
+
+// startSecure listens on the secure xDS port and publishes the root certificate.
+func (cp *ControlPlane) startSecure(ctx context.Context) error {
+	so := *cp.opts.SecureXDS
+	if so.Audience == "" {
+		so.Audience = xds.DefaultAudience
+	}
+	kc, err := kubernetes.NewForConfig(cp.opts.Kube)
+	if err != nil {
+		return err
+	}
+	pub, err := rootcert.New(rootcert.Options{Client: kc, ConfigMap: so.RootConfigMap, Selector: so.RootNamespaces,
+		RootPEM: cp.CA.PEM, Logger: cp.log})
+	if err != nil {
+		return err
+	}
+	cert, err := cp.CA.Serving(so.DNSNames, so.IPs)
+	if err != nil {
+		return fmt.Errorf("secure xDS: %w", err)
+	}
+	if cp.secureL, err = net.Listen("tcp", so.Addr); err != nil {
+		return fmt.Errorf("listen for secure xDS on %s: %w", so.Addr, err)
+	}
+	cp.Server.EnableSecure(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		xds.TokenReviewer{Client: kc, Audience: so.Audience})
+	cp.wg.Add(2)
+	go func() { defer cp.wg.Done(); _ = cp.Server.ServeSecure(cp.secureL) }()
+	go func() { defer cp.wg.Done(); pub.Run(ctx) }()
+	return nil
+}
+
 // startWebhook serves the admission webhooks and keeps their configurations' caBundle set to
-// this process's CA. The webhooks answer from the start, independent of the sync gate: the
+// the CA. The webhooks answer from the start, independent of the sync gate: the
 // apiserver reaches them only through the Service, once the pod is ready.
 func (cp *ControlPlane) startWebhook(ctx context.Context) error {
 	wo := *cp.opts.Webhook
 	if wo.Logger == nil {
 		wo.Logger = cp.log
 	}
+	wo.CA = cp.CA
 	dyn, err := dynamic.NewForConfig(cp.opts.Kube)
 	if err != nil {
 		return err

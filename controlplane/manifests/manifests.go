@@ -38,11 +38,17 @@ type Params struct {
 	// BallastMaxMiB allows the admin port's memory ballast up to this size (--ballast-max);
 	// 0, the default, leaves it off: only a run that OOM-kills the control plane sets it.
 	BallastMaxMiB int
+	// RootCertNamespaces is the label selector of the namespaces the root certificate
+	// ConfigMap (meshchaos-ca-root-cert) is written into (--root-cert-namespaces): the harness
+	// gives the run's, meshchaos.io/run=NAME. Empty: every namespace, as istiod.
+	RootCertNamespaces string
 }
 
-// ControlPlane renders the Namespace, ServiceAccount, ClusterRole(Binding), Deployment and
-// Service of the reference control plane, and its admission webhooks' configurations (sidecar
-// injection, config validation). Its readiness probe is /ready (the sync gate).
+// ControlPlane renders the Namespace, ServiceAccount, ClusterRole(Binding), Role(Binding) (the
+// CA Secret), Deployment and Service of the reference control plane, and its admission
+// webhooks' configurations (sidecar injection, config validation). It serves xDS on 15010
+// (plaintext) and 15012 (TLS, ServiceAccount tokens), and injects sidecars that dial 15012. Its
+// readiness probe is /ready (the sync gate).
 func ControlPlane(p Params) ([]byte, error) {
 	if p.Namespace == "" {
 		p.Namespace = "meshchaos-system"

@@ -30,7 +30,8 @@ func TestCRDsAreTheIstioKindsTheReferenceReads(t *testing.T) {
 }
 
 func TestControlPlaneManifests(t *testing.T) {
-	data, err := manifests.ControlPlane(manifests.Params{SyncGate: false, Regress: []string{"ungated", "quadratic-scope"}})
+	data, err := manifests.ControlPlane(manifests.Params{SyncGate: false, Regress: []string{"ungated", "quadratic-scope"},
+		RootCertNamespaces: "meshchaos.io/run=r1"})
 	require.NoError(t, err)
 	objs, err := kube.Decode(data)
 	require.NoError(t, err)
@@ -38,7 +39,7 @@ func TestControlPlaneManifests(t *testing.T) {
 	for _, o := range objs {
 		kinds[o.GetKind()] = o
 	}
-	for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
+	for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service",
 		"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
 		require.Contains(t, kinds, k)
 	}
@@ -46,11 +47,15 @@ func TestControlPlaneManifests(t *testing.T) {
 	require.Len(t, containers, 1)
 	c := containers[0].(map[string]any)
 	require.Equal(t, "meshchaos.local/controlplane:dev", c["image"])
-	require.Equal(t, []any{"--xds-addr=$(POD_IP):15010", "--admin-addr=$(POD_IP):15014", "--sync-gate=false",
+	require.Equal(t, []any{"--xds-addr=$(POD_IP):15010",
+		"--secure-xds-addr=$(POD_IP):15012", "--secure-xds-dns=meshchaos-controlplane.meshchaos-system.svc",
+		"--namespace=$(POD_NAMESPACE)", "--ca-secret=meshchaos-ca-secret", "--root-cert-namespaces=meshchaos.io/run=r1",
+		"--admin-addr=$(POD_IP):15014", "--sync-gate=false",
 		"--regress=ungated", "--regress=quadratic-scope",
 		"--webhook-addr=$(POD_IP):15017", "--webhook-dns=meshchaos-controlplane.meshchaos-system.svc",
 		"--inject-image=meshchaos.local/xdsproxy:dev", "--inject-pull-policy=Never",
-		"--inject-xds-address=meshchaos-controlplane.meshchaos-system.svc:15010",
+		"--inject-xds-address=meshchaos-controlplane.meshchaos-system.svc:15012",
+		"--inject-xds-server-name=meshchaos-controlplane.meshchaos-system.svc", "--inject-xds-root-configmap=meshchaos-ca-root-cert",
 		"--mutating-webhook-config=meshchaos-sidecar-injector", "--validating-webhook-config=meshchaos-validation"}, c["args"])
 	probe, _, _ := unstructured.NestedString(c, "readinessProbe", "httpGet", "path")
 	require.Equal(t, "/ready", probe)
@@ -59,10 +64,18 @@ func TestControlPlaneManifests(t *testing.T) {
 	for _, p := range ports {
 		names = append(names, p.(map[string]any)["name"].(string))
 	}
-	require.Equal(t, []string{"grpc-xds", "https-webhook"}, names, "the admin port (pprof, config dump, ballast) is not in the Service")
+	require.Equal(t, []string{"grpc-xds", "grpc-xds-tls", "https-webhook"}, names, "the admin port (pprof, config dump, ballast) is not in the Service")
+	rules, _, _ := unstructured.NestedSlice(kinds["ClusterRole"].Object, "rules")
+	require.Contains(t, rules, map[string]any{"apiGroups": []any{"authentication.k8s.io"}, "resources": []any{"tokenreviews"}, "verbs": []any{"create"}})
+	require.Contains(t, rules, map[string]any{"apiGroups": []any{""}, "resources": []any{"configmaps"},
+		"verbs": []any{"get", "list", "watch", "create", "update"}})
+	secrets, _, _ := unstructured.NestedSlice(kinds["Role"].Object, "rules")
+	require.Equal(t, []any{map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "verbs": []any{"get", "create"}}}, secrets,
+		"Secrets only in its own namespace")
 
 	// A run that OOM-kills the control plane allows the ballast, bounded.
 	data, err = manifests.ControlPlane(manifests.Params{SyncGate: true, BallastMaxMiB: 512})
 	require.NoError(t, err)
 	require.Contains(t, string(data), "- --ballast-max=512\n")
+	require.NotContains(t, string(data), "--root-cert-namespaces", "no selector: every namespace")
 }

@@ -65,6 +65,10 @@ type Metrics struct {
 	// XDSLimited counts what the xDS server's limits cut off, by reason (a fixed set:
 	// send-timeout, stalled, streams, new-streams, requests, scopes): misbehaving clients, not config.
 	XDSLimited *prometheus.CounterVec
+	// XDSAuthRefused counts streams of the secure xDS port refused by authentication, by reason
+	// (a fixed set: no-token, rejected, review-failed, namespace-mismatch). istiod logs these
+	// and counts none; the harness reads them to tell a misconfigured client from a slow one.
+	XDSAuthRefused *prometheus.CounterVec
 	// InputSkipped counts input objects or parts skipped by the conversion, by kind and reason.
 	InputSkipped *prometheus.CounterVec
 	// InvalidResources counts generated resources that failed Validate(), by type.
@@ -123,6 +127,8 @@ func New() *Metrics {
 			Help: "xDS streams refused with Unavailable while the sync gate was closed."}),
 		XDSLimited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshchaos_controlplane_xds_limited_total",
 			Help: "xDS streams closed or refused by the server's limits, by reason (send-timeout, unanswered, stalled, streams, new-streams, requests, scopes, names)."}, []string{"reason"}),
+		XDSAuthRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshchaos_controlplane_xds_auth_refused_total",
+			Help: "Streams of the secure xDS port refused by authentication, by reason (no-token, rejected, review-failed, namespace-mismatch)."}, []string{"reason"}),
 		InputSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshchaos_controlplane_input_skipped_total",
 			Help: "Input objects or parts of them skipped by the conversion."}, []string{"kind", "reason"}),
 		InvalidResources: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshchaos_controlplane_invalid_resources_total",
@@ -131,7 +137,7 @@ func New() *Metrics {
 	r.MustRegister(m.XDSPushes, m.ProxyConvergence, m.DebounceTime, m.PushTime, m.PushCycleTime, m.ConfigSize,
 		m.InboundUpdates, m.K8sRegEvents, m.ProxyQueueTime, m.Scopes, m.ConnectedProxies,
 		m.Rejects, m.PushTriggers, m.Pushes, m.Services, m.Endpoints, m.SyncGateOpen, m.SyncGateForced,
-		m.TimeToReady, m.StreamsRefused, m.XDSLimited, m.InputSkipped, m.InvalidResources)
+		m.TimeToReady, m.StreamsRefused, m.XDSLimited, m.XDSAuthRefused, m.InputSkipped, m.InvalidResources)
 	// Exported at 0 from the start, so a scrape tells "no proxy rejected anything" from "not
 	// measured" (the harness records the count in every run's summary).
 	for _, t := range []string{"cds", "eds", "lds", "rds"} {

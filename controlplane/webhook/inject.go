@@ -3,10 +3,14 @@ package webhook
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/meshchaos/meshchaos/controlplane/rootcert"
 )
 
 // The injection contract with users: a namespace labelled NamespaceLabel=enabled gets sidecars;
@@ -59,7 +63,28 @@ type Sidecar struct {
 	DefaultMode StartMode
 	// WaitTimeout bounds the hold hook and the native startup probe (default 60s).
 	WaitTimeout time.Duration
+	// RootConfigMap, when set, makes the proxy dial secure xDS (XDSAddress is then the TLS
+	// port): the pod mounts this ConfigMap's root-cert.pem and a projected ServiceAccount token
+	// for TokenAudience, as istio's injection template mounts istio-ca-root-cert and istio-token.
+	RootConfigMap string
+	// XDSServerName is the TLS server name the proxy verifies (default: XDSAddress's host).
+	XDSServerName string
+	// TokenAudience is the projected token's audience (default istio-ca).
+	TokenAudience string
 }
+
+// Where the secure xDS files are in the proxy container, and the pod volumes that hold them
+// (istio's paths; the volume names are ours so as not to clash with an istio-injected pod's).
+const (
+	RootCertDir    = "/var/run/secrets/istio"
+	RootCertFile   = RootCertDir + "/root-cert.pem"
+	TokenDir       = "/var/run/secrets/tokens"
+	TokenFile      = TokenDir + "/istio-token"
+	RootCertVolume = "meshchaos-ca-cert"
+	TokenVolume    = "istio-token"
+	// tokenExpiry is the projected token's lifetime; the kubelet refreshes it before it ends.
+	tokenExpiry = 43200
+)
 
 func (s *Sidecar) defaults() {
 	if s.AdminPort == 0 {
@@ -73,6 +98,14 @@ func (s *Sidecar) defaults() {
 	}
 	if s.PullPolicy == "" {
 		s.PullPolicy = string(corev1.PullIfNotPresent)
+	}
+	if s.TokenAudience == "" {
+		s.TokenAudience = "istio-ca"
+	}
+	if s.XDSServerName == "" {
+		if host, _, err := net.SplitHostPort(s.XDSAddress); err == nil {
+			s.XDSServerName = host
+		}
 	}
 }
 
@@ -128,6 +161,12 @@ func (s Sidecar) Inject(pod *corev1.Pod) (patch []byte, mode StartMode, skip str
 	if mode == StartNative {
 		ops = append(ops, patchOp{Op: "add", Path: "/spec/initContainers", Value: inits})
 	}
+	if s.RootConfigMap != "" {
+		// The whole list, the pod's own volumes first: "add" replaces a member that exists, and
+		// creates it when the pod has no volumes.
+		vols := append(append([]corev1.Volume{}, pod.Spec.Volumes...), s.volumes()...)
+		ops = append(ops, patchOp{Op: "add", Path: "/spec/volumes", Value: vols})
+	}
 	patch, err = json.Marshal(ops)
 	return patch, mode, "", err
 }
@@ -141,15 +180,35 @@ func (s Sidecar) container(pod *corev1.Pod) corev1.Container {
 	field := func(name, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 	}
+	// Kubernetes expands $(VAR) in args from the container's env: Istio's node id.
+	args := []string{"--xds", s.XDSAddress,
+		"--node-id", "sidecar~$(POD_IP)~$(POD_NAME).$(POD_NAMESPACE)~$(POD_NAMESPACE).svc.cluster.local",
+		"--cluster", cluster, "--admin", fmt.Sprintf(":%d", s.AdminPort)}
+	var mounts []corev1.VolumeMount
+	if s.RootConfigMap != "" {
+		args = append(args, "--xds-root-cert", RootCertFile, "--xds-token", TokenFile, "--xds-server-name", s.XDSServerName)
+		mounts = []corev1.VolumeMount{{Name: RootCertVolume, MountPath: RootCertDir, ReadOnly: true},
+			{Name: TokenVolume, MountPath: TokenDir, ReadOnly: true}}
+	}
 	return corev1.Container{
 		Name: ProxyContainer, Image: s.Image, ImagePullPolicy: corev1.PullPolicy(s.PullPolicy),
-		// Kubernetes expands $(VAR) in args from the container's env: Istio's node id.
-		Args: []string{"--xds", s.XDSAddress,
-			"--node-id", "sidecar~$(POD_IP)~$(POD_NAME).$(POD_NAMESPACE)~$(POD_NAMESPACE).svc.cluster.local",
-			"--cluster", cluster, "--admin", fmt.Sprintf(":%d", s.AdminPort)},
+		Args:           args,
+		VolumeMounts:   mounts,
 		Env:            []corev1.EnvVar{field("POD_NAME", "metadata.name"), field("POD_NAMESPACE", "metadata.namespace"), field("POD_IP", "status.podIP")},
 		Ports:          []corev1.ContainerPort{{Name: "http-admin", ContainerPort: int32(s.AdminPort)}},
 		ReadinessProbe: s.readyProbe(3),
+	}
+}
+
+// volumes are the secure xDS files: the root ConfigMap and a projected token for the audience.
+func (s Sidecar) volumes() []corev1.Volume {
+	return []corev1.Volume{
+		{Name: RootCertVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: s.RootConfigMap},
+			Items:                []corev1.KeyToPath{{Key: rootcert.Key, Path: rootcert.Key}}}}},
+		{Name: TokenVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+				Audience: s.TokenAudience, ExpirationSeconds: ptr.To[int64](tokenExpiry), Path: "istio-token"}}}}}},
 	}
 }
 

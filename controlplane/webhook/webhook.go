@@ -29,6 +29,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/meshchaos/meshchaos/controlplane/ca"
 )
 
 // Paths the webhook configurations point at.
@@ -50,13 +52,16 @@ type Options struct {
 	// MutatingConfig and ValidatingConfig name the webhook configurations whose caBundle the
 	// control plane keeps set to its CA ("" leaves that one alone).
 	MutatingConfig, ValidatingConfig string
-	Logger                           *slog.Logger
+	// CA signs the serving certificate and goes into the caBundle; nil: a CA of this process's
+	// own, in memory. The control plane gives the CA its replicas share (ca.LoadOrCreate).
+	CA     *ca.CA
+	Logger *slog.Logger
 }
 
 // Server serves both webhooks.
 type Server struct {
 	opts    Options
-	CA      *CA
+	CA      *ca.CA
 	metrics *Metrics
 	ln      net.Listener
 	srv     *http.Server
@@ -73,19 +78,22 @@ func Start(o Options, reg prometheus.Registerer) (*Server, error) {
 	if o.Sidecar.Image == "" || o.Sidecar.XDSAddress == "" {
 		return nil, errors.New("webhook: the sidecar needs an image and the xDS address (--inject-image, --inject-xds-address)")
 	}
-	ca, err := NewCA("meshchaos-controlplane-ca", 10*365*24*time.Hour)
-	if err != nil {
-		return nil, err
+	authority := o.CA
+	if authority == nil {
+		var err error
+		if authority, err = ca.New("meshchaos-controlplane-ca", ca.DefaultValidity); err != nil {
+			return nil, fmt.Errorf("webhook: %w", err)
+		}
 	}
-	cert, err := ca.Serving(o.DNSNames, o.IPs)
+	cert, err := authority.Serving(o.DNSNames, o.IPs)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("webhook: %w", err)
 	}
 	m, err := NewMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: o, CA: ca, metrics: m, log: o.Logger}
+	s := &Server{opts: o, CA: authority, metrics: m, log: o.Logger}
 	s.ln, err = net.Listen("tcp", o.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("webhook: listen on %s: %w", o.Addr, err)
@@ -197,9 +205,9 @@ func (s *Server) Run(ctx context.Context, dyn dynamic.Interface, every time.Dura
 
 // patchCABundle adds the CA to every webhook's caBundle in the named configuration with one
 // JSON patch (guarded by the resourceVersion read); changed is false when all already had it.
-// The CA is added, not set: every replica of the control plane has a CA of its own, and the
-// apiserver reaches any of them, so the bundle must trust them all (replicas that replaced each
-// other's CA would fail every other call, and re-patch each other forever).
+// The CA is added, not set: replicas that share the CA Secret add the same one, but a replica
+// with a CA of its own (no Secret, or one from before the Secret) must not be locked out by the
+// others, who would otherwise replace each other's CA and re-patch each other forever.
 func (s *Server) patchCABundle(ctx context.Context, api dynamic.ResourceInterface, name string) (changed bool, err error) {
 	c, err := api.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -226,6 +234,7 @@ func (s *Server) patchCABundle(ctx context.Context, api dynamic.ResourceInterfac
 }
 
 // maxBundleCAs bounds a caBundle: the CAs of replicas that restarted are dropped, oldest first.
+// With the shared CA (ca.LoadOrCreate) the bundle holds one CA however many replicas run.
 const maxBundleCAs = 4
 
 // withCA returns bundle with ca appended (keeping the newest maxBundleCAs certificates), and

@@ -121,6 +121,8 @@ type Server struct {
 	log    *slog.Logger
 	m      *metrics.Metrics
 	grpc   *grpc.Server
+	xs     serverv3.Server
+	secure *secure // the TLS port (EnableSecure), nil without
 	sends  *throttle
 	conns  *conns
 	limits Limits
@@ -133,14 +135,16 @@ type Server struct {
 }
 
 type streamState struct {
-	ctx    context.Context // the stream's: names its connection (conns)
-	id     int64
-	delta  bool
-	node   *core.Node
-	scope  string // the key held for the stream (Caches.Acquire), once held
-	held   bool
-	opened time.Time
-	types  map[string]*typeState
+	ctx context.Context // the stream's: names its connection (conns)
+	id  int64
+	// identity is the service account the secure port authenticated (nil: plaintext port).
+	identity *Identity
+	delta    bool
+	node     *core.Node
+	scope    string // the key held for the stream (Caches.Acquire), once held
+	held     bool
+	opened   time.Time
+	types    map[string]*typeState
 	// requests bounds the stream's request rate (nil: no bound).
 	requests *rate.Limiter
 	// pending: pushes that sent this proxy some but not yet all of their types (by seq), with
@@ -207,24 +211,39 @@ func NewServerLimited(ctx context.Context, caches *Caches, pusher *Pusher, gate 
 	if limits.SendTimeout > 0 {
 		go s.closeUnanswered(ctx, limits.SendTimeout)
 	}
-	xs := serverv3.NewServer(ctx, caches, s.callbacks())
-	s.grpc = grpc.NewServer(
-		grpc.StreamInterceptor(s.refuseUntilReady),
-		grpc.MaxConcurrentStreams(limits.MaxStreamsPerConn),
-		grpc.MaxRecvMsgSize(limits.MaxRecvMsgSize),
+	s.xs = serverv3.NewServer(ctx, caches, s.callbacks())
+	s.grpc = grpc.NewServer(append(s.serverOptions(), grpc.StreamInterceptor(s.refuseUntilReady))...)
+	s.registerADS(s.grpc)
+	return s
+}
+
+// serverOptions are the gRPC options both ports share (limits, codec, keepalive).
+func (s *Server) serverOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(s.limits.MaxStreamsPerConn),
+		grpc.MaxRecvMsgSize(s.limits.MaxRecvMsgSize),
 		grpc.ForceServerCodecV2(newCodec()),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	)
-	discovery.RegisterAggregatedDiscoveryServiceServer(s.grpc, xs)
-	return s
+	}
+}
+
+// registerADS serves the one ADS server (caches, callbacks, stream state) on g: both ports
+// share it, so a proxy is the same to the pusher whichever port it came in on.
+func (s *Server) registerADS(g *grpc.Server) {
+	discovery.RegisterAggregatedDiscoveryServiceServer(g, s.xs)
 }
 
 // Serve serves on l until Stop.
 func (s *Server) Serve(l net.Listener) error { return s.grpc.Serve(s.conns.listener(l)) }
 
-// Stop closes every stream and the listener.
-func (s *Server) Stop() { s.grpc.Stop() }
+// Stop closes every stream and the listeners.
+func (s *Server) Stop() {
+	if s.secure != nil {
+		s.secure.grpc.Stop()
+	}
+	s.grpc.Stop()
+}
 
 // refuseUntilReady is the sync gate on the xDS side: until it opens, every stream is refused
 // with Unavailable, so a proxy keeps its last config and retries instead of taking an
@@ -265,6 +284,9 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		},
 		DeltaStreamClosedFunc: func(id int64, _ *core.Node) { s.close(id) },
 		StreamRequestFunc: func(id int64, r *discovery.DiscoveryRequest) error {
+			if err := s.checkIdentity(id, r.GetNode()); err != nil {
+				return err
+			}
 			if err := s.allow(id); err != nil {
 				return err
 			}
@@ -285,6 +307,9 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			s.response(id, r.GetTypeUrl(), r.GetVersionInfo(), r.GetNonce(), proto.Size(r))
 		},
 		StreamDeltaRequestFunc: func(id int64, r *discovery.DeltaDiscoveryRequest) error {
+			if err := s.checkIdentity(id, r.GetNode()); err != nil {
+				return err
+			}
 			if err := s.allow(id); err != nil {
 				return err
 			}
@@ -303,7 +328,7 @@ func (s *Server) callbacks() serverv3.Callbacks {
 
 func (s *Server) open(ctx context.Context, id int64, delta bool) {
 	st := &streamState{ctx: ctx, id: id, delta: delta, opened: time.Now(), types: map[string]*typeState{},
-		pending: map[uint64]*pendingPush{}}
+		pending: map[uint64]*pendingPush{}, identity: identityOf(ctx)}
 	if s.limits.RequestsPerSecond > 0 && s.limits.RequestBurst > 0 {
 		st.requests = rate.NewLimiter(rate.Limit(s.limits.RequestsPerSecond), s.limits.RequestBurst)
 	}

@@ -57,7 +57,7 @@ func TestReferenceManifestsRendered(t *testing.T) {
 	require.NoError(t, err)
 	objs, err := kube.Decode(y)
 	require.NoError(t, err)
-	assert.Len(t, objs, 5+8, "5 CRDs, then the control plane's 8 objects")
+	assert.Len(t, objs, 5+10, "5 CRDs, then the control plane's 10 objects")
 }
 
 // TestExternalPlacement: only the descriptor's Deployment is placed: node, limits, replicas

@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshchaos/meshchaos/controlplane"
 	"github.com/meshchaos/meshchaos/controlplane/manifests"
 	"github.com/meshchaos/meshchaos/controlplane/regress"
+	"github.com/meshchaos/meshchaos/controlplane/rootcert"
 	"github.com/meshchaos/meshchaos/controlplane/webhook"
 	"github.com/meshchaos/meshchaos/controlplane/xds"
 )
@@ -33,6 +35,8 @@ func newControlPlaneCmd() *cobra.Command {
 		switches                                         []string
 		wh                                               webhook.Options
 		injectMode                                       string
+		secure                                           controlplane.SecureXDS
+		namespace, caSecret                              string
 	)
 	cmd := &cobra.Command{
 		Use:   "controlplane",
@@ -71,6 +75,25 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 			if err != nil {
 				return Usagef("--inject-default-mode %q: choose %s, %s or %s", injectMode, webhook.StartNone, webhook.StartHold, webhook.StartNative)
 			}
+			var secureOpts *controlplane.SecureXDS
+			if secure.Addr != "" {
+				if len(secure.DNSNames) == 0 {
+					return Usagef("--secure-xds-addr needs --secure-xds-dns: the name proxies verify, meshchaos-controlplane.NAMESPACE.svc")
+				}
+				if secure.Audience == "" || secure.RootConfigMap == "" {
+					return Usagef("--xds-audience and --root-cert-configmap must not be empty with --secure-xds-addr")
+				}
+				if _, err := labels.Parse(secure.RootNamespaces); err != nil {
+					return Usagef("--root-cert-namespaces %q: %v (a label selector, e.g. meshchaos.io/run or meshchaos.io/run=NAME; empty: every namespace)", secure.RootNamespaces, err)
+				}
+				secureOpts = &secure
+			}
+			if caSecret != "" && namespace == "" {
+				return Usagef("--ca-secret needs the control plane's namespace: give --namespace (in a pod, set POD_NAMESPACE)")
+			}
+			if wh.Sidecar.RootConfigMap != "" && wh.Sidecar.TokenAudience == "" {
+				return Usagef("--inject-xds-audience must not be empty with --inject-xds-root-configmap")
+			}
 			cfg, err := kubeConfig(kubeconfig)
 			if err != nil {
 				return Usagef("%v", err)
@@ -89,11 +112,14 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 			cp, err := controlplane.Start(ctx, controlplane.Options{Kube: cfg, XDSAddr: xdsAddr, AdminAddr: adminAddr,
 				SyncGate: syncGate, MaxWait: maxWait, DebounceQuiet: quiet, DebounceMax: debounceMax,
 				Regress: set, NoRouteDefaults: noRouteDefaults, PushThrottle: pushThrottle, XDSLimits: limits, DomainSuffix: domain, Logger: log, Webhook: whOpts,
-				BallastMaxMiB: ballastMax})
+				BallastMaxMiB: ballastMax, SecureXDS: secureOpts, Namespace: namespace, CASecret: caSecret})
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "controlplane: xDS on %s, admin on %s\n", cp.XDSAddr(), cp.AdminAddr())
+			if a := cp.SecureXDSAddr(); a != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "controlplane: secure xDS (TLS, token audience %s) on %s\n", secure.Audience, a)
+			}
 			<-ctx.Done()
 			cp.Stop()
 			return nil
@@ -127,6 +153,16 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 	f.StringVar(&wh.Sidecar.Image, "inject-image", "", "image of the injected sidecar (xdsproxy)")
 	f.StringVar(&wh.Sidecar.PullPolicy, "inject-pull-policy", "IfNotPresent", "pull policy of the injected sidecar")
 	f.StringVar(&wh.Sidecar.XDSAddress, "inject-xds-address", "", "xDS address HOST:PORT the injected sidecars dial")
+	f.StringVar(&wh.Sidecar.RootConfigMap, "inject-xds-root-configmap", "", "dial secure xDS from injected sidecars: mount this root ConfigMap (e.g. "+rootcert.DefaultConfigMap+") and a projected token; empty: plaintext")
+	f.StringVar(&wh.Sidecar.XDSServerName, "inject-xds-server-name", "", "TLS server name injected sidecars verify (default: the host of --inject-xds-address)")
+	f.StringVar(&wh.Sidecar.TokenAudience, "inject-xds-audience", xds.DefaultAudience, "audience of the injected sidecars' projected token")
+	f.StringVar(&secure.Addr, "secure-xds-addr", "", "serve xDS over TLS with ServiceAccount token authentication too (istiod's 15012), e.g. $(POD_IP):15012; empty: off")
+	f.StringArrayVar(&secure.DNSNames, "secure-xds-dns", nil, "DNS name in the secure xDS serving certificate (repeatable): what proxies verify, meshchaos-controlplane.NAMESPACE.svc")
+	f.StringVar(&secure.Audience, "xds-audience", xds.DefaultAudience, "audience the proxies' tokens must have on the secure xDS port (istiod's istio-ca)")
+	f.StringVar(&secure.RootConfigMap, "root-cert-configmap", rootcert.DefaultConfigMap, "ConfigMap the root certificate is published as (key "+rootcert.Key+"); never istio-ca-root-cert, which istiod owns")
+	f.StringVar(&secure.RootNamespaces, "root-cert-namespaces", "", "label selector of the namespaces the root ConfigMap is written into, e.g. meshchaos.io/run=NAME; empty: every namespace")
+	f.StringVar(&namespace, "namespace", os.Getenv("POD_NAMESPACE"), "the control plane's own namespace (where --ca-secret lives; default $POD_NAMESPACE)")
+	f.StringVar(&caSecret, "ca-secret", "", "Secret in --namespace holding the CA every replica shares (created by the first); empty: a CA of this process's own, in memory")
 	f.StringVar(&injectMode, "inject-default-mode", "none", "sidecar start mode of pods without the "+webhook.StartAnnotation+" annotation: none, hold or native")
 	return cmd
 }

@@ -101,6 +101,22 @@ func TestControlPlaneManifestsRendersWhatReferenceApplies(t *testing.T) {
 	require.Equal(t, string(manifests.CRDs), string(crds))
 }
 
+// TestControlPlaneSecureFlagsAreChecked: the secure xDS flags are refused before anything
+// starts, naming what to give.
+func TestControlPlaneSecureFlagsAreChecked(t *testing.T) {
+	for want, args := range map[string][]string{
+		"--secure-xds-dns":           {"controlplane", "--secure-xds-addr", "127.0.0.1:0"},
+		"meshchaos.io/run=NAME":      {"controlplane", "--secure-xds-addr", "127.0.0.1:0", "--secure-xds-dns", "cp.ns.svc", "--root-cert-namespaces", "a=b=c"},
+		"--xds-audience":             {"controlplane", "--secure-xds-addr", "127.0.0.1:0", "--secure-xds-dns", "cp.ns.svc", "--xds-audience", ""},
+		"give --namespace":           {"controlplane", "--ca-secret", "s", "--namespace", ""},
+		"--inject-xds-audience must": {"controlplane", "--inject-xds-root-configmap", "meshchaos-ca-root-cert", "--inject-xds-audience", ""},
+	} {
+		code, out := run(t, args...)
+		require.Equal(t, 2, code, "%v: %s", args, out)
+		require.Contains(t, out, want, "%v", args)
+	}
+}
+
 // TestControlPlaneRefusesUnknownInjectMode: --inject-default-mode is checked whether or not the
 // webhooks are on, and the error lists the valid modes.
 func TestControlPlaneRefusesUnknownInjectMode(t *testing.T) {
