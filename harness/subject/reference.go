@@ -25,13 +25,18 @@ type Reference struct {
 	switches []string
 	ns       string
 	xds      string
+	secure   string // the secure xDS port's address, after Deploy
 }
 
 // reference's fixed names (controlplane/manifests).
 const (
-	refName      = "meshchaos-controlplane"
-	refXDSPort   = "15010"
-	refAdminPort = "15014"
+	refName       = "meshchaos-controlplane"
+	refXDSPort    = "15010"
+	refSecurePort = "15012"
+	// refRootConfigMap holds the reference's root certificate in the run's namespaces (not
+	// istio-ca-root-cert: an installed istiod's must never be overwritten).
+	refRootConfigMap = "meshchaos-ca-root-cert"
+	refAdminPort     = "15014"
 )
 
 // NewReference returns the reference control plane with the named regression switches.
@@ -45,6 +50,7 @@ func NewReference(switches []string) (*Reference, error) {
 var (
 	_ ControlPlane = (*Reference)(nil)
 	_ Ballaster    = (*Reference)(nil)
+	_ SecureServer = (*Reference)(nil)
 )
 
 // Name implements ControlPlane.
@@ -73,7 +79,10 @@ func (r *Reference) Deploy(ctx context.Context, c cluster.Cluster, p Placement) 
 	if err != nil {
 		return fmt.Errorf("install the Istio CRDs: %w", err)
 	}
-	params := cpmanifests.Params{Namespace: r.ns, SyncGate: r.gated(), Regress: r.switches, MemoryLimit: p.MemoryLimit}
+	// The reference publishes its root certificate into the run's namespaces only, so on a
+	// shared cluster it writes nowhere else.
+	params := cpmanifests.Params{Namespace: r.ns, SyncGate: r.gated(), Regress: r.switches, MemoryLimit: p.MemoryLimit,
+		RootCertNamespaces: kube.OwnerLabel + "=" + c.Name()}
 	if p.Ballast {
 		if params.BallastMaxMiB, err = ballastBound(p.MemoryLimit); err != nil {
 			return err
@@ -110,7 +119,14 @@ func (r *Reference) Deploy(ctx context.Context, c cluster.Cluster, p Placement) 
 		return fmt.Errorf("the control plane's Service: %w", err)
 	}
 	r.xds = net.JoinHostPort(svc.Spec.ClusterIP, refXDSPort)
+	r.secure = net.JoinHostPort(svc.Spec.ClusterIP, refSecurePort)
 	return nil
+}
+
+// SecureXDS implements SecureServer: 15012, TLS from the reference's CA (Secret
+// meshchaos-ca-secret), tokens for istio-ca checked with TokenReviews.
+func (r *Reference) SecureXDS() (SecureXDS, bool) {
+	return SecureXDS{Address: r.secure, ServerName: refName + "." + r.ns + ".svc", RootConfigMap: refRootConfigMap, Audience: DefaultAudience}, true
 }
 
 // Namespace implements ControlPlane.
