@@ -9,9 +9,14 @@
 // installed.
 //
 // Where it knowingly differs from Envoy (none of it changes what the experiments count):
-//   - HTTP/1.1 only (downstream and upstream); listeners need an HTTP connection manager
-//     (tcp_proxy and other network filters are rejected), one per listener (first filter chain
-//     that has one; filter_chain_match is ignored). HTTP filters other than the router are ignored.
+//   - HTTP/1.1 only (downstream and upstream); a listener is served through its HTTP
+//     connection manager, one per listener (first filter chain that has one;
+//     filter_chain_match is ignored). HTTP filters other than the router are ignored. A
+//     listener without one (tcp_proxy, Istio's virtualOutbound) is accepted, as Envoy accepts
+//     it, and held but not served.
+//   - No iptables: a listener on 0.0.0.0 with bind_to_port false (Istio's sidecar outbound
+//     listeners, which iptables and virtualOutbound reach) is served on loopback at its port,
+//     where the app calls its sidecar; one on a single address with bind_to_port false is held.
 //   - Malformed requests get Go's 400 without the response-flag header (Envoy: 400 with DPE).
 //   - Load balancing is round robin over the healthy hosts of the most preferred priority that
 //     has any, with Envoy's panic threshold (healthy_panic_threshold, default 50 %: below it, all

@@ -150,13 +150,16 @@ type claCfg struct {
 	updated time.Time
 }
 
-// listenerCfg is a validated Listener with one HTTP connection manager.
+// listenerCfg is a validated Listener: one with an HTTP connection manager is served, any
+// other is held (accepted, as Envoy accepts it, and shown in /config_dump) but not served.
 type listenerCfg struct {
 	name         string
 	version      string
 	raw          *listenerv3.Listener
 	address      string // ip:port
 	bind         bool
+	// unserved says why the listener is held but not served ("": served).
+	unserved string
 	statPrefix   string
 	rdsName      string        // set when routes come from RDS
 	rdsTimeout   time.Duration // RDS initial fetch timeout; 0 waits forever
@@ -328,7 +331,28 @@ func translateListener(l *listenerv3.Listener, version string) (*listenerCfg, er
 		}
 	}
 	if hcm == nil {
-		return nil, fmt.Errorf("listener %q: xdsproxy serves only listeners with an HTTP connection manager filter", l.GetName())
+		// A TCP proxy, a virtual listener (Istio's virtualOutbound), anything but HTTP: Envoy
+		// takes it, so taking it is what a control plane expects (a NACK would count as a
+		// rejection istiod never sees from Envoy); xdsproxy serves HTTP only.
+		lc.unserved, lc.bind = "no HTTP connection manager (xdsproxy serves HTTP only)", false
+		return lc, nil
+	}
+	if !lc.bind {
+		// Istio's sidecar outbound listeners (0.0.0.0_PORT) bind no port: iptables sends the
+		// app's connections to virtualOutbound, which hands them on by original destination.
+		// xdsproxy has no iptables: it serves such a listener on loopback at its port, where
+		// the app calls the sidecar (http://127.0.0.1:PORT). Listeners of one IP are reached
+		// only through iptables: held, not served.
+		ip, _ := netip.ParseAddr(sa.GetAddress())
+		if !ip.IsUnspecified() {
+			lc.unserved = "bind_to_port false on one address (Istio reaches it through iptables, which xdsproxy does not have)"
+		} else {
+			loop := "127.0.0.1"
+			if ip.Is6() {
+				loop = "::1"
+			}
+			lc.address, lc.bind = net.JoinHostPort(loop, lc.port), true
+		}
 	}
 	if err := hcm.ValidateAll(); err != nil {
 		return nil, fmt.Errorf("listener %q: http connection manager: %w", l.GetName(), err)
