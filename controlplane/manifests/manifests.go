@@ -40,9 +40,15 @@ type Params struct {
 	BallastMaxMiB int
 	// RootCertNamespaces is the label selector of the namespaces the root certificate
 	// ConfigMap (meshchaos-ca-root-cert) is written into (--root-cert-namespaces): the harness
-	// gives the run's, meshchaos.io/run=NAME. Empty: every namespace, as istiod.
+	// gives the run's, meshchaos.io/run=NAME. Default DefaultRootCertNamespaces: the namespaces
+	// of meshchaos runs, never a shared cluster's others (the binary's own default, every
+	// namespace, is istiod's).
 	RootCertNamespaces string
 }
+
+// DefaultRootCertNamespaces selects the namespaces of any meshchaos run (the harness labels
+// them meshchaos.io/run=NAME).
+const DefaultRootCertNamespaces = "meshchaos.io/run"
 
 // ControlPlane renders the Namespace, ServiceAccount, ClusterRole(Binding), Role(Binding) (the
 // CA Secret), Deployment and Service of the reference control plane, and its admission
@@ -64,6 +70,9 @@ func ControlPlane(p Params) ([]byte, error) {
 	}
 	if p.MemoryLimit == "" {
 		p.MemoryLimit = "1Gi"
+	}
+	if p.RootCertNamespaces == "" {
+		p.RootCertNamespaces = DefaultRootCertNamespaces
 	}
 	t, err := template.New("controlplane").Parse(controlPlaneTemplate)
 	if err != nil {
