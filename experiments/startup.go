@@ -80,7 +80,8 @@ func init() {
 				Nodes:          v.Int("nodes"),
 				CP:             subject.Placement{Node: 1, MemoryLimit: v["cpMemoryLimit"], CPULimit: v["cpCPULimit"]},
 				Backends:       []mesh.Backend{{Name: "echo", Replicas: 1, Node: apps}},
-				ServiceEntries: mesh.ServiceEntries{Count: v.Int("serviceEntries"), Backend: "echo"},
+				// The apps of each mode's namespace call them (istiod honours exportTo).
+				ServiceEntries: mesh.ServiceEntries{Count: v.Int("serviceEntries"), Backend: "echo", ExportTo: modeNamespaces(v)},
 				Gateway:        mesh.Gateway{Replicas: 1, Node: apps},
 			}
 		},
@@ -89,6 +90,18 @@ func init() {
 		Checks: startupChecks,
 	})
 }
+
+// modeNamespaces are the namespaces the modes' apps run in, one per mode.
+func modeNamespaces(v params.Values) []string {
+	var out []string
+	for _, m := range modesOf(v) {
+		out = append(out, modeNamespace(m))
+	}
+	return out
+}
+
+// modeNamespace is where mode's apps run.
+func modeNamespace(mode string) string { return "startup-" + mode }
 
 // modesOf expands the mode parameter.
 func modesOf(v params.Values) []string {
@@ -173,7 +186,7 @@ func recordInjections(s *experiment.State) {
 // a quiet node.
 func startupMode(ctx context.Context, s *experiment.State, mode string) error {
 	v, m := s.Params, s.Mesh
-	ns := "startup-" + mode
+	ns := modeNamespace(mode)
 	node := m.Spec.Gateway.Node
 	if err := createInjectedNamespace(ctx, s, ns); err != nil {
 		return err

@@ -43,6 +43,10 @@ type ServiceEntries struct {
 	EndpointPort uint32
 	// Workers creates that many at once (default 16).
 	Workers int
+	// ExportTo are the namespaces besides their own that see the entries (Istio's exportTo):
+	// the run's other namespaces whose sidecars call them. Never "*": on a shared cluster an
+	// installed istiod must not push a run's entries to the rest of the mesh.
+	ExportTo []string
 }
 
 // HostOf is the host of ServiceEntry i of this generator.
@@ -120,9 +124,9 @@ func (g ServiceEntries) Objects(addrs []string) ([]*networkingv1.ServiceEntry, E
 				Resolution: apinet.ServiceEntry_STATIC,
 				Ports:      []*apinet.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP", TargetPort: 8080}},
 				Endpoints:  eps,
-				// Visible in its own namespace only: on a shared cluster an installed istiod
-				// must not push a run's entries to the rest of the mesh.
-				ExportTo: []string{"."},
+				// Visible in the run's namespaces only: on a shared cluster an installed
+				// istiod must not push a run's entries to the rest of the mesh.
+				ExportTo: append([]string{"."}, g.ExportTo...),
 			},
 		})
 		exp[g.HostOf(i)] = want

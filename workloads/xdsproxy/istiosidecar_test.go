@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/meshchaos/meshchaos/workloads/xdsproxy"
 	"github.com/meshchaos/meshchaos/workloads/xdstest"
 )
 
@@ -46,9 +47,15 @@ func TestIstioSidecarListeners(t *testing.T) {
 		xdstest.RouteConfig("r", xdstest.VirtualHost("all", []string{"*"}, xdstest.PrefixRoute("/", "b"))))
 	voAddr := xdstest.FreeAddr(t)
 	virtualOutbound := tcpListener(t, "virtualOutbound", voAddr)
+	// The proxy's own admin port, taken: Istio's outbound listener for a Service's port 15000
+	// (istiod makes one for the gateway's admin port) cannot be served there, and is held.
+	admin := xdstest.FreeAddr(t)
+	_, adminPort, _ := net.SplitHostPort(admin)
+	onAdmin := xdstest.InlineHTTPListener("0.0.0.0_"+adminPort, "0.0.0.0:"+adminPort,
+		xdstest.RouteConfig("r2", xdstest.VirtualHost("all", []string{"*"}, xdstest.PrefixRoute("/", "b"))))
 	xds.Set(t, "1", xdstest.EDSCluster("b", "b"), xdstest.CLA("b", b1), unbound(outbound), virtualOutbound,
-		unbound(tcpListener(t, "10.96.0.1_443", "10.96.0.1:443")))
-	p := startProxy(t, xds, false)
+		unbound(tcpListener(t, "10.96.0.1_443", "10.96.0.1:443")), unbound(onAdmin))
+	p := startProxyWith(t, xdsproxy.Options{XDSAddress: xds.Addr, AdminAddress: admin})
 	eventually(t, "ready with every listener taken", p.Ready)
 	assert.Equal(t, "b1", get(t, "127.0.0.1:"+port, "x", "/").backend, "the outbound HTTP listener is served on loopback")
 	for _, r := range xds.Requests() {
@@ -59,7 +66,9 @@ func TestIstioSidecarListeners(t *testing.T) {
 		t.Errorf("virtualOutbound (tcp_proxy) is served on %s; xdsproxy serves HTTP only and must hold it", voAddr)
 	}
 	_, dump := adminGet(t, p, "/config_dump")
-	for _, name := range []string{"virtualOutbound", "10.96.0.1_443", "0.0.0.0_" + port} {
+	code, _ := adminGet(t, p, "/ready")
+	assert.Equal(t, 200, code, "the admin port is the proxy's, not the held listener's")
+	for _, name := range []string{"virtualOutbound", "10.96.0.1_443", "0.0.0.0_" + port, "0.0.0.0_" + adminPort} {
 		assert.Contains(t, dump, name, "config_dump shows the listener as Envoy's would")
 	}
 }

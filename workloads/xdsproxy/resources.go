@@ -160,6 +160,8 @@ type listenerCfg struct {
 	bind         bool
 	// unserved says why the listener is held but not served ("": served).
 	unserved string
+	// captured: a 0.0.0.0 listener with bind_to_port false, served on loopback instead.
+	captured bool
 	statPrefix   string
 	rdsName      string        // set when routes come from RDS
 	rdsTimeout   time.Duration // RDS initial fetch timeout; 0 waits forever
@@ -351,7 +353,7 @@ func translateListener(l *listenerv3.Listener, version string) (*listenerCfg, er
 			if ip.Is6() {
 				loop = "::1"
 			}
-			lc.address, lc.bind = net.JoinHostPort(loop, lc.port), true
+			lc.address, lc.bind, lc.captured = net.JoinHostPort(loop, lc.port), true, true
 		}
 	}
 	if err := hcm.ValidateAll(); err != nil {

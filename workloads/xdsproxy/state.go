@@ -256,13 +256,22 @@ func (s *state) applyListeners(u update) []string {
 			slot = &listenerSlot{}
 			if cfg.bind {
 				b, err := s.bindFunc(cfg)
-				if err != nil {
+				switch {
+				case err != nil && cfg.captured:
+					// Envoy binds no port for it: a port of the pod's own (the proxy's admin,
+					// the app's) is not a reason to reject it.
+					cfg.unserved = fmt.Sprintf("served on loopback where possible, but %s is taken: %v", cfg.address, err)
+				case err != nil:
 					errs = append(errs, fmt.Sprintf("listener %q: cannot bind %s: %v", cfg.name, cfg.address, err))
 					continue
+				default:
+					slot.sock = b
 				}
-				slot.sock = b
 			}
 			s.listeners[cfg.name] = slot
+		}
+		if cfg.unserved != "" && s.stats.notHonoured("listener-not-served") && s.log != nil {
+			s.log.Warn("accepted a listener xdsproxy does not serve (counted in xdsproxy.unsupported.listener-not-served)", "listener", cfg.name, "why", cfg.unserved)
 		}
 		if slot.timer != nil {
 			slot.timer.Stop()
