@@ -152,6 +152,8 @@ func TestExternalBadDescriptors(t *testing.T) {
 		{"bad timeout", minimal + "ready: {timeout: soon}\n", `ready.timeout "soon"`},
 		{"bad remove", minimal + "remove: uninstall\n", `remove "uninstall"`},
 		{"repeated field", minimal + "namespace: again\n", `"namespace" already set`},
+		{"secure port without root", minimal + "secureXDS: {service: cp, port: 15012}\n", "secureXDS.rootConfigMap: required"},
+		{"secure port without port", minimal + "secureXDS: {service: cp, rootConfigMap: root}\n", "secureXDS: want service and port"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -186,4 +188,7 @@ func TestIstiodDescriptorParses(t *testing.T) {
 	assert.Equal(t, istiodDescriptor.Metrics, cp.Metrics())
 	assert.Equal(t, istiodDescriptor.Admin, cp.(*External).d.Admin)
 	assert.Equal(t, istiodDescriptor.XDS, cp.(*External).d.XDS)
+	assert.Equal(t, istiodDescriptor.SecureXDS, cp.(*External).d.SecureXDS)
+	_, serves := cp.(SecureServer).SecureXDS()
+	assert.True(t, serves, "the example declares istiod's 15012")
 }
