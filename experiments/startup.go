@@ -77,9 +77,9 @@ func init() {
 			// The control plane on node 1; the apps and their dependency on the last node.
 			apps := v.Int("nodes")
 			return mesh.Spec{
-				Nodes:          v.Int("nodes"),
-				CP:             subject.Placement{Node: 1, MemoryLimit: v["cpMemoryLimit"], CPULimit: v["cpCPULimit"]},
-				Backends:       []mesh.Backend{{Name: "echo", Replicas: 1, Node: apps}},
+				Nodes:    v.Int("nodes"),
+				CP:       subject.Placement{Node: 1, MemoryLimit: v["cpMemoryLimit"], CPULimit: v["cpCPULimit"]},
+				Backends: []mesh.Backend{{Name: "echo", Replicas: 1, Node: apps}},
 				// The apps of each mode's namespace call them (istiod honours exportTo).
 				ServiceEntries: mesh.ServiceEntries{Count: v.Int("serviceEntries"), Backend: "echo", ExportTo: modeNamespaces(v)},
 				Gateway:        mesh.Gateway{Replicas: 1, Node: apps},

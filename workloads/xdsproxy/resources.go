@@ -153,15 +153,15 @@ type claCfg struct {
 // listenerCfg is a validated Listener: one with an HTTP connection manager is served, any
 // other is held (accepted, as Envoy accepts it, and shown in /config_dump) but not served.
 type listenerCfg struct {
-	name         string
-	version      string
-	raw          *listenerv3.Listener
-	address      string // ip:port
-	bind         bool
+	name    string
+	version string
+	raw     *listenerv3.Listener
+	address string // ip:port
+	bind    bool
 	// unserved says why the listener is held but not served ("": served).
 	unserved string
 	// captured: a 0.0.0.0 listener with bind_to_port false, served on loopback instead.
-	captured bool
+	captured     bool
 	statPrefix   string
 	rdsName      string        // set when routes come from RDS
 	rdsTimeout   time.Duration // RDS initial fetch timeout; 0 waits forever
