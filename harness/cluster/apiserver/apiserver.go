@@ -147,11 +147,11 @@ func (s *Server) pickPorts() error {
 		}
 		return nil
 	}
-	for _, p := range []*int{&s.opts.Port, &s.opts.EtcdPort} {
+	for p, ip := range map[*int]net.IP{&s.opts.Port: s.opts.BindIP, &s.opts.EtcdPort: etcdIP} {
 		if *p != 0 {
 			continue
 		}
-		port, err := FreePort(s.opts.BindIP)
+		port, err := FreePort(ip)
 		if err != nil {
 			return err
 		}
@@ -171,12 +171,15 @@ func FreePort(ip net.IP) (int, error) {
 }
 
 func (s *Server) startEtcd(ctx context.Context, path string) error {
-	ip := s.opts.BindIP.String()
-	client := "http://" + net.JoinHostPort(ip, strconv.Itoa(s.opts.EtcdPort))
+	// etcd listens on loopback only: the apiserver is its one client, in the same network
+	// namespace, and etcd serves plaintext with no authentication — on the hub's address every
+	// pod could read and write the cluster's whole state past the apiserver.
+	ip := etcdIP.String()
+	client := s.etcdURL()
 	peerPort := s.opts.EtcdPort + 1
 	if s.opts.Netns == "" {
 		var err error
-		if peerPort, err = FreePort(s.opts.BindIP); err != nil {
+		if peerPort, err = FreePort(etcdIP); err != nil {
 			return err
 		}
 	}
@@ -200,15 +203,27 @@ func (s *Server) startEtcd(ctx context.Context, path string) error {
 	return s.waitHTTP(ctx, s.etcd, client+"/health", nil, 60*time.Second)
 }
 
+// etcdIP is where etcd listens: loopback (of the network namespace both run in).
+var etcdIP = net.IPv4(127, 0, 0, 1)
+
+// etcdURL is etcd's client URL.
+func (s *Server) etcdURL() string {
+	return "http://" + net.JoinHostPort(etcdIP.String(), strconv.Itoa(s.opts.EtcdPort))
+}
+
 func (s *Server) startAPIServer(ctx context.Context, path string) error {
 	s.opts.Logf("starting kube-apiserver on %s", s.url)
 	args := []string{
-		"--etcd-servers=http://" + net.JoinHostPort(s.opts.BindIP.String(), strconv.Itoa(s.opts.EtcdPort)),
+		"--etcd-servers=" + s.etcdURL(),
 		"--bind-address=" + s.opts.BindIP.String(), "--advertise-address=" + s.opts.BindIP.String(),
 		"--secure-port=" + strconv.Itoa(s.opts.Port),
 		"--tls-cert-file=" + s.pki.ServingCert, "--tls-private-key-file=" + s.pki.ServingKey,
 		"--client-ca-file=" + s.pki.CACert,
-		"--token-auth-file=" + s.pki.TokenFile, "--authorization-mode=AlwaysAllow",
+		// RBAC, as every real cluster: the harness and the cluster's own components use
+		// the admin token (system:masters), and every pod's ServiceAccount gets only what
+		// its manifests grant, so a missing rule in ours fails here as it would on a
+		// user's cluster, and a pod cannot do more than a user's cluster would let it.
+		"--token-auth-file=" + s.pki.TokenFile, "--authorization-mode=RBAC",
 		"--service-cluster-ip-range=" + s.opts.ServiceCIDR,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + s.pki.SAPub, "--service-account-signing-key-file=" + s.pki.SAKey,

@@ -2,9 +2,11 @@ package local
 
 import (
 	"context"
+	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,7 +36,8 @@ func deployDNS(ctx context.Context, cs kubernetes.Interface) error {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
-					DNSPolicy: corev1.DNSDefault,
+					ServiceAccountName: dnsName,
+					DNSPolicy:          corev1.DNSDefault,
 					// Node 1 by convention; experiments that starve a node pick another one.
 					NodeSelector: map[string]string{NodeLabel: "1"},
 					Containers: []corev1.Container{{
@@ -76,6 +79,9 @@ func deployDNS(ctx context.Context, cs kubernetes.Interface) error {
 			},
 		},
 	}
+	if err := dnsRBAC(ctx, cs); err != nil {
+		return err
+	}
 	if _, err := cs.CoreV1().ConfigMaps("kube-system").Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
@@ -84,6 +90,39 @@ func deployDNS(ctx context.Context, cs kubernetes.Interface) error {
 	}
 	if _, err := cs.CoreV1().Services("kube-system").Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
+	}
+	return nil
+}
+
+// dnsName names CoreDNS's ServiceAccount and its ClusterRole and binding.
+const dnsName = "coredns"
+
+// dnsRBAC lets CoreDNS's ServiceAccount read what its kubernetes plugin watches (the apiserver
+// authorizes with RBAC): Services, EndpointSlices, Namespaces, and Pods and Endpoints as
+// CoreDNS's own manifests grant.
+func dnsRBAC(ctx context.Context, cs kubernetes.Interface) error {
+	read := []string{"list", "watch"}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: dnsName, Namespace: "kube-system"}}
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "system:" + dnsName},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"endpoints", "services", "pods", "namespaces"}, Verbs: read},
+			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
+		},
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "system:" + dnsName},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: dnsName, Namespace: "kube-system"}},
+	}
+	if _, err := cs.CoreV1().ServiceAccounts("kube-system").Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("CoreDNS's ServiceAccount: %w", err)
+	}
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("CoreDNS's ClusterRole: %w", err)
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("CoreDNS's ClusterRoleBinding: %w", err)
 	}
 	return nil
 }

@@ -17,11 +17,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
@@ -130,6 +133,37 @@ func TestLocalCluster(t *testing.T) {
 		host, _, err := net.SplitHostPort(hostCfg.Host[len("https://"):])
 		require.NoError(t, err)
 		assert.Equal(t, "127.0.0.1", host, "the host-side API forwarder listens on loopback only")
+	})
+
+	t.Run("pods reach neither etcd nor more of the API than RBAC grants", func(t *testing.T) {
+		// etcd serves plaintext without authentication: it listens on the hub's loopback only,
+		// where the apiserver is. From a node (where the pods are) the hub's address refuses.
+		conn, err := c.Dialer(1)(ctx, "tcp", net.JoinHostPort(hubIP().String(), "2379"))
+		if conn != nil {
+			conn.Close()
+		}
+		assert.Error(t, err, "etcd must not be reachable from a node")
+		// The apiserver is reachable there, and authorizes a pod's token with RBAC: the
+		// default ServiceAccount may discover the API but not read Secrets.
+		conn, err = c.Dialer(1)(ctx, "tcp", net.JoinHostPort(hubIP().String(), fmt.Sprint(APIServerPort)))
+		require.NoError(t, err, "the apiserver is reachable from a node")
+		conn.Close()
+		require.Eventually(t, func() bool {
+			_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+			return err == nil
+		}, time.Minute, 200*time.Millisecond, "the default ServiceAccount exists")
+		tok, err := cs.CoreV1().ServiceAccounts("default").CreateToken(ctx, "default", &authv1.TokenRequest{}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		podCfg := rest.AnonymousClientConfig(hostCfg)
+		podCfg.BearerToken = tok.Status.Token
+		podCS, err := kubernetes.NewForConfig(podCfg)
+		require.NoError(t, err)
+		_, err = podCS.Discovery().ServerVersion()
+		require.NoError(t, err, "a ServiceAccount token authenticates")
+		_, err = podCS.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+		assert.True(t, apierrors.IsForbidden(err), "a pod's ServiceAccount may not list Secrets: %v", err)
+		_, err = cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+		assert.NoError(t, err, "the harness's admin token may")
 	})
 
 	t.Run("echo service across nodes", func(t *testing.T) {
