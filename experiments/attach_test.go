@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -17,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -186,12 +186,6 @@ const leaderAnnotation = "control-plane.alpha.kubernetes.io/leader"
 func snapshotIstiod(t *testing.T, cfg *rest.Config, installed []*unstructured.Unstructured) map[string]istiodObject {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	require.NoError(t, err)
-	dyn, err := dynamic.NewForConfig(cfg)
-	require.NoError(t, err)
-	lists, err := dc.ServerPreferredResources()
-	require.NoError(t, err)
 	clusterScoped := map[schema.GroupKind][]string{}
 	for _, o := range installed {
 		if o.GetNamespace() == "" {
@@ -214,30 +208,21 @@ func snapshotIstiod(t *testing.T, cfg *rest.Config, installed []*unstructured.Un
 		}
 		out[fmt.Sprintf("%s %s/%s", resource, o.GetNamespace(), o.GetName())] = v
 	}
-	for _, l := range lists {
-		gv, err := schema.ParseGroupVersion(l.GroupVersion)
-		require.NoError(t, err)
-		for _, r := range l.APIResources {
-			if istiodSkip[r.Name] || strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") {
-				continue
+	eachResource(t, cfg, istiodSkip, func(gv schema.GroupVersion, r metav1.APIResource, ri dynamic.NamespaceableResourceInterface) {
+		if r.Namespaced {
+			got, err := ri.Namespace("istio-system").List(ctx, metav1.ListOptions{})
+			require.NoError(t, err, "list %s in istio-system", r.Name)
+			for i := range got.Items {
+				add(r.Name, &got.Items[i])
 			}
-			ri := dyn.Resource(gv.WithResource(r.Name))
-			if r.Namespaced {
-				got, err := ri.Namespace("istio-system").List(ctx, metav1.ListOptions{})
-				require.NoError(t, err, "list %s in istio-system", r.Name)
-				for i := range got.Items {
-					add(r.Name, &got.Items[i])
-				}
-				continue
-			}
-			for _, name := range clusterScoped[schema.GroupKind{Group: gv.Group, Kind: r.Kind}] {
-				got, err := ri.Get(ctx, name, metav1.GetOptions{})
-				if err == nil {
-					add(r.Name, got)
-				}
+			return
+		}
+		for _, name := range clusterScoped[schema.GroupKind{Group: gv.Group, Kind: r.Kind}] {
+			if got, err := ri.Get(ctx, name, metav1.GetOptions{}); err == nil {
+				add(r.Name, got)
 			}
 		}
-	}
+	})
 	for gk, names := range clusterScoped {
 		for _, n := range names {
 			found := false
@@ -267,10 +252,10 @@ func diffIstiod(before, after map[string]istiodObject) []string {
 		if now.Generation != was.Generation {
 			what = append(what, fmt.Sprintf("generation %d → %d", was.Generation, now.Generation))
 		}
-		if !mapsEqual(now.Labels, was.Labels) {
+		if !maps.Equal(now.Labels, was.Labels) {
 			what = append(what, fmt.Sprintf("labels %v → %v", was.Labels, now.Labels))
 		}
-		if !mapsEqual(now.Annotations, was.Annotations) {
+		if !maps.Equal(now.Annotations, was.Annotations) {
 			what = append(what, fmt.Sprintf("annotations %v → %v", was.Annotations, now.Annotations))
 		}
 		for f := range unionKeys(was.Content, now.Content) {
@@ -290,18 +275,6 @@ func diffIstiod(before, after map[string]istiodObject) []string {
 	}
 	sort.Strings(changes)
 	return changes
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 func unionKeys(a, b map[string]string) map[string]bool {
