@@ -77,7 +77,6 @@ func TestAttachInstalledIstiod(t *testing.T) {
 	err = cp.(subject.Attached).CheckInstalled(ctx, cs, subject.Placement{MemoryLimit: "1Gi"})
 	assert.ErrorContains(t, err, "run with --set cpMemoryLimit="+stagingIstiodMemory)
 
-	l.t = t
 	l.useExisting(lc)
 	l.allowCPChaos = true
 	cases := []struct {
