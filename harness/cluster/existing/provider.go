@@ -83,7 +83,10 @@ type Provider struct {
 	AllowNodeChaos bool
 }
 
-var _ cluster.Shared = Provider{}
+var (
+	_ cluster.Shared    = Provider{}
+	_ cluster.NodePaths = (*existingCluster)(nil)
+)
 
 // Name implements cluster.Provider.
 func (Provider) Name() string { return "existing" }
@@ -634,6 +637,15 @@ func (c *existingCluster) PodCgroup(pod *corev1.Pod) (*cgroup.Group, error) {
 		return nil, err
 	}
 	return s.group("pod", string(pod.UID))
+}
+
+// NodePath implements cluster.NodePaths: the agent reaches the node's root at agent.HostRoot,
+// where its cgroup paths point; NodeExec runs chrooted into it.
+func (c *existingCluster) NodePath(path string) string {
+	if rest, ok := strings.CutPrefix(path, agent.HostRoot+"/"); ok {
+		return "/" + rest
+	}
+	return path
 }
 
 // LoadImageArchive implements cluster.Cluster: the existing substrate loads no images.
