@@ -66,6 +66,7 @@ func init() {
 			"kube-proxy's iptables rules on that node (when the killed pod's endpoint leaves them)",
 			"the control plane's memory cgroup (working set before the OOM kill)",
 		},
+		CPFaults: []string{"OOM-kills it (a memory hog in its container's cgroup, or its ballast hook)"},
 		Checks: func(params.Values) []runner.Check {
 			return []runner.Check{
 				runner.StatusRate("5xx", results.LE, 0),

@@ -128,6 +128,7 @@ func init() {
 			"CPU use of node 1's pods and of the control plane (their cgroups)",
 			"the noisy neighbour's cgroup (its CPU use)",
 		},
+		CPFaults: []string{"starves it of CPU (node 1's CPU budget, shared with a noisy neighbour)"},
 	})
 }
 

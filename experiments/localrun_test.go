@@ -45,6 +45,9 @@ type localRunner struct {
 	// staging lists what the runs changed of the staging mesh the cluster was prepared as
 	// (newExistingRunner; nil elsewhere).
 	staging func() []string
+	// allowCPChaos lets the runs' faults land on a control plane installed before them
+	// (--allow-cp-chaos).
+	allowCPChaos bool
 }
 
 // newLocalRunner skips with MESHCHAOS_SKIP_INTEGRATION=1 and fails when the machine cannot
@@ -100,6 +103,15 @@ func newExistingRunner(t *testing.T) *localRunner {
 		assert.Empty(t, changes(), "the runs changed nothing of the staging mesh's own")
 	})
 	l.staging = changes
+	l.useExisting(lc)
+	return l
+}
+
+// useExisting makes l run through the existing substrate on the local cluster lc (its
+// kubeconfig only, --allow-node-chaos): a run leaves nothing when its namespaces are gone and
+// the nodes carry no label of its own.
+func (l *localRunner) useExisting(lc cluster.Cluster) {
+	t := l.t
 	cs, err := kubernetes.NewForConfig(lc.RESTConfig())
 	require.NoError(t, err)
 	l.sub = existing.Provider{Kubeconfig: lc.(*local.Cluster).KubeconfigPath(), AllowNodeChaos: true}
@@ -119,7 +131,6 @@ func newExistingRunner(t *testing.T) *localRunner {
 		}
 		return left
 	}
-	return l
 }
 
 // forTest is l for a subtest: the runs it makes report to t.
@@ -144,7 +155,7 @@ func (l *localRunner) run(name, cp string, sets []string, timeout time.Duration)
 	require.NoError(t, err)
 	// Each run its own cluster name: runs of one experiment may run side by side (runCases).
 	clusterName := fmt.Sprintf("t%d-%d", os.Getpid()%10000, runSeq.Add(1))
-	exp, err := d.Build(experiment.Env{Substrate: l.sub, ControlPlane: sut, ClusterName: clusterName}, v)
+	exp, err := d.Build(experiment.Env{Substrate: l.sub, ControlPlane: sut, ClusterName: clusterName, AllowCPChaos: l.allowCPChaos}, v)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

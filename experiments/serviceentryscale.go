@@ -57,6 +57,7 @@ func init() {
 			return mesh.Spec{Nodes: 1, CP: subject.Placement{Node: 1, MemoryLimit: v["cpMemoryLimit"], CPULimit: v["cpCPULimit"]}}
 		},
 		Chaos:      scaleSteps,
+		CPFaults:   []string{"loads it with ServiceEntries up to the size projected to fill its memory budget"},
 		NodeAccess: []string{"the control plane's memory cgroup (RSS per step)"},
 		Checks: func(v params.Values) []runner.Check {
 			checks := []runner.Check{

@@ -37,6 +37,7 @@ func init() {
 			params.QuantityParam("maxHarnessHeapGrowth", "16Mi", "0", "64Gi", "the largest allowed growth of the harness's live heap per hour (fitted; it keeps the run's series)"),
 			params.IntParam("maxGoroutineGrowth", 10, 0, 100000, "", "the most goroutines the control plane or the harness may gain from the first fault to the end"),
 		},
+		CPFaults: []string{"OOM-kills it once per fault cycle"},
 		Validate: func(v params.Values) error {
 			if v.Int("hosts") > v.Int("serviceEntries") {
 				return fmt.Errorf("hosts=%d: at most serviceEntries (%d)", v.Int("hosts"), v.Int("serviceEntries"))

@@ -225,46 +225,32 @@ func statusOf(o *unstructured.Unstructured) string {
 func snapshot(t *testing.T, cfg *rest.Config) map[string]objectVersion {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	require.NoError(t, err)
-	dyn, err := dynamic.NewForConfig(cfg)
-	require.NoError(t, err)
-	lists, err := dc.ServerPreferredResources()
-	require.NoError(t, err)
 	namespaces := []string{metav1.NamespaceDefault, "kube-public", stagingNamespace}
 	skip := map[string]bool{"events": true, "leases": true, "nodes": true, "componentstatuses": true,
 		"tokenreviews": true, "subjectaccessreviews": true, "selfsubjectreviews": true}
 	out := map[string]objectVersion{}
-	for _, l := range lists {
-		gv, err := schema.ParseGroupVersion(l.GroupVersion)
-		require.NoError(t, err)
-		for _, r := range l.APIResources {
-			if skip[r.Name] || strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") {
-				continue
-			}
-			ri := dyn.Resource(gv.WithResource(r.Name))
-			add := func(items []unstructured.Unstructured) {
-				for _, o := range items {
-					v := objectVersion{o.GetResourceVersion(), lastWriter(&o), statusOf(&o)}
-					if r.Name == "pods" && gv.Group == "" {
-						v.rv, v.status = podState(&o), podState(&o)
-					}
-					out[fmt.Sprintf("%s %s/%s", r.Name, o.GetNamespace(), o.GetName())] = v
+	eachResource(t, cfg, skip, func(gv schema.GroupVersion, r metav1.APIResource, ri dynamic.NamespaceableResourceInterface) {
+		add := func(items []unstructured.Unstructured) {
+			for _, o := range items {
+				v := objectVersion{o.GetResourceVersion(), lastWriter(&o), statusOf(&o)}
+				if r.Name == "pods" && gv.Group == "" {
+					v.rv, v.status = podState(&o), podState(&o)
 				}
-			}
-			if !r.Namespaced {
-				got, err := ri.List(ctx, metav1.ListOptions{})
-				require.NoError(t, err, "list %s", r.Name)
-				add(got.Items)
-				continue
-			}
-			for _, ns := range namespaces {
-				got, err := ri.Namespace(ns).List(ctx, metav1.ListOptions{})
-				require.NoError(t, err, "list %s in %s", r.Name, ns)
-				add(got.Items)
+				out[fmt.Sprintf("%s %s/%s", r.Name, o.GetNamespace(), o.GetName())] = v
 			}
 		}
-	}
+		if !r.Namespaced {
+			got, err := ri.List(ctx, metav1.ListOptions{})
+			require.NoError(t, err, "list %s", r.Name)
+			add(got.Items)
+			return
+		}
+		for _, ns := range namespaces {
+			got, err := ri.Namespace(ns).List(ctx, metav1.ListOptions{})
+			require.NoError(t, err, "list %s in %s", r.Name, ns)
+			add(got.Items)
+		}
+	})
 	// The runs' own namespaces come and go; a namespace a run left is the leftovers check's.
 	for k := range out {
 		if strings.HasPrefix(k, "namespaces /") && !slices.Contains(append(namespaces, "kube-system", "kube-node-lease"), strings.TrimPrefix(k, "namespaces /")) {
@@ -272,6 +258,27 @@ func snapshot(t *testing.T, cfg *rest.Config) map[string]objectVersion {
 		}
 	}
 	return out
+}
+
+// eachResource calls f with every resource the API server lists (in its preferred version) but
+// the skipped ones and subresources.
+func eachResource(t *testing.T, cfg *rest.Config, skip map[string]bool, f func(gv schema.GroupVersion, r metav1.APIResource, ri dynamic.NamespaceableResourceInterface)) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	require.NoError(t, err)
+	dyn, err := dynamic.NewForConfig(cfg)
+	require.NoError(t, err)
+	lists, err := dc.ServerPreferredResources()
+	require.NoError(t, err)
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		require.NoError(t, err)
+		for _, r := range l.APIResources {
+			if skip[r.Name] || strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") {
+				continue
+			}
+			f(gv, r, dyn.Resource(gv.WithResource(r.Name)))
+		}
+	}
 }
 
 // TestSharedClusterUntouched runs cp-oom-restart and endpoint-flap through the existing

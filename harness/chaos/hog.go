@@ -3,8 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -16,8 +14,11 @@ import (
 // hogDescription is what the report says of the generic memory hog.
 const hogDescription = "shells on the node join the container's memory cgroup, mark the container's process first for the OOM killer (oom_score_adj 1000) and hold 4 MiB more every 100 ms in 16 MiB pieces (tail -c)"
 
-// hogScript grows memory charged to the cgroup $1 up to $2 MiB: it moves itself into the
-// cgroup, so what it and its children allocate counts against the container's limit, and makes
+// hogScript grows memory charged to the cgroup of container $2 (its ID) under the pod's
+// memory cgroup $1, up to $3 MiB. It finds the container's directory itself, on the node: the
+// runtimes name it after the ID (cgroupfs drivers: the ID; systemd: cri-containerd-ID.scope
+// and the like), and a remote node's directories are not the harness's to list. It moves itself
+// into the cgroup, so what it and its children allocate counts against the container's limit, and makes
 // the container's process the OOM killer's choice. That process's oom_score_adj goes to 1000,
 // which adds (nearly) the whole limit to its badness (raising needs no privilege; lowering the
 // hog's own to -1000 would need CAP_SYS_RESOURCE, which some hosts withhold even from root),
@@ -29,7 +30,10 @@ const hogDescription = "shells on the node join the container's memory cgroup, m
 // writer ends, each tail sees the end of its input and exits, freeing the memory before the
 // restarted container needs it) or at $2 MiB. Only sh, head, sleep, kill and tail are needed:
 // any node has them.
-const hogScript = `cg=$1 mib=$2
+const hogScript = `pod=$1 id=$2 mib=$3
+cg=
+for d in "$pod"/*"$id"*; do if [ -d "$d" ]; then cg=$d; fi; done
+if [ -z "$cg" ]; then echo "no cgroup of container $id under $pod" >&2; exit 1; fi
 pid=$(head -n 1 "$cg/cgroup.procs")
 if [ -z "$pid" ]; then echo "no process in $cg" >&2; exit 1; fi
 own=$(cat /proc/$$/oom_score_adj)
@@ -77,15 +81,19 @@ func (h *Hog) start() (<-chan error, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the pod's cgroup: %w", err)
 	}
-	dir, err := ContainerCgroup(pg.Dir("memory"), h.Pod, h.Container)
+	id, err := containerID(h.Pod, h.Container)
 	if err != nil {
 		return nil, err
+	}
+	dir := pg.Dir("memory")
+	if np, ok := h.Cluster.(cluster.NodePaths); ok {
+		dir = np.NodePath(dir)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	done := make(chan error, 1)
 	go func() {
-		_, err := h.Cluster.NodeExec(ctx, k, "sh", "-c", hogScript, "meshchaos-hog", dir, strconv.Itoa(h.MiB))
+		_, err := h.Cluster.NodeExec(ctx, k, "sh", "-c", hogScript, "meshchaos-hog", dir, id, strconv.Itoa(h.MiB))
 		if ctx.Err() != nil {
 			err = nil // stopped by Clear
 		}
@@ -102,27 +110,15 @@ func (h *Hog) stop() {
 	}
 }
 
-// ContainerCgroup finds a container's directory under its pod's cgroup directory podDir: the
-// runtimes name it after the container's ID (cgroupfs drivers: the ID itself; systemd:
-// cri-containerd-ID.scope and the like).
-func ContainerCgroup(podDir string, pod *corev1.Pod, container string) (string, error) {
-	id := ""
+// containerID is the ID of the pod's running container (its status's containerID without the
+// runtime's scheme).
+func containerID(pod *corev1.Pod, container string) (string, error) {
 	for _, st := range pod.Status.ContainerStatuses {
 		if st.Name == container {
-			_, id, _ = strings.Cut(st.ContainerID, "://")
+			if _, id, _ := strings.Cut(st.ContainerID, "://"); id != "" {
+				return id, nil
+			}
 		}
 	}
-	if id == "" {
-		return "", fmt.Errorf("pod %s/%s has no running container %q (its status names no container ID)", pod.Namespace, pod.Name, container)
-	}
-	entries, err := os.ReadDir(podDir)
-	if err != nil {
-		return "", fmt.Errorf("pod %s/%s's cgroup: %w", pod.Namespace, pod.Name, err)
-	}
-	for _, e := range entries {
-		if e.IsDir() && strings.Contains(e.Name(), id) {
-			return filepath.Join(podDir, e.Name()), nil
-		}
-	}
-	return "", fmt.Errorf("no cgroup of container %s (%s) under %s", container, id, podDir)
+	return "", fmt.Errorf("pod %s/%s has no running container %q (its status names no container ID)", pod.Namespace, pod.Name, container)
 }

@@ -115,18 +115,24 @@ func readOr(p string) string {
 	return strings.TrimSpace(string(b))
 }
 
-func TestContainerCgroup(t *testing.T) {
-	dir := t.TempDir()
-	require.NoError(t, os.Mkdir(filepath.Join(dir, "cafe01"), 0o755))
-	require.NoError(t, os.Mkdir(filepath.Join(dir, "beef02"), 0o755))
-	p := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{
+// TestHogFindsTheContainersCgroup: the hog finds the container's directory under the pod's by
+// its ID, whatever the runtime calls it, and says which it could not find.
+func TestHogFindsTheContainersCgroup(t *testing.T) {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cp"}, Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{
 		{Name: "discovery", ContainerID: "containerd://beef02"}, {Name: "other", ContainerID: "containerd://cafe01"}}}}
-	got, err := ContainerCgroup(dir, p, "discovery")
+	id, err := containerID(p, "discovery")
 	require.NoError(t, err)
-	assert.Equal(t, filepath.Join(dir, "beef02"), got)
-	_, err = ContainerCgroup(dir, p, "absent")
-	assert.ErrorContains(t, err, `no running container "absent"`)
-	p.Status.ContainerStatuses[0].ContainerID = "containerd://feed03"
-	_, err = ContainerCgroup(dir, p, "discovery")
-	assert.ErrorContains(t, err, "no cgroup of container discovery (feed03)")
+	assert.Equal(t, "beef02", id)
+	_, err = containerID(p, "absent")
+	assert.ErrorContains(t, err, `pod ns/cp has no running container "absent"`)
+
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "cri-containerd-cafe01.scope"), 0o755))
+	out, err := exec.Command("sh", "-c", hogScript, "meshchaos-hog", dir, "beef02", "16").CombinedOutput()
+	require.Error(t, err)
+	assert.Equal(t, "no cgroup of container beef02 under "+dir+"\n", string(out))
+	// Found: the script goes on to the cgroup's processes (none in a plain directory).
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "cri-containerd-beef02.scope"), 0o755))
+	out, _ = exec.Command("sh", "-c", hogScript, "meshchaos-hog", dir, "beef02", "16").CombinedOutput()
+	assert.Contains(t, string(out), filepath.Join(dir, "cri-containerd-beef02.scope")+"/cgroup.procs")
 }

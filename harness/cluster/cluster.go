@@ -61,6 +61,15 @@ type Provider interface {
 	Up(ctx context.Context, s Spec) (Cluster, error)
 }
 
+// NodePaths is a cluster whose node files the harness names otherwise than commands on the
+// node (NodeExec) see them: the existing substrate's agent reaches the node's root under a
+// directory of its own (a cgroup.Group's directories are there), and NodeExec runs chrooted
+// into it.
+type NodePaths interface {
+	// NodePath is path, as the cluster's cgroup.Groups name it, as NodeExec sees it.
+	NodePath(path string) string
+}
+
 // Cluster is a running cluster.
 type Cluster interface {
 	// Name is the cluster's name.

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -51,6 +52,11 @@ type Definition struct {
 	// not the run's own these need a privileged agent on the nodes, which the user must allow;
 	// without it the run refuses to start and lists them.
 	NodeAccess []string
+	// CPFaults names what the experiment does to the control plane itself (kills it, starves
+	// it, loads it to its limit): against a control plane installed before the run
+	// (subject.Attached, the user's own) these need Env.AllowCPChaos (--allow-cp-chaos);
+	// without it the run refuses to start and lists them.
+	CPFaults []string
 	// Needs refuses, before anything starts, a control plane that lacks what the experiment
 	// uses (an injection webhook, meshchaos's own proxy injected); nil: any will do.
 	Needs func(cp subject.ControlPlane) error
@@ -68,6 +74,9 @@ type Env struct {
 	// XDS is how the data plane reaches the control plane (--xds): mesh.XDSAuto, XDSSecure or
 	// XDSPlaintext.
 	XDS string
+	// AllowCPChaos lets the experiment's CPFaults land on an installed control plane
+	// (--allow-cp-chaos).
+	AllowCPChaos bool
 }
 
 // Resolve validates --set assignments and the rules between parameters: all before anything
@@ -178,6 +187,9 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 	if env.Substrate == nil || env.ControlPlane == nil {
 		return runner.Experiment{}, errors.New("experiment: a substrate and a control plane under test are required")
 	}
+	if err := d.checkAttached(env); err != nil {
+		return runner.Experiment{}, err
+	}
 	if d.Needs != nil {
 		if err := d.Needs(env.ControlPlane); err != nil {
 			return runner.Experiment{}, fmt.Errorf("%s on %s: %w", d.Name, env.ControlPlane.Name(), err)
@@ -258,6 +270,22 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 		},
 		Checks: d.Checks(v),
 	}, nil
+}
+
+// checkAttached refuses an installed control plane (subject.Attached) where the run would
+// find none (a cluster the run brings up holds none) or where the experiment's faults on the
+// control plane were not allowed.
+func (d Definition) checkAttached(env Env) error {
+	if _, ok := env.ControlPlane.(subject.Attached); !ok {
+		return nil
+	}
+	if _, ok := env.Substrate.(cluster.Shared); !ok {
+		return fmt.Errorf("%s attaches to a control plane installed already, and a cluster on substrate %s is new and holds none: use --substrate existing (the cluster where it is installed), or let meshchaos install one (--cp istiod)", env.ControlPlane.Name(), env.Substrate.Name())
+	}
+	if len(d.CPFaults) > 0 && !env.AllowCPChaos {
+		return fmt.Errorf("%s does this to the control plane, which is %s, installed before the run (not the run's own): %s; pass --allow-cp-chaos to allow it", d.Name, env.ControlPlane.Name(), strings.Join(d.CPFaults, "; "))
+	}
+	return nil
 }
 
 // standardMeasurements follow the control plane: its pods, its metrics, its profiles and its

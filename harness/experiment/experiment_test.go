@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshchaos/meshchaos/harness/chaos"
+	"github.com/meshchaos/meshchaos/harness/cluster"
 	"github.com/meshchaos/meshchaos/harness/mesh"
 	"github.com/meshchaos/meshchaos/harness/params"
 	"github.com/meshchaos/meshchaos/harness/runner"
@@ -116,4 +117,44 @@ func TestInjectedFaultsAreClearedNewestFirst(t *testing.T) {
 	}
 	assert.Equal(t, []string{"chaos.injected a: a in force", "chaos.injected b: b in force", "chaos.cleared b: b cleared", "chaos.cleared a: a cleared"}, timeline)
 	assert.Equal(t, "error", string(s.Verdict), "the phase failed")
+}
+
+// provider is a substrate that is never brought up: Build only looks at it.
+type provider struct{ name string }
+
+func (p provider) Name() string { return p.name }
+func (provider) Up(context.Context, cluster.Spec) (cluster.Cluster, error) {
+	return nil, errors.New("not in this test")
+}
+
+// sharedProvider is a cluster the run does not own (as the existing substrate).
+type sharedProvider struct{ provider }
+
+func (sharedProvider) WorkloadNamespace() string { return "meshchaos-workloads" }
+
+// TestBuildAttached: a control plane installed before the run is refused on a cluster the run
+// brings up (it holds none), and an experiment's faults on it need AllowCPChaos, listed.
+func TestBuildAttached(t *testing.T) {
+	cp, err := subject.NewInstalledIstiod()
+	require.NoError(t, err)
+	v, err := testDef.Resolve(nil)
+	require.NoError(t, err)
+	testDef := testDef
+	testDef.Checks = func(params.Values) []runner.Check { return nil }
+	faulty := testDef
+	faulty.CPFaults = []string{"OOM-kills it", "starves it"}
+
+	_, err = testDef.Build(Env{Substrate: provider{"local"}, ControlPlane: cp}, v)
+	assert.ErrorContains(t, err, "istiod:installed attaches to a control plane installed already, and a cluster on substrate local is new and holds none: use --substrate existing")
+	_, err = faulty.Build(Env{Substrate: sharedProvider{provider{"existing"}}, ControlPlane: cp}, v)
+	assert.ErrorContains(t, err, "test-exp does this to the control plane, which is istiod:installed, installed before the run (not the run's own): OOM-kills it; starves it; pass --allow-cp-chaos to allow it")
+
+	_, err = faulty.Build(Env{Substrate: sharedProvider{provider{"existing"}}, ControlPlane: cp, AllowCPChaos: true}, v)
+	assert.NoError(t, err)
+	_, err = testDef.Build(Env{Substrate: sharedProvider{provider{"existing"}}, ControlPlane: cp}, v)
+	assert.NoError(t, err, "no fault on the control plane: nothing to allow")
+	ref, err := subject.NewReference(nil)
+	require.NoError(t, err)
+	_, err = faulty.Build(Env{Substrate: sharedProvider{provider{"existing"}}, ControlPlane: ref}, v)
+	assert.NoError(t, err, "the run's own control plane is the run's to fault")
 }

@@ -124,6 +124,37 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, data []byte, mutate ...M
 	return applyObjects(ctx, cfg, objs)
 }
 
+// HaveCRDs checks, without writing anything, that the cluster has every
+// CustomResourceDefinition in data (by name; the cluster's version is used as it is) and that
+// each is Established; the error names the missing ones.
+func HaveCRDs(ctx context.Context, cfg *rest.Config, data []byte) error {
+	objs, err := Decode(data)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ri := dyn.Resource(crdGVK.GroupVersion().WithResource("customresourcedefinitions"))
+	var missing []string
+	for _, o := range objs {
+		live, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			missing = append(missing, o.GetName())
+		case err != nil:
+			return fmt.Errorf("read CRD %s: %w", o.GetName(), err)
+		case !crdEstablished(live):
+			missing = append(missing, o.GetName()+" (not Established)")
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("the cluster lacks the CRD(s) %s that the mesh's configuration uses: install them with the control plane", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
 // decodeMutated decodes data and runs every mutate function on every object.
 func decodeMutated(data []byte, mutate []Mutator) ([]*unstructured.Unstructured, error) {
 	objs, err := Decode(data)

@@ -123,6 +123,15 @@ func (m *Mesh) installCRDs(ctx context.Context) error {
 	if m.crds {
 		return nil
 	}
+	if _, ok := m.Spec.ControlPlane.(subject.Attached); ok {
+		// An installed control plane's CRDs are its installation's: used, never applied.
+		err := kube.HaveCRDs(ctx, m.Cluster.RESTConfig(), crds())
+		if err != nil {
+			err = fmt.Errorf("%s is installed already and the harness installs no CRD beside it: %w", m.Spec.ControlPlane.Name(), err)
+		}
+		m.crds = err == nil
+		return err
+	}
 	rep, err := kube.InstallCRDs(ctx, m.Cluster.RESTConfig(), crds(), kube.Owned(m.Cluster.Name()))
 	for _, k := range rep.Kept {
 		m.logf("%s", k)
@@ -185,8 +194,13 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 	if sh, ok := provider.(cluster.Shared); ok {
 		ns = sh.WorkloadNamespace()
 	}
-	c, err := provider.Up(ctx, cluster.Spec{Name: name, Nodes: spec.Nodes, Logf: rec.Logf,
-		Namespaces: []string{ns, spec.ControlPlane.Namespace()}})
+	namespaces := []string{ns, spec.ControlPlane.Namespace()}
+	if _, ok := spec.ControlPlane.(subject.Attached); ok {
+		// The installed control plane's namespace is its own: the run neither claims nor
+		// deletes it.
+		namespaces = namespaces[:1]
+	}
+	c, err := provider.Up(ctx, cluster.Spec{Name: name, Nodes: spec.Nodes, Logf: rec.Logf, Namespaces: namespaces})
 	if err != nil {
 		return nil, fmt.Errorf("bring the cluster up: %w", err)
 	}
@@ -237,7 +251,11 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 	if err := spec.ControlPlane.Deploy(ctx, c, spec.CP); err != nil {
 		return m, fmt.Errorf("deploy the control plane %s: %w", spec.ControlPlane.Name(), err)
 	}
-	rec.Event("cp.ready", spec.ControlPlane.Name(), fmt.Sprintf("first start ready in %s with %d ServiceEntries", time.Since(start).Round(100*time.Millisecond), spec.ServiceEntries.Count))
+	if a, ok := spec.ControlPlane.(subject.Attached); ok {
+		rec.Event("cp.attached", spec.ControlPlane.Name(), a.Found())
+	} else {
+		rec.Event("cp.ready", spec.ControlPlane.Name(), fmt.Sprintf("first start ready in %s with %d ServiceEntries", time.Since(start).Round(100*time.Millisecond), spec.ServiceEntries.Count))
+	}
 	if err := m.chooseXDS(rec); err != nil {
 		return m, err
 	}

@@ -3,6 +3,7 @@ package subject
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -32,10 +33,11 @@ import (
 // nothing else about. docs/controlplane-descriptor.md is its schema; examples/controlplanes
 // holds examples.
 type Descriptor struct {
-	// Install renders the control plane's objects; they are applied server-side.
+	// Install renders the control plane's objects; they are applied server-side. "none": the
+	// control plane is installed already and the harness only finds it (attached.go).
 	Install Install `json:"install"`
 	// Remove is "delete" (default: delete what Install rendered, in reverse order) or "keep"
-	// (leave it; e.g. the cluster is thrown away anyway).
+	// (leave it; e.g. the cluster is thrown away anyway; required with install none).
 	Remove string `json:"remove,omitempty"`
 	// Namespace holds its pods; Selector (equality-based, "app=istiod") finds them; Deployment
 	// is the Deployment the harness places (node, limits, replicas) and waits for; Container
@@ -61,14 +63,39 @@ type Descriptor struct {
 	Metrics map[Measure]Metric `json:"metrics"`
 }
 
-// Install is one way to render the control plane's objects.
+// Install is one way to render the control plane's objects, or none.
 type Install struct {
+	// None says the control plane is installed already: nothing is rendered or applied (YAML
+	// install: none).
+	None bool `json:"-"`
 	// Manifests is a directory of YAML/JSON files (recursively, in lexical order), relative to
 	// the descriptor's directory.
 	Manifests string `json:"manifests,omitempty"`
 	// Command is an argv run in the descriptor's directory whose standard output is the YAML
 	// (helm template …, kustomize build …).
 	Command []string `json:"command,omitempty"`
+}
+
+// UnmarshalJSON reads install as the string none or as an object with manifests or command;
+// unknown fields are errors, as everywhere in a descriptor.
+func (i *Install) UnmarshalJSON(b []byte) error {
+	var word string
+	if json.Unmarshal(b, &word) == nil {
+		if word != "none" {
+			return fmt.Errorf("install %q: want none (attach to an installed control plane), {manifests: DIR} or {command: [ARGV]}", word)
+		}
+		*i = Install{None: true}
+		return nil
+	}
+	type plain Install // without this method
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var p plain
+	if err := dec.Decode(&p); err != nil {
+		return fmt.Errorf("install: %w", err)
+	}
+	*i = Install(p)
+	return nil
 }
 
 // ServicePort is a port of a Service in the control plane's namespace.
@@ -169,10 +196,21 @@ func LoadExternal(file string) (ControlPlane, error) {
 	if err != nil {
 		return nil, bad("%v", err)
 	}
-	if d.Ballast != nil {
-		return externalBallaster{e}, nil
+	return e.withHooks(), nil
+}
+
+// withHooks is e as the control plane its descriptor describes: installed or not, with a
+// ballast hook or not.
+func (e *External) withHooks() ControlPlane {
+	switch {
+	case e.d.Install.None && e.d.Ballast != nil:
+		return installedBallaster{&Installed{External: e}}
+	case e.d.Install.None:
+		return &Installed{External: e}
+	case e.d.Ballast != nil:
+		return externalBallaster{e}
 	}
-	return e, nil
+	return e
 }
 
 // newExternal checks descriptor d, whose relative paths are relative to dir; name is how --cp
@@ -189,8 +227,11 @@ func newExternal(name, dir string, d Descriptor) (*External, error) {
 func (e *External) check() error {
 	d := &e.d
 	switch {
+	case d.Install.None && d.Remove != "keep":
+		return fmt.Errorf("remove %q: with install none the run installs nothing and must delete nothing: say remove: keep", d.Remove)
+	case d.Install.None:
 	case d.Install.Manifests == "" && len(d.Install.Command) == 0:
-		return errors.New("install: give manifests (a directory) or command (an argv whose output is YAML)")
+		return errors.New("install: give manifests (a directory), command (an argv whose output is YAML) or none (attach to an installed control plane)")
 	case d.Install.Manifests != "" && len(d.Install.Command) > 0:
 		return errors.New("install: give manifests or command, not both")
 	case d.Remove != "" && d.Remove != "delete" && d.Remove != "keep":
@@ -276,6 +317,9 @@ func (e *External) Name() string { return "external:" + e.file }
 
 // Render returns the objects Install describes, as YAML.
 func (e *External) Render(ctx context.Context) ([]byte, error) {
+	if e.d.Install.None {
+		return nil, fmt.Errorf("%s: install none: the control plane is installed already, nothing to render", e.file)
+	}
 	if len(e.d.Install.Command) > 0 {
 		cmd := exec.CommandContext(ctx, e.d.Install.Command[0], e.d.Install.Command[1:]...)
 		cmd.Dir = e.dir
@@ -356,25 +400,34 @@ func (e *External) Deploy(ctx context.Context, c cluster.Cluster, p Placement) e
 	if err := kube.WaitDeploymentReady(ctx, cs, e.d.Namespace, e.d.Deployment, e.timeout); err != nil {
 		return err
 	}
-	svc, err := cs.CoreV1().Services(e.d.Namespace).Get(ctx, e.d.XDS.Service, metav1.GetOptions{})
+	return e.findXDS(ctx, cs, e.file)
+}
+
+// findXDS finds the xDS Services' addresses (plaintext, and the secure port when the
+// descriptor has one); name says whose in errors.
+func (e *External) findXDS(ctx context.Context, cs kubernetes.Interface, name string) error {
+	d := e.d
+	svc, err := cs.CoreV1().Services(d.Namespace).Get(ctx, d.XDS.Service, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("%s: the xDS Service (xds.service): %w", e.file, err)
+		return fmt.Errorf("%s: the xDS Service %s/%s (xds.service): %w", name, d.Namespace, d.XDS.Service, err)
 	}
-	e.xds = net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(e.d.XDS.Port))
-	if sp := e.d.SecureXDS; sp != nil {
-		if sp.Service != e.d.XDS.Service {
-			if svc, err = cs.CoreV1().Services(e.d.Namespace).Get(ctx, sp.Service, metav1.GetOptions{}); err != nil {
-				return fmt.Errorf("%s: the secure xDS Service (secureXDS.service): %w", e.file, err)
-			}
+	e.xds = net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(d.XDS.Port))
+	sp := d.SecureXDS
+	if sp == nil {
+		return nil
+	}
+	if sp.Service != d.XDS.Service {
+		if svc, err = cs.CoreV1().Services(d.Namespace).Get(ctx, sp.Service, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("%s: the secure xDS Service %s/%s (secureXDS.service): %w", name, d.Namespace, sp.Service, err)
 		}
-		e.secure = SecureXDS{Address: net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(sp.Port)), ServerName: sp.ServerName,
-			RootConfigMap: sp.RootConfigMap, Audience: sp.Audience}
-		if e.secure.ServerName == "" {
-			e.secure.ServerName = sp.Service + "." + e.d.Namespace + ".svc"
-		}
-		if e.secure.Audience == "" {
-			e.secure.Audience = DefaultAudience
-		}
+	}
+	e.secure = SecureXDS{Address: net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(sp.Port)), ServerName: sp.ServerName,
+		RootConfigMap: sp.RootConfigMap, Audience: sp.Audience}
+	if e.secure.ServerName == "" {
+		e.secure.ServerName = sp.Service + "." + d.Namespace + ".svc"
+	}
+	if e.secure.Audience == "" {
+		e.secure.Audience = DefaultAudience
 	}
 	return nil
 }

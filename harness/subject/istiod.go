@@ -219,11 +219,17 @@ func caConfigMapNamespaces(ctx context.Context, cs kubernetes.Interface) (map[st
 // DebugHeader implements DebugAuth: a token of istiod's own ServiceAccount for audience
 // istio-ca, which istiod's debug port accepts.
 func (i *Istiod) DebugHeader(ctx context.Context, c cluster.Cluster) (http.Header, error) {
+	return istiodDebugHeader(ctx, c, i.Namespace())
+}
+
+// istiodDebugHeader asks for a token of ServiceAccount istiod in ns for audience istio-ca (a
+// TokenRequest: the ServiceAccount itself is not changed).
+func istiodDebugHeader(ctx context.Context, c cluster.Cluster, ns string) (http.Header, error) {
 	cs, err := kubernetes.NewForConfig(c.RESTConfig())
 	if err != nil {
 		return nil, err
 	}
-	tr, err := cs.CoreV1().ServiceAccounts(i.Namespace()).CreateToken(ctx, "istiod", &authv1.TokenRequest{
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "istiod", &authv1.TokenRequest{
 		Spec: authv1.TokenRequestSpec{Audiences: []string{"istio-ca"}, ExpirationSeconds: ptr.To(int64(24 * 3600))},
 	}, metav1.CreateOptions{})
 	if err != nil {

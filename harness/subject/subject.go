@@ -192,8 +192,8 @@ type Remover interface {
 }
 
 // Parse turns --cp into a control plane: "reference", "reference:<switch>[,<switch>…]",
-// "istiod" or "istiod@PIN" (a build of `make istiod`), or "external:FILE" (a descriptor, see
-// external.go).
+// "istiod" or "istiod@PIN" (a build of `make istiod`), "istiod:installed" (the istiod installed
+// already, attached.go), or "external:FILE" (a descriptor, see external.go).
 func Parse(name string) (ControlPlane, error) {
 	if name == IstiodPrefix {
 		return NewIstiod("")
@@ -206,6 +206,11 @@ func Parse(name string) (ControlPlane, error) {
 	}
 	kind, rest, _ := strings.Cut(name, ":")
 	switch kind {
+	case IstiodPrefix:
+		if rest != InstalledSuffix {
+			return nil, fmt.Errorf("--cp %q: want istiod, istiod@PIN or istiod:installed (attach to the istiod installed in istio-system)", name)
+		}
+		return NewInstalledIstiod()
 	case "external":
 		return LoadExternal(rest)
 	case "reference":
@@ -217,5 +222,5 @@ func Parse(name string) (ControlPlane, error) {
 		}
 		return NewReference(sw)
 	}
-	return nil, fmt.Errorf("--cp %q: unknown control plane; use reference, reference:<switch>[,<switch>], istiod[@PIN] or external:FILE ('meshchaos controlplane --help' lists the switches)", name)
+	return nil, fmt.Errorf("--cp %q: unknown control plane; use reference, reference:<switch>[,<switch>], istiod[@PIN], istiod:installed or external:FILE ('meshchaos controlplane --help' lists the switches)", name)
 }

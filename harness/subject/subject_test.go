@@ -26,7 +26,7 @@ func TestParse(t *testing.T) {
 	_, err = Parse("reference:nope")
 	assert.ErrorContains(t, err, `unknown regression switch "nope"`)
 	_, err = Parse("linkerd")
-	assert.ErrorContains(t, err, "use reference, reference:<switch>[,<switch>], istiod[@PIN] or external:FILE")
+	assert.ErrorContains(t, err, "use reference, reference:<switch>[,<switch>], istiod[@PIN], istiod:installed or external:FILE")
 }
 
 func TestMetricMatches(t *testing.T) {

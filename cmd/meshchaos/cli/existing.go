@@ -1,25 +1,34 @@
 package cli
 
 import (
+	"context"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshchaos/meshchaos/harness/cluster"
 	"github.com/meshchaos/meshchaos/harness/cluster/existing"
 	"github.com/meshchaos/meshchaos/harness/experiment"
+	"github.com/meshchaos/meshchaos/harness/params"
+	"github.com/meshchaos/meshchaos/harness/subject"
 )
 
 // existingFlags are the flags of --substrate existing.
 type existingFlags struct {
 	Kubeconfig, Context string
 	AllowNodeChaos      bool
+	// AllowCPChaos lets an experiment's faults land on a control plane installed before the
+	// run (--cp istiod:installed, a descriptor with install: none).
+	AllowCPChaos bool
 }
 
 func (e *existingFlags) flags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&e.Kubeconfig, "kubeconfig", "", "--substrate existing: the cluster's kubeconfig (default: $KUBECONFIG, else ~/.kube/config, as kubectl)")
 	cmd.Flags().StringVar(&e.Context, "context", "", "--substrate existing: the kubeconfig context (default: its current one)")
 	cmd.Flags().BoolVar(&e.AllowNodeChaos, "allow-node-chaos", false, "--substrate existing: run the agent with node access (cgroups, kube-proxy, node tools) for the faults that need it")
+	cmd.Flags().BoolVar(&e.AllowCPChaos, "allow-cp-chaos", false, "--substrate existing: let the experiment's faults (OOM kill, CPU starvation, load) land on a control plane installed before the run (--cp istiod:installed, install: none)")
 }
 
 // check refuses the existing substrate's flags with another substrate: they would be ignored, and
@@ -31,7 +40,7 @@ func (e existingFlags) check(substrate string) error {
 	for _, f := range []struct {
 		name string
 		set  bool
-	}{{"kubeconfig", e.Kubeconfig != ""}, {"context", e.Context != ""}, {"allow-node-chaos", e.AllowNodeChaos}} {
+	}{{"kubeconfig", e.Kubeconfig != ""}, {"context", e.Context != ""}, {"allow-node-chaos", e.AllowNodeChaos}, {"allow-cp-chaos", e.AllowCPChaos}} {
 		if f.set {
 			return Usagef("--%s is for --substrate existing: add --substrate existing to run on that cluster, or leave --%s out to run on --substrate %s", f.name, f.name, substrate)
 		}
@@ -56,4 +65,28 @@ func checkNodeAccess(sub cluster.Provider, def experiment.Definition) error {
 		return nil
 	}
 	return Usagef("%s needs node access the existing substrate gives only with --allow-node-chaos (a privileged agent on the nodes): %s", def.Name, strings.Join(def.NodeAccess, "; "))
+}
+
+// checkInstalled reads a control plane installed before the run (subject.Attached) and refuses,
+// before anything starts, a placement the experiment asks that it does not already have.
+func checkInstalled(sub cluster.Provider, sut subject.ControlPlane, def experiment.Definition, vals params.Values) error {
+	a, ok := sut.(subject.Attached)
+	p, isExisting := sub.(existing.Provider)
+	if !ok || !isExisting || def.Mesh == nil {
+		return nil
+	}
+	cfg, err := p.RESTConfig()
+	if err != nil {
+		return Usagef("%v", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return Usagef("%v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := a.CheckInstalled(ctx, cs, def.Mesh(vals).CP); err != nil {
+		return Usagef("%s on %s: %v", def.Name, sut.Name(), err)
+	}
+	return nil
 }

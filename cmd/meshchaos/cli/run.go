@@ -60,7 +60,7 @@ func printCatalog(out io.Writer, params bool) {
 func newRunCmd() *cobra.Command {
 	var j job
 	cmd := &cobra.Command{
-		Use:   "run EXPERIMENT [--substrate local] [--cp reference|reference:<switch>|istiod[@PIN]|external:FILE] [--set k=v]… [--out DIR]",
+		Use:   "run EXPERIMENT [--substrate local] [--cp reference|reference:<switch>|istiod[@PIN]|istiod:installed|external:FILE] [--set k=v]… [--out DIR]",
 		Short: "Run an experiment and write its run directory (exit 0 pass, 1 a check failed, 2 could not run or its results could not be written)",
 		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -108,7 +108,8 @@ type job struct {
 	Images string
 	// Name is the cluster's name (--name); empty: the experiment's short name and the pid.
 	Name string
-	// Existing is the existing substrate's flags (--kubeconfig, --context, --allow-node-chaos).
+	// Existing is the existing substrate's flags (--kubeconfig, --context, --allow-node-chaos,
+	// --allow-cp-chaos).
 	Existing existingFlags
 	// XDS is how the data plane reaches the control plane (--xds auto|tls|plaintext).
 	XDS string
@@ -117,7 +118,7 @@ type job struct {
 // flags registers the flags every command that runs experiments against one control plane shares.
 func (j *job) flags(cmd *cobra.Command) {
 	j.substrateFlags(cmd)
-	cmd.Flags().StringVar(&j.CP, "cp", "reference", "control plane under test: reference, reference:<switch>[,<switch>] to re-create a historical bug, istiod or istiod@PIN (a build of 'make istiod', see hack/istiod/pins), or external:FILE (a descriptor)")
+	cmd.Flags().StringVar(&j.CP, "cp", "reference", "control plane under test: reference, reference:<switch>[,<switch>] to re-create a historical bug, istiod or istiod@PIN (a build of 'make istiod', see hack/istiod/pins), istiod:installed (the istiod installed in istio-system, with --substrate existing: found, never changed), or external:FILE (a descriptor)")
 }
 
 // substrateFlags registers where experiments run: every command that runs them has these.
@@ -166,9 +167,12 @@ func (j job) prepare(made *results.Created) (*prepared, error) {
 	if err != nil {
 		return nil, Usagef("%v", err)
 	}
-	exp, err := def.Build(experiment.Env{Substrate: sub, ControlPlane: sut, ClusterName: j.Name, XDS: xds}, vals)
+	exp, err := def.Build(experiment.Env{Substrate: sub, ControlPlane: sut, ClusterName: j.Name, XDS: xds, AllowCPChaos: j.Existing.AllowCPChaos}, vals)
 	if err != nil {
 		return nil, Usagef("%v", err)
+	}
+	if err := checkInstalled(sub, sut, def, vals); err != nil {
+		return nil, err
 	}
 	dir, err := claimRunDir(made, j.Out, def.Name, j.CP)
 	if err != nil {

@@ -158,8 +158,8 @@ func assertNothingStarted(t *testing.T, home string, noRuns bool) {
 	}
 }
 
-// TestExistingFlagsNeedTheExistingSubstrate: --kubeconfig, --context and --allow-node-chaos
-// belong to --substrate existing; on every command that has them, giving one without it is exit
+// TestExistingFlagsNeedTheExistingSubstrate: --kubeconfig, --context, --allow-node-chaos and
+// --allow-cp-chaos belong to --substrate existing; on every command that has them, giving one without it is exit
 // 2 saying to add it, before anything is created (no cluster state, no output directory) —
 // rather than ignored while a cluster is built on this host.
 func TestExistingFlagsNeedTheExistingSubstrate(t *testing.T) {
@@ -180,7 +180,7 @@ func TestExistingFlagsNeedTheExistingSubstrate(t *testing.T) {
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	require.NoError(t, os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\n"), 0o600))
 	for path, args := range needs {
-		for _, flag := range [][]string{{"--kubeconfig", kubeconfig}, {"--context", "staging"}, {"--allow-node-chaos"}} {
+		for _, flag := range [][]string{{"--kubeconfig", kubeconfig}, {"--context", "staging"}, {"--allow-node-chaos"}, {"--allow-cp-chaos"}} {
 			for _, substrate := range [][]string{nil, {"--substrate", "local"}, {"--substrate", "kind"}} {
 				home := t.TempDir()
 				t.Setenv("MESHCHAOS_HOME", home)
@@ -194,6 +194,33 @@ func TestExistingFlagsNeedTheExistingSubstrate(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestInstalledControlPlaneRefusals: attaching to an installed istiod is refused before anything
+// is created when the experiment's faults on it are not allowed, and, once they are, when the
+// installed istiod cannot be read (here: a cluster nobody listens for).
+func TestInstalledControlPlaneRefusals(t *testing.T) {
+	kc := unreachableKubeconfig(t, "staging")
+	out := filepath.Join(t.TempDir(), "out")
+	base := []string{"run", "cp-oom-restart", "--substrate", "existing", "--kubeconfig", kc, "--allow-node-chaos", "--cp", "istiod:installed", "--out", out}
+
+	code, msg := run(t, base...)
+	assert.Equal(t, 2, code, msg)
+	assert.Contains(t, msg, "cp-oom-restart does this to the control plane, which is istiod:installed, installed before the run (not the run's own): OOM-kills it")
+	assert.Contains(t, msg, "pass --allow-cp-chaos to allow it")
+	assert.NoDirExists(t, out)
+
+	code, msg = run(t, append(base, "--allow-cp-chaos")...)
+	assert.Equal(t, 2, code, msg)
+	assert.Contains(t, msg, "cp-oom-restart on istiod:installed: read the installed control plane's Deployment istio-system/istiod")
+	assert.NoDirExists(t, out)
+
+	// endpoint-flap does nothing to the control plane: no flag needed, the next check is the
+	// installed istiod itself.
+	code, msg = run(t, "run", "endpoint-flap", "--substrate", "existing", "--kubeconfig", kc, "--cp", "istiod:installed", "--out", out)
+	assert.Equal(t, 2, code, msg)
+	assert.Contains(t, msg, "endpoint-flap on istiod:installed: read the installed control plane's Deployment")
+	assert.NoDirExists(t, out)
 }
 
 // TestExistingSubstrateReadsKUBECONFIG: with --substrate existing and no --kubeconfig, the

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/meshchaos/meshchaos/harness/cluster"
+	"github.com/meshchaos/meshchaos/harness/cluster/existing/agent"
 )
 
 func readyNode(name string, labels map[string]string) *corev1.Node {
@@ -41,4 +42,13 @@ func TestMapNodes(t *testing.T) {
 	require.NoError(t, c.mapNodes(ctx, 2))
 	assert.Equal(t, []string{"y", "x"}, c.nodes, "node k is the node the owner labelled k")
 	assert.Empty(t, c.labelled, "the owner's labels are left as they are")
+}
+
+// TestNodePath: the agent's cgroup paths (under its view of the node's root) are the node's own
+// paths for commands run on the node (NodeExec chroots into that root).
+func TestNodePath(t *testing.T) {
+	c := &existingCluster{}
+	assert.Equal(t, "/sys/fs/cgroup/memory/kubepods/podX", c.NodePath(agent.HostRoot+"/sys/fs/cgroup/memory/kubepods/podX"))
+	assert.Equal(t, "/sys/fs/cgroup", c.NodePath("/sys/fs/cgroup"), "a path not under the agent's root is the node's already")
+	assert.Equal(t, "/hostile/x", c.NodePath("/hostile/x"))
 }

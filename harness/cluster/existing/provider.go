@@ -83,7 +83,10 @@ type Provider struct {
 	AllowNodeChaos bool
 }
 
-var _ cluster.Shared = Provider{}
+var (
+	_ cluster.Shared    = Provider{}
+	_ cluster.NodePaths = (*existingCluster)(nil)
+)
 
 // Name implements cluster.Provider.
 func (Provider) Name() string { return "existing" }
@@ -451,6 +454,13 @@ func (c *existingCluster) startAgent(ctx context.Context) error {
 			},
 		},
 	}
+	if c.allow {
+		// Node commands run in the agent's container and inherit its oom_score_adj: a critical
+		// pod's (-997) rather than a best-effort pod's 1000, so that the generic memory hog
+		// (chaos.Hog), which joins the target's memory cgroup, is never the OOM killer's choice
+		// there (it refuses to start with a positive score).
+		ds.Spec.Template.Spec.PriorityClassName = "system-node-critical"
+	}
 	if _, err := c.client.AppsV1().DaemonSets(AgentNamespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create the agent DaemonSet: %w", err)
 	}
@@ -634,6 +644,15 @@ func (c *existingCluster) PodCgroup(pod *corev1.Pod) (*cgroup.Group, error) {
 		return nil, err
 	}
 	return s.group("pod", string(pod.UID))
+}
+
+// NodePath implements cluster.NodePaths: the agent reaches the node's root at agent.HostRoot,
+// where its cgroup paths point; NodeExec runs chrooted into it.
+func (c *existingCluster) NodePath(path string) string {
+	if rest, ok := strings.CutPrefix(path, agent.HostRoot+"/"); ok {
+		return "/" + rest
+	}
+	return path
 }
 
 // LoadImageArchive implements cluster.Cluster: the existing substrate loads no images.
