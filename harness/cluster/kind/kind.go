@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -358,29 +359,39 @@ func (c *Cluster) discover() error {
 	if err != nil {
 		return err
 	}
-	list, err := cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: cluster.NodeLabel})
-	if err != nil {
-		return fmt.Errorf("list nodes: %w", err)
-	}
 	byName := map[string]nodes.Node{}
 	for _, n := range all {
 		byName[n.String()] = n
 	}
-	c.workers = make([]nodes.Node, c.cfg.Nodes)
-	for _, n := range list.Items {
-		var k int
-		if _, err := fmt.Sscan(n.Labels[cluster.NodeLabel], &k); err != nil || k < 1 || k > c.cfg.Nodes {
-			continue
+	// kind's Create returns once kubeadm join has run on every worker, which can be before a
+	// worker's kubelet has registered its Node (with the label): wait for every numbered one.
+	ctx, cancel := context.WithTimeout(context.Background(), workersRegister)
+	defer cancel()
+	var missing int
+	err = kube.Poll(ctx, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
+		list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: cluster.NodeLabel})
+		if err != nil {
+			return false, nil // the apiserver may still be settling; the deadline decides
 		}
-		c.workers[k-1] = byName[n.Name]
-	}
-	for k, n := range c.workers {
-		if n == nil {
-			return fmt.Errorf("kind: no node labelled %s=%d", cluster.NodeLabel, k+1)
+		c.workers = make([]nodes.Node, c.cfg.Nodes)
+		for _, n := range list.Items {
+			var k int
+			if _, err := fmt.Sscan(n.Labels[cluster.NodeLabel], &k); err != nil || k < 1 || k > c.cfg.Nodes {
+				continue
+			}
+			c.workers[k-1] = byName[n.Name]
 		}
+		missing = slices.Index(c.workers, nil) + 1
+		return missing == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("kind: no node labelled %s=%d registered within %s of kubeadm's join: %w", cluster.NodeLabel, missing, workersRegister, err)
 	}
 	return nil
 }
+
+// workersRegister bounds the wait for the workers' Nodes after kind's Create.
+const workersRegister = 90 * time.Second
 
 // Name is the cluster's name (the kind cluster is Prefix+Name).
 func (c *Cluster) Name() string { return c.cfg.Name }
