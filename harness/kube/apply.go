@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
@@ -433,78 +432,4 @@ func deleteIfOwned(ctx context.Context, ri dynamic.ResourceInterface, name, run 
 		return err
 	}
 	return nil
-}
-
-// DeleteOwned deletes every cluster-scoped object but Namespaces that carries run's OwnerLabel,
-// whatever its kind (found through discovery): webhook configurations first, so that nothing
-// deleted later is refused by a webhook whose server is gone, CRDs last. It returns what it
-// deleted, as "Kind name".
-func DeleteOwned(ctx context.Context, cfg *rest.Config, run string) ([]string, error) {
-	if run == "" {
-		return nil, errors.New("delete owned objects: no run name")
-	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("discovery client: %w", err)
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("dynamic client: %w", err)
-	}
-	// A group that fails discovery (an aggregated API that is down) is skipped, as kubectl does.
-	lists, err := dc.ServerPreferredResources()
-	if err != nil && len(lists) == 0 {
-		return nil, fmt.Errorf("discover the cluster's resources: %w", err)
-	}
-	type res struct {
-		gvr  schema.GroupVersionResource
-		kind string
-	}
-	var all []res
-	for _, l := range lists {
-		gv, err := schema.ParseGroupVersion(l.GroupVersion)
-		if err != nil {
-			continue
-		}
-		for _, r := range l.APIResources {
-			if r.Namespaced || r.Kind == "Namespace" || strings.Contains(r.Name, "/") ||
-				!slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "delete") {
-				continue
-			}
-			all = append(all, res{gv.WithResource(r.Name), r.Kind})
-		}
-	}
-	rank := func(r res) int {
-		switch {
-		case r.gvr.Group == "admissionregistration.k8s.io":
-			return 0
-		case r.gvr.GroupResource() == crdGVR.GroupResource():
-			return 2
-		}
-		return 1
-	}
-	slices.SortStableFunc(all, func(a, b res) int { return rank(a) - rank(b) })
-	var deleted []string
-	var errs []error
-	for _, r := range all {
-		ri := dyn.Resource(r.gvr)
-		l, err := ri.List(ctx, metav1.ListOptions{LabelSelector: OwnerLabel + "=" + run})
-		if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
-			// Kinds the run may not list (a restricted user), or that went away (a CRD deleted
-			// just before): the run cannot have created objects of them, or they are gone.
-			continue
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("list %s of run %s: %w", r.gvr.Resource, run, err))
-			continue
-		}
-		for _, o := range l.Items {
-			if err := deleteIfOwned(ctx, ri, o.GetName(), run); err != nil {
-				errs = append(errs, fmt.Errorf("delete %s %s: %w", r.kind, o.GetName(), err))
-				continue
-			}
-			deleted = append(deleted, r.kind+" "+o.GetName())
-		}
-	}
-	return deleted, errors.Join(errs...)
 }

@@ -136,17 +136,25 @@ var (
 func newClusterDownCmd() *cobra.Command {
 	var name, substrate, prefix string
 	var all, stale bool
+	var ex existingDown
 	cmd := &cobra.Command{
-		Use:   "down (--name N [--substrate local|kind] | --all [--prefix P] | --stale [--prefix P])",
-		Short: "Remove everything a cluster left (also after a crash): processes, namespaces, mounts, cgroups, kind containers, state",
+		Use:   "down (NAME | --name N) [--substrate local|kind|existing] | --all [--prefix P] | --stale [--prefix P]",
+		Short: "Remove everything a cluster left (also after a crash): processes, namespaces, mounts, cgroups, kind containers, state; on an existing cluster, a run's leftovers",
 		Long: "Remove a cluster. --all removes every local cluster on this host and every kind cluster\n" +
 			"meshchaos created (kind clusters named " + kind.Prefix + "*); on a shared host narrow it with --prefix.\n" +
 			"--stale removes only the local clusters whose owner process (the 'cluster up', 'run' or test\n" +
 			"that brought them up) is gone, and says which it skipped and why; it covers local clusters\n" +
 			"only: kind clusters record no owner.\n" +
-			"A local teardown that fails part-way keeps the cluster's state directory: run it again with --name.",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+			"A local teardown that fails part-way keeps the cluster's state directory: run it again with --name.\n" +
+			existingDownHelp,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				if name != "" {
+					return Usagef("give the name once: NAME or --name N")
+				}
+				name = args[0]
+			}
 			modes := 0
 			for _, on := range []bool{name != "", all, stale} {
 				if on {
@@ -154,10 +162,19 @@ func newClusterDownCmd() *cobra.Command {
 				}
 			}
 			if modes != 1 {
-				return Usagef("give exactly one of --name N, --all or --stale")
+				return Usagef("give exactly one of --name N, --all or --stale (a NAME argument is --name N)")
+			}
+			if substrate == "existing" {
+				if stale {
+					return Usagef("--stale covers local clusters only (it finds their owner processes on this host); on an existing cluster give the run's NAME, or --all")
+				}
+				return ex.down(cmd, name, prefix)
+			}
+			if err := ex.check(substrate); err != nil {
+				return err
 			}
 			if substrate != "local" && substrate != "kind" {
-				return Usagef("--substrate %s: local or kind", substrate)
+				return Usagef("--substrate %s: local, kind or existing", substrate)
 			}
 			if stale && substrate != "local" {
 				return Usagef("--stale covers local clusters only (kind clusters record no owner process); remove kind clusters with --name or --all")
@@ -262,7 +279,8 @@ func newClusterDownCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "cluster name")
-	cmd.Flags().StringVar(&substrate, "substrate", "local", "the cluster's substrate with --name: local or kind")
+	cmd.Flags().StringVar(&substrate, "substrate", "local", "the cluster's substrate: local or kind (with --name), existing (a run's leftovers on the cluster --kubeconfig names; NAME or --all)")
+	ex.flags(cmd)
 	cmd.Flags().BoolVar(&all, "all", false, "every meshchaos cluster on this host, local and kind (other users' too: narrow it with --prefix)")
 	cmd.Flags().BoolVar(&stale, "stale", false, "every local cluster on this host whose owner process is gone (local clusters only)")
 	cmd.Flags().StringVar(&prefix, "prefix", "", "with --all or --stale: only the clusters whose names start with this")
@@ -324,11 +342,23 @@ func newClusterLoadCmd() *cobra.Command {
 }
 
 func newClusterListCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "list",
-		Short: "List the clusters that have state on this host (local ones, and meshchaos's kind clusters as 'NAME (kind)')",
+	var substrate string
+	var ex existingDown
+	cmd := &cobra.Command{
+		Use:   "list [--substrate existing [--kubeconfig F] [--context C]]",
+		Short: "List the clusters that have state on this host (local ones, and meshchaos's kind clusters as 'NAME (kind)'); with --substrate existing, the runs that left something on that cluster",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch substrate {
+			case "existing":
+				return ex.list(cmd)
+			case "local", "kind":
+				if err := ex.check(substrate); err != nil {
+					return err
+				}
+			default:
+				return Usagef("--substrate %s: local or kind (this host's clusters, both listed) or existing", substrate)
+			}
 			for _, n := range local.List("") {
 				fmt.Fprintln(cmd.OutOrStdout(), n)
 			}
@@ -342,4 +372,7 @@ func newClusterListCmd() *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&substrate, "substrate", "local", "local (this host's local and kind clusters) or existing (the runs that left something on the cluster --kubeconfig names)")
+	ex.flags(cmd)
+	return cmd
 }

@@ -262,6 +262,7 @@ func (p *prepared) run(ctx context.Context, made *results.Created, stdout, stder
 		}
 		fmt.Fprintf(stdout, "  %-4s  %s\n", status, c.String())
 	}
+	teardownNote(stderr, &s)
 	if err != nil {
 		return WithExitCode(2, fmt.Errorf("run %s: %w", p.Experiment, err))
 	}
@@ -334,4 +335,14 @@ func writable(dir string) error {
 		return fmt.Errorf("run directory %s is not writable (%w): free space or choose another --out", dir, err)
 	}
 	return nil
+}
+
+// teardownNote says on w what the run's teardown could not remove when the verdict does not say
+// it already (a failed check is the verdict; the cluster left behind must not go unnoticed).
+func teardownNote(w io.Writer, s *results.Summary) {
+	for _, ph := range s.Phases {
+		if ph.Name == "teardown" && ph.Error != "" && !strings.Contains(s.Error, ph.Error) {
+			fmt.Fprintf(w, "meshchaos: the run's teardown did not finish: %s\n", ph.Error)
+		}
+	}
 }

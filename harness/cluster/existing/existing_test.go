@@ -184,7 +184,10 @@ func TestExistingCluster(t *testing.T) {
 	}
 
 	t.Run("a Down out of time says what is left", func(t *testing.T) {
-		c, err := p.Up(ctx, cluster.Spec{Name: "run-c", Nodes: 2, Logf: t.Logf, Namespaces: []string{WorkloadNamespace}})
+		// Down's own budget, short: the caller's deadline is not Down's.
+		short := p
+		short.DownBudget = 10 * time.Second
+		c, err := short.Up(ctx, cluster.Spec{Name: "run-c", Nodes: 2, Logf: t.Logf, Namespaces: []string{WorkloadNamespace}})
 		require.NoError(t, err)
 		// A pod held by a finalizer (and never scheduled): its namespace cannot go until it does.
 		const hold = "meshchaos.io/test-hold"
@@ -198,11 +201,13 @@ func TestExistingCluster(t *testing.T) {
 			_, _ = cs.CoreV1().Pods(WorkloadNamespace).Patch(ctx, "held", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 		}
 		t.Cleanup(release)
-		short, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		err = c.Down(short)
+		start := time.Now()
+		err = c.Down(ctx)
 		require.Error(t, err)
 		t.Log(err)
+		assert.Less(t, time.Since(start), 30*time.Second, "within its budget and its last looks' short deadlines")
+		assert.Contains(t, err.Error(), "pod "+WorkloadNamespace+"/held (unscheduled, ", "the pod is named as a pod, not only inside its namespace")
+		assert.Contains(t, err.Error(), "no kubelet log excerpt: the pod was never scheduled to a node")
 		assert.Contains(t, err.Error(), "namespace "+WorkloadNamespace+" still terminating")
 		assert.Contains(t, err.Error(), "pod held (unscheduled, ")
 		assert.Contains(t, err.Error(), "deletion timestamp")

@@ -81,6 +81,8 @@ type Provider struct {
 	Kubeconfig, Context string
 	// AllowNodeChaos runs the agent with node access (cgroups, node tools).
 	AllowNodeChaos bool
+	// DownBudget bounds the run's teardown (0: DownBudget).
+	DownBudget time.Duration
 }
 
 var (
@@ -147,6 +149,25 @@ func (p Provider) Up(ctx context.Context, s cluster.Spec) (cluster.Cluster, erro
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
+	c, err := p.connect(s.Name, logf)
+	if err != nil {
+		return nil, err
+	}
+	c.allow = p.AllowNodeChaos
+	c.fwd = &forwarder{c: c, pods: map[string]podRef{}, conns: map[string]httpstream.Connection{}, refused: map[string]bool{}, tried: map[string]bool{}}
+	if err := c.up(ctx, s); err != nil {
+		// Down has its own budget.
+		if derr := c.Down(context.Background()); derr != nil {
+			logf("clean up after a failed start: %v", derr)
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// connect reads the kubeconfig, reaches the cluster and returns run's view of it, with nothing
+// of the run's found or created yet.
+func (p Provider) connect(run string, logf func(string, ...any)) (*existingCluster, error) {
 	cfg, err := p.RESTConfig()
 	if err != nil {
 		return nil, err
@@ -160,17 +181,13 @@ func (p Provider) Up(ctx context.Context, s cluster.Spec) (cluster.Cluster, erro
 	if _, err := client.Discovery().ServerVersion(); err != nil {
 		return nil, fmt.Errorf("reach the cluster at %s (kubeconfig %q, context %q): %w", cfg.Host, p.Kubeconfig, p.Context, err)
 	}
-	c := &existingCluster{name: s.Name, cfg: cfg, client: client, allow: p.AllowNodeChaos, logf: logf,
-		exec: podExec{cfg: cfg, client: client, namespace: AgentNamespace, container: "agent"}, sessions: map[string]*session{}}
-	c.fwd = &forwarder{c: c, pods: map[string]podRef{}, conns: map[string]httpstream.Connection{}, refused: map[string]bool{}, tried: map[string]bool{}}
-	if err := c.up(ctx, s); err != nil {
-		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if derr := c.Down(dctx); derr != nil {
-			logf("clean up after a failed start: %v", derr)
-		}
+	owned, err := kube.NewOwnedClients(cfg)
+	if err != nil {
 		return nil, err
 	}
+	c := &existingCluster{name: run, cfg: cfg, client: client, owned: owned, logf: logf, budget: p.DownBudget,
+		exec: podExec{cfg: cfg, client: client, namespace: AgentNamespace, container: "agent"}, sessions: map[string]*session{}}
+	c.runOnAgent = c.exec.run
 	return c, nil
 }
 
@@ -182,6 +199,12 @@ type existingCluster struct {
 	allow  bool
 	logf   func(string, ...any)
 	exec   podExec
+	owned  kube.OwnedClients
+	// runOnAgent runs argv in an agent pod (exec.run; a test's fake).
+	runOnAgent func(ctx context.Context, pod string, argv ...string) ([]byte, error)
+	// budget bounds Down (0: DownBudget); podMargin is how long past its grace period a pod
+	// being deleted may stay before Down reports it (0: PodGoneMargin).
+	budget, podMargin time.Duration
 
 	nodes      []string          // node k-1
 	agents     map[string]string // node name → agent pod
@@ -584,48 +607,6 @@ func (c *existingCluster) nodeGroup(k int, op string) (*cgroup.Group, error) {
 	return s.group(op, "")
 }
 
-// whyTerminating says what keeps namespace ns from going: its conditions that are true
-// (content that cannot be deleted, finalizers left) and the pods still in it, for the error of
-// a Down that ran out of time. It has its own short deadline: Down's has passed.
-func (c *existingCluster) whyTerminating(ns string) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var why []string
-	if n, err := c.client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err == nil {
-		for _, cond := range n.Status.Conditions {
-			if cond.Status == corev1.ConditionTrue {
-				why = append(why, fmt.Sprintf("%s: %s", cond.Type, cond.Message))
-			}
-		}
-	}
-	pods, err := c.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return strings.Join(append(why, fmt.Sprintf("pods not listed: %v", err)), "; ")
-	}
-	for i, p := range pods.Items {
-		if i == 3 {
-			why = append(why, fmt.Sprintf("%d more pods", len(pods.Items)-i))
-			break
-		}
-		state := "node " + p.Spec.NodeName
-		if p.Spec.NodeName == "" {
-			state = "unscheduled"
-		}
-		state += ", " + string(p.Status.Phase)
-		if p.DeletionTimestamp != nil {
-			state += fmt.Sprintf(", deletion timestamp %s ago", time.Since(p.DeletionTimestamp.Time).Round(time.Second))
-		}
-		if len(p.Finalizers) > 0 {
-			state += ", finalizers " + strings.Join(p.Finalizers, ",")
-		}
-		why = append(why, fmt.Sprintf("pod %s (%s)", p.Name, state))
-	}
-	if len(why) == 0 {
-		return "no pods left, no condition set"
-	}
-	return strings.Join(why, "; ")
-}
-
 // KubeProxyCgroup implements cluster.Cluster: the agent finds kube-proxy's process on node k.
 func (c *existingCluster) KubeProxyCgroup(k int) (*cgroup.Group, error) {
 	return c.nodeGroup(k, "kube-proxy")
@@ -658,58 +639,4 @@ func (c *existingCluster) NodePath(path string) string {
 // LoadImageArchive implements cluster.Cluster: the existing substrate loads no images.
 func (c *existingCluster) LoadImageArchive(context.Context, string) error {
 	return errors.New("the existing substrate does not load images: import them into each node's containerd ('ctr -n k8s.io images import FILE')")
-}
-
-// Down implements cluster.Cluster: it deletes the cluster-scoped objects the run created
-// (webhook configurations first), then the namespaces the run created (the agent with them)
-// and waits until they are gone, and removes the node labels it set. Safe to call twice.
-func (c *existingCluster) Down(ctx context.Context) error {
-	c.mu.Lock()
-	c.down = true
-	for _, s := range c.sessions {
-		s.close()
-	}
-	c.sessions = map[string]*session{}
-	c.mu.Unlock()
-	if c.fwd != nil {
-		c.fwd.close()
-	}
-	var errs []error
-	deleted, err := kube.DeleteOwned(ctx, c.cfg, c.name)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("delete the run's cluster-scoped objects: %w", err))
-	}
-	if len(deleted) > 0 && c.logf != nil {
-		c.logf("deleted the run's cluster-scoped objects: %s", strings.Join(deleted, ", "))
-	}
-	bg := metav1.DeletePropagationBackground
-	for _, ns := range c.namespaces {
-		err := c.client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{PropagationPolicy: &bg})
-		if err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete namespace %s: %w", ns, err))
-		}
-	}
-	for _, n := range c.labelled {
-		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:null},"annotations":{%q:null}}}`, cluster.NodeLabel, LabelledByAnnotation)
-		if _, err := c.client.CoreV1().Nodes().Patch(ctx, n, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("unlabel node %s: %w", n, err))
-		}
-	}
-	c.labelled = nil
-	// Gone, not just deleting: the next run's claim would be refused by a terminating namespace.
-	for _, ns := range c.namespaces {
-		for {
-			_, err := c.client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				break
-			}
-			if ctx.Err() != nil {
-				errs = append(errs, fmt.Errorf("namespace %s still terminating (%s): %w", ns, c.whyTerminating(ns), ctx.Err()))
-				break
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
-	}
-	c.namespaces = nil
-	return errors.Join(errs...)
 }
