@@ -23,7 +23,7 @@ import (
 func init() {
 	register(experiment.Definition{
 		Name:    "soak",
-		Summary: "an hour of steady traffic with a fault every 5 minutes (backend crash, pod kill, kube-proxy throttle, control-plane OOM kill, endpoint flap): no memory growth, no goroutine leak, every fault recovered",
+		Summary: "an hour of steady traffic with a fault every 5 minutes (backend crash, pod kill, kube-proxy throttle, control-plane OOM kill under a kube-proxy throttle, endpoint flap): no memory growth, no goroutine leak, every fault recovered",
 		Params: params.Set{
 			params.Rate.WithDefault("20"), params.Length.WithDefault("60m"), params.Steady.WithDefault("30s"),
 			params.Nodes.WithDefault("2"),
@@ -204,7 +204,21 @@ func soakCycle() []soakFault {
 			}
 			return s.Clear(ctx, th)
 		}},
+		// Incident 1's conditions, as cp-oom-restart's: the control plane is OOM-killed while
+		// kube-proxy on the gateways' node is throttled, so the gateways reconnect to the
+		// restarted process as soon as it answers (alone, the kill lets them find it only once
+		// its endpoint is back, by when an ungated restart has mostly synced).
 		{"cp-oom-kill", func(ctx context.Context, s *experiment.State) error {
+			node := s.Mesh.Spec.Gateway.Node
+			g, err := s.Mesh.Cluster.KubeProxyCgroup(node)
+			if err != nil {
+				return err
+			}
+			th := &chaos.CPUThrottle{Target: fmt.Sprintf("kube-proxy/node%d", node), Group: g, CPUs: 0.002}
+			throttledAt := time.Now()
+			if err := s.Inject(ctx, th); err != nil {
+				return err
+			}
 			b, killedAt, err := oomKillControlPlane(ctx, s)
 			if err != nil {
 				return err
@@ -212,7 +226,13 @@ func soakCycle() []soakFault {
 			if _, err := waitControlPlaneReady(ctx, s, killedAt); err != nil {
 				return err
 			}
-			return s.Clear(ctx, b)
+			if err := s.Clear(ctx, b); err != nil {
+				return err
+			}
+			if err := experiment.Sleep(ctx, time.Until(throttledAt.Add(s.Params.Duration("faultFor")))); err != nil {
+				return err
+			}
+			return s.Clear(ctx, th)
 		}},
 		{"endpoint-flap", func(ctx context.Context, s *experiment.State) error {
 			sel := "app=" + flapService

@@ -20,10 +20,9 @@ var testScale = map[string][]string{
 	"sidecar-startup":    {"replicas=4", "serviceEntries=500", "nodes=1", "duration=5s", "steady=1s"},
 	"cp-cpu-starvation":  {"duration=38s", "steady=5s", "window=15s", "baseline=5s", "recoveryWait=15s", "serviceEntries=100", "gateways=1"},
 	// Four faults 100 s apart (a clean minute before each), the last the control plane's OOM
-	// kill, 55 s before the end: the minute before the end holds its aftermath. The control
-	// plane at 100m CPU, as cp-oom-restart's: without a CPU limit an ungated restart loads
-	// 3000 ServiceEntries before the gateway reconnects, and the switch goes unseen (the
-	// nightly run of 2026-11-26 passed it).
+	// kill (under a kube-proxy throttle, as incident 1's), 55 s before the end: the minute
+	// before the end holds its aftermath. The control plane at 100m CPU, as cp-oom-restart's,
+	// so that an ungated restart takes seconds to load 3000 ServiceEntries.
 	"soak": {"duration=375s", "steady=20s", "faultEvery=100s", "faultFor=15s", "serviceEntries=3000", "cpCPULimit=100m"},
 }
 
@@ -121,8 +120,6 @@ var bothWays = []Case{
 		"invalid config accepted in the window (validation failed open)?", "config staleness P99?", "recovery after the window?"},
 		"cpQoS=besteffort", "cpReplicas=1", "isolate=false")),
 
-	// The soak's own recovery check sees a restart that serves before it synced: traffic
-	// errors in the minute before the end, which follows the control plane's OOM kill.
 	// istiod, built from istio's source at each pin (make istiod): what the reference passes, so
 	// does istiod (it has its own sync gate and incremental endpoint pushes). make test runs
 	// incident 1 on one pin and incident 2 on the other; make test-nightly the rest.
@@ -148,7 +145,11 @@ var bothWays = []Case{
 		"cpQoS=besteffort", "cpReplicas=1", "isolate=false"))),
 
 	nightly(alone(passes("soak"))),
-	nightly(alone(fails("soak", "reference:ungated", []string{"traffic errors in the minute before each fault and the end"}))),
+	// The ungated restart's errors fall in the minute before the end, which follows the OOM
+	// kill under a kube-proxy throttle (incident 1's conditions). A heap trend fitted over
+	// 375 s is too short to judge on the switch's side (4.7 MiB/h against 4 once): the pass
+	// side holds it.
+	nightly(alone(fails("soak", "reference:ungated", []string{"traffic errors in the minute before each fault and the end", "control-plane live heap growth?"}))),
 }
 
 // BothWays lists every experiment's both-ways cases.
