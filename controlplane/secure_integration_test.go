@@ -2,7 +2,6 @@ package controlplane_test
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
@@ -19,10 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/xds"
 	authnv1 "k8s.io/api/authentication/v1"
@@ -88,12 +85,7 @@ func saToken(t *testing.T, kc kubernetes.Interface, ns, audience string) string 
 // none) as node id, subscribed to CDS.
 func secureADS(t *testing.T, addr string, roots *x509.CertPool, token, id string) *adsclient.Client {
 	t.Helper()
-	ctx := context.Background()
-	if token != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
-	}
-	c, err := adsclient.Dial(ctx, addr, id, grpc.WithTransportCredentials(
-		credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: secureServerName})))
+	c, err := adsclient.DialSecure(addr, id, roots, secureServerName, token)
 	require.NoError(t, err)
 	_ = c.SetNames(resourcev3.ClusterType, nil) // may fail with EOF: the server refused the stream
 	return c

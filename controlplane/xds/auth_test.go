@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -13,10 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 	authnv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -76,12 +72,7 @@ func newSecureRig(t *testing.T, reviews map[string]authnv1.TokenReviewStatus) *s
 // and subscribes to CDS.
 func (sr *secureRig) dial(t *testing.T, token, id string) *adsclient.Client {
 	t.Helper()
-	ctx := context.Background()
-	if token != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
-	}
-	c, err := adsclient.Dial(ctx, sr.addr, id, grpc.WithTransportCredentials(
-		credentials.NewTLS(&tls.Config{RootCAs: sr.roots, ServerName: secureName})))
+	c, err := adsclient.DialSecure(sr.addr, id, sr.roots, secureName, token)
 	require.NoError(t, err)
 	_ = c.SetNames(resourcev3.ClusterType, nil) // may fail with EOF: the server refused the stream
 	return c

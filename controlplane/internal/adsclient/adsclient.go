@@ -5,6 +5,8 @@ package adsclient
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"sync"
 	"time"
@@ -12,7 +14,9 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
@@ -68,6 +72,16 @@ func Dial(ctx context.Context, addr, id string, opts ...grpc.DialOption) (*Clien
 	c := &Client{conn: conn, stream: stream, node: &core.Node{Id: id, Cluster: "test"}, cancel: cancel,
 		latest: map[string]map[string]*anypb.Any{}, notify: make(chan Response, 4096), done: make(chan struct{})}
 	return c, nil
+}
+
+// DialSecure opens an ADS stream to a secure xDS port as a sidecar does: TLS verified against
+// roots under serverName, and token (when set) as the bearer the control plane authenticates.
+func DialSecure(addr, id string, roots *x509.CertPool, serverName, token string) (*Client, error) {
+	ctx := context.Background()
+	if token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
+	return Dial(ctx, addr, id, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: serverName})))
 }
 
 // dial connects over plaintext, accepting responses up to 256 MiB (a full CDS at scale).
