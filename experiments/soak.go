@@ -99,10 +99,10 @@ func init() {
 					return float64(n), nil
 				}), results.LE, 0, ""),
 				runner.Metric("control-plane live heap growth", soakFigure(func(s *results.Soak) (float64, error) {
-					return heapGrowth(s.ControlPlaneHeap, "the control plane's", v.Bytes("maxCPHeapGrowth"))
+					return heapGrowth(s.ControlPlaneHeap, "the control plane's", "settled samples", v.Bytes("maxCPHeapGrowth"))
 				}), results.LE, float64(v.Bytes("maxCPHeapGrowth"))/(1<<20), "MiB/h"),
 				runner.Metric("harness live heap growth", soakFigure(func(s *results.Soak) (float64, error) {
-					return heapGrowth(s.HarnessHeap, "the harness's", v.Bytes("maxHarnessHeapGrowth"))
+					return heapGrowth(s.HarnessHeap, "the harness's", "samples", v.Bytes("maxHarnessHeapGrowth"))
 				}), results.LE, float64(v.Bytes("maxHarnessHeapGrowth"))/(1<<20), "MiB/h"),
 				runner.Metric("control-plane goroutine growth", soakFigure(func(s *results.Soak) (float64, error) {
 					return goroutineGrowth(s.ControlPlaneGoroutines)
@@ -118,15 +118,15 @@ func init() {
 // heapGrowth is a fitted heap trend in MiB/h. A fit whose two standard errors are wider than
 // the growth allowed cannot tell growth from noise (a short soak: istiod's heap rose 2.5 MiB in
 // its first 100 s, then stayed flat, and four samples fitted 27.8 ± 15.3 MiB/h): an error, not
-// a verdict, saying to soak longer.
-func heapGrowth(t *results.Growth, whose string, allowed int64) (float64, error) {
+// a verdict, saying to soak longer. points names what the trend was fitted to.
+func heapGrowth(t *results.Growth, whose, points string, allowed int64) (float64, error) {
 	if t == nil {
-		return 0, fmt.Errorf("too few settled samples of %s heap", whose)
+		return 0, fmt.Errorf("too few %s of %s heap", points, whose)
 	}
 	slope, se, limit := t.SlopePerHour/(1<<20), t.StdErr/(1<<20), float64(allowed)/(1<<20)
 	if 2*se > limit {
-		return 0, fmt.Errorf("%s heap grew %.1f ± %.1f MiB/h over %d settled samples: too few to judge growth against %.1f MiB/h; soak longer (more faults)",
-			whose, slope, se, t.Points, limit)
+		return 0, fmt.Errorf("%s heap grew %.1f ± %.1f MiB/h over %d %s: too few to judge growth against %.1f MiB/h; soak longer (more faults)",
+			whose, slope, se, t.Points, points, limit)
 	}
 	return slope, nil
 }

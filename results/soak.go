@@ -15,13 +15,16 @@ type Soak struct {
 	// FaultEverySeconds is the period of the fault cycle.
 	FaultEverySeconds float64     `json:"faultEverySeconds"`
 	Faults            []SoakFault `json:"faults"`
-	// Samples are taken on a fixed interval (memory as it is, garbage included: the chart).
+	// Samples are taken on a fixed interval (memory as it is, garbage included: the chart; and
+	// the harness's live heap after a GC of its own).
 	Samples []SoakSample `json:"samples"`
 	// Settled are taken right before each fault, after a forced GC in both processes: the live
-	// heap, which the trends are fitted to.
+	// heap, which the control plane's trend is fitted to.
 	Settled []SoakSample `json:"settled"`
-	// ControlPlaneHeap and HarnessHeap are the live heap's trends over Settled; absent with fewer
-	// than three settled points.
+	// ControlPlaneHeap is the control plane's live-heap trend over Settled; HarnessHeap the
+	// harness's over every sample from the first settled one on (the harness can collect at any
+	// time, so its trend need not wait for the fault cycle: five settled points of a short soak
+	// fitted ±8 MiB/h, too coarse to judge 16). Absent with fewer than three points.
 	ControlPlaneHeap *Growth `json:"controlPlaneHeap,omitempty"`
 	HarnessHeap      *Growth `json:"harnessHeap,omitempty"`
 	// Goroutines compares the goroutine profiles taken when the faults began and when they ended.
@@ -53,7 +56,9 @@ type SoakSample struct {
 	ControlPlaneHeapBytes  int64   `json:"controlPlaneHeapBytes,omitempty"`
 	ControlPlaneGoroutines int     `json:"controlPlaneGoroutines,omitempty"`
 	HarnessHeapBytes       int64   `json:"harnessHeapBytes"`
-	HarnessGoroutines      int     `json:"harnessGoroutines"`
+	// HarnessLiveBytes is the harness's heap right after a GC of its own (live).
+	HarnessLiveBytes  int64 `json:"harnessLiveBytes,omitempty"`
+	HarnessGoroutines int   `json:"harnessGoroutines"`
 	// RecentRequests and RecentErrors are the traffic's in the minute before a settled sample:
 	// the steady state between two faults (settled samples only).
 	RecentRequests int64 `json:"recentRequests,omitempty"`

@@ -118,6 +118,12 @@ func (r *SoakRecorder) sample(ctx context.Context, gc bool) results.SoakSample {
 	x := results.SoakSample{At: time.Now().UTC()}
 	heap, g := OwnMemory(gc)
 	x.HarnessHeapBytes, x.HarnessGoroutines = heap, g
+	// The harness's live heap on every sample: a GC here costs milliseconds, and the trend
+	// fitted to a sample every Interval is one a short soak can judge.
+	x.HarnessLiveBytes = heap
+	if !gc {
+		x.HarnessLiveBytes, _ = OwnMemory(true)
+	}
 	err := r.scraper.Scrape(ctx)
 	if err == nil {
 		h, okH := r.scraper.Last(metricHeapAlloc, nil)
@@ -154,25 +160,30 @@ func (r *SoakRecorder) Gather(s *results.Summary) {
 	out.Faults = append([]results.SoakFault(nil), r.soak.Faults...)
 	out.Samples = append([]results.SoakSample(nil), r.soak.Samples...)
 	out.Settled = append([]results.SoakSample(nil), r.soak.Settled...)
-	out.ControlPlaneHeap, out.HarnessHeap = SoakTrends(out.Settled)
+	out.ControlPlaneHeap, out.HarnessHeap = SoakTrends(out.Samples, out.Settled)
 	s.Soak = &out
 }
 
-// SoakTrends fits the live heaps of settled samples against time: the control plane's over the
-// samples where it was read, one segment per process lifetime; the harness's over all, one
-// segment. nil where too few points remain.
-func SoakTrends(settled []results.SoakSample) (cp, harness *results.Growth) {
+// SoakTrends fits the live heaps against time: the control plane's over the settled samples
+// where it was read, one segment per process lifetime; the harness's over the periodic and
+// settled samples' live heap from the first settled sample on (before it the run is still
+// starting: traffic ramps up, the steady period), one segment. nil where too few points remain.
+func SoakTrends(samples, settled []results.SoakSample) (cp, harness *results.Growth) {
 	if len(settled) == 0 {
 		return nil, nil
 	}
 	t0 := settled[0].At
 	var cx, cy, cseg, hx, hy, hseg []float64
 	for _, x := range settled {
-		h := x.At.Sub(t0).Hours()
-		hx, hy, hseg = append(hx, h), append(hy, float64(x.HarnessHeapBytes)), append(hseg, 0)
 		if x.ControlPlaneOK {
-			cx, cy, cseg = append(cx, h), append(cy, float64(x.ControlPlaneHeapBytes)), append(cseg, x.ControlPlaneStart)
+			cx, cy, cseg = append(cx, x.At.Sub(t0).Hours()), append(cy, float64(x.ControlPlaneHeapBytes)), append(cseg, x.ControlPlaneStart)
 		}
+	}
+	for _, x := range append(append([]results.SoakSample(nil), samples...), settled...) {
+		if x.At.Before(t0) || x.HarnessLiveBytes == 0 {
+			continue
+		}
+		hx, hy, hseg = append(hx, x.At.Sub(t0).Hours()), append(hy, float64(x.HarnessLiveBytes)), append(hseg, 0)
 	}
 	if t, err := results.FitGrowth(cx, cy, cseg); err == nil {
 		cp = &t
