@@ -1,6 +1,7 @@
 // Package pki writes the certificates and keys a local cluster needs: a CA, the apiserver's
-// serving certificate, and the service-account signing key. Clients authenticate with a static
-// token, so there are no client certificates.
+// serving certificate, and the service-account signing key; and issues client certificates
+// for the identities that must not be the admin (a kubelet as its node, kube-proxy). The
+// admin authenticates with a static token.
 package pki
 
 import (
@@ -12,6 +13,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -25,6 +27,15 @@ type Files struct {
 	CACert, ServingCert, ServingKey, SAKey, SAPub string
 	// Token is the bearer token of the cluster admin (written to TokenFile as a static token file).
 	Token, TokenFile string
+	// ca signs client certificates. Its key stays in memory, never on disk: whoever holds it
+	// can mint any identity, system:masters included.
+	ca *authority
+}
+
+// authority is the CA's certificate and key.
+type authority struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
 }
 
 // Write creates the PKI in dir. The serving certificate is valid for ips and dns names.
@@ -52,6 +63,7 @@ func Write(dir string, ips []net.IP, dns []string) (Files, error) {
 		return f, fmt.Errorf("create CA: %w", err)
 	}
 	caCert, _ := x509.ParseCertificate(caDER)
+	f.ca = &authority{cert: caCert, key: caKey}
 	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return f, err
@@ -93,4 +105,39 @@ func Write(dir string, ips []net.IP, dns []string) (Files, error) {
 	// A serving cert file may carry its chain; clients that trust the CA verify either way.
 	line := fmt.Sprintf("%s,meshchaos-admin,meshchaos-admin,\"system:masters\"\n", f.Token)
 	return f, os.WriteFile(f.TokenFile, []byte(line), 0o600)
+}
+
+// IssueClient issues a client certificate signed by the CA (the apiserver's --client-ca-file),
+// which the apiserver authenticates as user cn in groups orgs (e.g. "system:node:NAME" in
+// "system:nodes"). It returns the certificate and its key as PEM; the caller stores the key
+// where only its owner reads it.
+func (f Files) IssueClient(cn string, orgs ...string) (certPEM, keyPEM []byte, err error) {
+	if f.ca == nil {
+		return nil, nil, errors.New("issue client certificate: no CA key (only the Files that Write returned can sign)")
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("client key for %s: %w", cn, err)
+	}
+	// Random serials: every cert of a CA needs its own, and clients are issued one at a time.
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, nil, fmt.Errorf("client cert serial for %s: %w", cn, err)
+	}
+	now := time.Now().Add(-time.Hour)
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: cn, Organization: orgs},
+		NotBefore: now, NotAfter: f.ca.cert.NotAfter,
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, f.ca.cert, &key.PublicKey, f.ca.key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create client cert for %s: %w", cn, err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("marshal client key for %s: %w", cn, err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
 }
