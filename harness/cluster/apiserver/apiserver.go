@@ -219,11 +219,17 @@ func (s *Server) startAPIServer(ctx context.Context, path string) error {
 		"--secure-port=" + strconv.Itoa(s.opts.Port),
 		"--tls-cert-file=" + s.pki.ServingCert, "--tls-private-key-file=" + s.pki.ServingKey,
 		"--client-ca-file=" + s.pki.CACert,
-		// RBAC, as every real cluster: the harness and the cluster's own components use
-		// the admin token (system:masters), and every pod's ServiceAccount gets only what
-		// its manifests grant, so a missing rule in ours fails here as it would on a
-		// user's cluster, and a pod cannot do more than a user's cluster would let it.
-		"--token-auth-file=" + s.pki.TokenFile, "--authorization-mode=RBAC",
+		// Node and RBAC, as every real cluster: a kubelet (a client certificate as
+		// system:node:NAME, see WriteClientKubeconfig) reaches only its own Node and the
+		// Secrets, ConfigMaps and tokens of the pods bound to it, and NodeRestriction keeps
+		// it from changing other nodes and their pods; kube-proxy is system:kube-proxy; the
+		// harness and the hub's components use the admin token (system:masters); every
+		// pod's ServiceAccount gets only what its manifests grant. So a missing rule in ours
+		// fails here as on a user's cluster, and a pod, or whoever takes a node's
+		// credentials, cannot do more than a user's cluster would let it. The admission
+		// plugins are the defaults plus NodeRestriction.
+		"--token-auth-file=" + s.pki.TokenFile, "--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
 		"--service-cluster-ip-range=" + s.opts.ServiceCIDR,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + s.pki.SAPub, "--service-account-signing-key-file=" + s.pki.SAKey,
@@ -340,21 +346,44 @@ func (s *Server) RESTConfig() *rest.Config {
 	return cfg
 }
 
-// WriteKubeconfig writes a kubeconfig pointing at server (which may be a forwarder's address).
+// WriteKubeconfig writes the admin's kubeconfig (system:masters) pointing at server (which may
+// be a forwarder's address).
 func (s *Server) WriteKubeconfig(path, server string) error {
-	ca, err := os.ReadFile(s.pki.CACert)
+	return s.writeKubeconfig(path, server, "meshchaos-admin", &clientcmdapi.AuthInfo{Token: s.pki.Token})
+}
+
+// WriteClientKubeconfig writes a kubeconfig pointing at server that authenticates with a client
+// certificate, issued by the cluster's CA, as user in groups: "system:node:NAME" in
+// "system:nodes" for a kubelet (which the Node authorizer and NodeRestriction then confine
+// to node NAME), "system:kube-proxy" for kube-proxy. The key is in the file, which only its
+// owner may read.
+func (s *Server) WriteClientKubeconfig(path, server, user string, groups ...string) error {
+	cert, key, err := s.pki.IssueClient(user, groups...)
 	if err != nil {
 		return err
 	}
+	return s.writeKubeconfig(path, server, user, &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key})
+}
+
+func (s *Server) writeKubeconfig(path, server, user string, auth *clientcmdapi.AuthInfo) error {
+	ca, err := os.ReadFile(s.pki.CACert)
+	if err != nil {
+		return fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["meshchaos"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
-	cfg.AuthInfos["meshchaos-admin"] = &clientcmdapi.AuthInfo{Token: s.pki.Token}
-	cfg.Contexts["meshchaos"] = &clientcmdapi.Context{Cluster: "meshchaos", AuthInfo: "meshchaos-admin"}
+	cfg.AuthInfos[user] = auth
+	cfg.Contexts["meshchaos"] = &clientcmdapi.Context{Cluster: "meshchaos", AuthInfo: user}
 	cfg.CurrentContext = "meshchaos"
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
+		return fmt.Errorf("kubeconfig %s: %w", path, err)
 	}
-	return clientcmd.WriteToFile(*cfg, path)
+	// WriteToFile creates the file 0600 but keeps an existing file's mode: the file may hold
+	// a key, so make sure.
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return fmt.Errorf("write kubeconfig %s: %w", path, err)
+	}
+	return os.Chmod(path, 0o600)
 }
 
 // Stop stops kube-apiserver then etcd, and removes a temp dir.

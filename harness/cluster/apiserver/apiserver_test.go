@@ -2,11 +2,15 @@ package apiserver
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -30,6 +34,27 @@ func TestServerServesTheKubernetesAPI(t *testing.T) {
 	cm, err := cs2.CoreV1().ConfigMaps("default").Get(ctx, "probe", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, "v", cm.Data["k"])
+}
+
+func TestClientKubeconfigAuthenticatesAsItsUserOnly(t *testing.T) {
+	s := StartForTest(t)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, s.WriteClientKubeconfig(path, s.URL(), "system:node:a", "system:nodes"))
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the kubeconfig holds the client key")
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	require.NoError(t, err)
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	who, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "system:node:a", who.Status.UserInfo.Username)
+	assert.Contains(t, who.Status.UserInfo.Groups, "system:nodes")
+	assert.NotContains(t, who.Status.UserInfo.Groups, "system:masters")
+	_, err = cs.CoreV1().Secrets("default").List(ctx, metav1.ListOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "a node may not list Secrets: %v", err)
 }
 
 func TestFirstServiceIP(t *testing.T) {
