@@ -228,6 +228,11 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 func (c *Cluster) step(format string, args ...any) { c.cfg.Logf(format, args...) }
 
 func (c *Cluster) startControllers(paths map[string]string) error {
+	// kube-controller-manager and kube-scheduler keep the admin's token: they run in the hub,
+	// where no pod runs, and their kubeconfig is in the hub's directory, not a node's. Their
+	// own identities would change what runs (the controller manager would need
+	// --use-service-account-credentials and a token per controller) without keeping
+	// anything closer.
 	kcfg := filepath.Join(c.l.cpDir(), "kubeconfig-incluster")
 	if err := c.api.WriteKubeconfig(kcfg, apiServerURL()); err != nil {
 		return err
@@ -260,8 +265,17 @@ func (c *Cluster) startNode(ctx context.Context, n *node, containerdPath string,
 	if err := n.writeConfigs(); err != nil {
 		return err
 	}
-	if err := c.api.WriteKubeconfig(filepath.Join(n.dir(), "kubeconfig"), apiServerURL()); err != nil {
-		return err
+	// Each node's components authenticate as themselves, as on a real cluster: kubelet as
+	// system:node:NAME (NAME is what it registers, --hostname-override), which the Node
+	// authorizer confines to its own Node and to what the pods bound to it reference, and
+	// kube-proxy as system:kube-proxy (bound to system:node-proxier by the bootstrap policy).
+	// The admin's token on a node would let whoever breaks out of a pod there own the cluster.
+	name := n.l.nodeName(n.k)
+	if err := c.api.WriteClientKubeconfig(n.l.nodeKubeconfig(n.k), apiServerURL(), "system:node:"+name, "system:nodes"); err != nil {
+		return fmt.Errorf("kubelet's kubeconfig: %w", err)
+	}
+	if err := c.api.WriteClientKubeconfig(n.l.kubeProxyKubeconfig(n.k), apiServerURL(), "system:kube-proxy"); err != nil {
+		return fmt.Errorf("kube-proxy's kubeconfig: %w", err)
 	}
 	if err := n.startContainerd(ctx, containerdPath); err != nil {
 		return err

@@ -78,6 +78,15 @@ func (l layout) kubeProxyCgroup(k int) string {
 	return l.nodeCgroup(k) + "/kube-proxy"
 }
 
+// nodeKubeconfig is kubelet's kubeconfig on node k: the node's own identity, not the admin's.
+// Its name is the one it had when it held the admin's token.
+func (l layout) nodeKubeconfig(k int) string { return filepath.Join(l.nodeDir(k), "kubeconfig") }
+
+// kubeProxyKubeconfig is kube-proxy's kubeconfig on node k (system:kube-proxy).
+func (l layout) kubeProxyKubeconfig(k int) string {
+	return filepath.Join(l.nodeDir(k), "kubeconfig-kube-proxy")
+}
+
 // cniNetwork names node k's CNI network; the CNI result cache under /var/lib/cni is keyed by it.
 func (l layout) cniNetwork(k int) string { return l.nodeNetns(k) }
 

@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -164,6 +165,69 @@ func TestLocalCluster(t *testing.T) {
 		assert.True(t, apierrors.IsForbidden(err), "a pod's ServiceAccount may not list Secrets: %v", err)
 		_, err = cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
 		assert.NoError(t, err, "the harness's admin token may")
+	})
+
+	t.Run("nodes reach no more of the API than the Node authorizer grants", func(t *testing.T) {
+		// Node 1's own kubeconfigs, as its kubelet and kube-proxy use them: they name the
+		// apiserver at the hub's address, so dial from the node's namespace, as they do.
+		client := func(t *testing.T, kubeconfig string) kubernetes.Interface {
+			cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+			require.NoError(t, err)
+			cfg.Dial = c.Dialer(1)
+			cs, err := kubernetes.NewForConfig(cfg)
+			require.NoError(t, err)
+			return cs
+		}
+		n1, n2 := c.Nodes()[0], c.Nodes()[1]
+		kubelet := client(t, c.l.nodeKubeconfig(1))
+		_, err := kubelet.CoreV1().Nodes().Get(ctx, n1, metav1.GetOptions{})
+		require.NoError(t, err, "a kubelet reads its own Node")
+		relabel := []byte(`{"metadata":{"labels":{"meshchaos.io/relabelled-by":"n1"}}}`)
+		_, err = kubelet.CoreV1().Nodes().Patch(ctx, n2, types.MergePatchType, relabel, metav1.PatchOptions{})
+		assert.True(t, apierrors.IsForbidden(err), "NodeRestriction: node 1 may not relabel node 2: %v", err)
+
+		// A Secret is the kubelet's to read only once a pod bound to its node references it:
+		// RBAC grants system:nodes nothing, the Node authorizer grants exactly that.
+		for _, name := range []string{"for-n1", "for-nobody"} {
+			_, err := cs.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: map[string]string{"k": name},
+			}, metav1.CreateOptions{})
+			require.NoError(t, err)
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "mounts-for-n1", Namespace: "default"},
+			Spec: corev1.PodSpec{
+				NodeName: n1,
+				Containers: []corev1.Container{{
+					Name: "echo", Image: images.Ref("echo"), ImagePullPolicy: corev1.PullNever,
+					VolumeMounts: []corev1.VolumeMount{{Name: "s", MountPath: "/s"}},
+				}},
+				Volumes: []corev1.Volume{{Name: "s", VolumeSource: corev1.VolumeSource{
+					Secret: &corev1.SecretVolumeSource{SecretName: "for-n1"}}}},
+			},
+		}
+		_, err = cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_ = cs.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{})
+			for _, name := range []string{"for-n1", "for-nobody"} {
+				_ = cs.CoreV1().Secrets("default").Delete(context.Background(), name, metav1.DeleteOptions{})
+			}
+		})
+		_, err = kube.WaitPod(ctx, cs, "default", pod.Name, time.Minute, func(p *corev1.Pod) (bool, error) {
+			return p.Status.Phase == corev1.PodRunning, nil
+		})
+		require.NoError(t, err, "kubelet 1 runs a pod that mounts a Secret, as its node")
+		_, err = kubelet.CoreV1().Secrets("default").Get(ctx, "for-n1", metav1.GetOptions{})
+		assert.NoError(t, err, "node 1 reads the Secret its pod mounts")
+		_, err = kubelet.CoreV1().Secrets("default").Get(ctx, "for-nobody", metav1.GetOptions{})
+		assert.True(t, apierrors.IsForbidden(err), "node 1 may not read a Secret no pod of its references: %v", err)
+
+		proxy := client(t, c.l.kubeProxyKubeconfig(1))
+		_, err = proxy.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
+		assert.NoError(t, err, "kube-proxy lists EndpointSlices")
+		_, err = proxy.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
+		assert.True(t, apierrors.IsForbidden(err), "kube-proxy may not list Secrets: %v", err)
 	})
 
 	t.Run("echo service across nodes", func(t *testing.T) {

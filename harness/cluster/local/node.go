@@ -112,7 +112,7 @@ conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeou
 metricsBindAddress: 127.0.0.1:10249
 healthzBindAddress: 127.0.0.1:10256
 iptables: {syncPeriod: 30s, minSyncPeriod: 1s}
-`, filepath.Join(d, "kubeconfig"), ClusterCIDR, n.l.nodeName(n.k))
+`, n.l.kubeProxyKubeconfig(n.k), ClusterCIDR, n.l.nodeName(n.k))
 
 	// Pods resolve through cluster DNS only; the host's resolvers are never handed to them.
 	for name, body := range map[string]string{
@@ -172,7 +172,7 @@ func (n *node) startKubelet(path string) error {
 		Name: fmt.Sprintf("n%d-kubelet", n.k), Path: path, Dir: n.l.logDir(), Netns: n.l.nodeNetnsPath(n.k),
 		Args: []string{
 			"--config=" + filepath.Join(n.dir(), "kubelet.yaml"),
-			"--kubeconfig=" + filepath.Join(n.dir(), "kubeconfig"),
+			"--kubeconfig=" + n.l.nodeKubeconfig(n.k),
 			"--node-ip=" + nodeIP(n.k).String(),
 			"--hostname-override=" + n.l.nodeName(n.k),
 			"--root-dir=" + filepath.Join(n.dir(), "kubelet"),
