@@ -1,0 +1,180 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshchaos/meshchaos/harness/runner"
+	"github.com/meshchaos/meshchaos/harness/suite"
+	"github.com/meshchaos/meshchaos/results"
+)
+
+// stubRun is quickRun with a check that fails when fail, parameters params, and a setup that
+// calls during (where these tests deliver their signal) when given.
+func stubRun(dir, cp string, fail bool, params map[string]string, during func()) *prepared {
+	p := quickRun(dir, cp, false)
+	p.exp.Params = params
+	if fail {
+		p.exp.Checks = []runner.Check{func(*results.Summary) (results.Check, error) {
+			return results.NewCheck("always", 0, results.GE, 1, ""), nil
+		}}
+	}
+	if during != nil {
+		p.exp.Setup = func(context.Context, *runner.Run) error {
+			during()
+			return nil
+		}
+	}
+	return p
+}
+
+// signalled is a context as interruptible makes it, and what the first signal does to it:
+// cancel it with the runner.Interrupt a SIGTERM gives.
+func signalled(t *testing.T) (context.Context, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	t.Cleanup(func() { cancel(nil) })
+	return ctx, func() { cancel(&runner.Interrupt{Signal: syscall.SIGTERM.String(), At: time.Now()}) }
+}
+
+// onLine is a writer that calls fn once, at the first write containing substr (a signal that
+// comes when the suite prints that line).
+type onLine struct {
+	bytes.Buffer
+	substr string
+	fn     func()
+	once   sync.Once
+}
+
+func (w *onLine) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), w.substr) {
+		w.once.Do(w.fn)
+	}
+	return w.Buffer.Write(p)
+}
+
+// threeRunSuite plans three runs of the stub into out: the second calls during in its setup.
+func threeRunSuite(out, history string, during func()) *suiteExec {
+	x := &suiteExec{suite: suite.Suite{Name: "mine"}, substrate: "local", out: out, opts: suiteOpts{Nights: 30, History: history}}
+	for i := range 3 {
+		var d func()
+		if i == 1 {
+			d = during
+		}
+		x.runs = append(x.runs, plannedRun{entry: i, repeat: 1, repeats: 1, expect: results.Expect{Verdict: results.VerdictPass},
+			p: stubRun(filepath.Join(out, suiteRunName(i, "quick", "reference", 1, 1)), "reference", false, nil, d)})
+	}
+	return x
+}
+
+// TestSuiteInterruptedDuringARunGivesNoVerdict: a signal during run 2 of 3 (every run that
+// ended passed as expected) is exit 2, not a verdict: suite.json records the signal, the run and
+// its phase, junit.xml has an errored case saying so, the run cut short records the signal in
+// its own summary, run 3 never starts, and the execution is not appended to the history. The
+// same suite without the signal passes and is appended.
+func TestSuiteInterruptedDuringARunGivesNoVerdict(t *testing.T) {
+	ctx, signal := signalled(t)
+	out, history := t.TempDir(), t.TempDir()
+	var x *suiteExec
+	var doing string
+	x = threeRunSuite(out, history, func() {
+		doing = x.doing.String()
+		signal()
+	})
+	x.doing = newActivity("suite mine")
+	var stdout, stderr bytes.Buffer
+	err := x.execute(ctx, &stdout, &stderr)
+	assert.Equal(t, 2, exitCode(err), "%v\n%s", err, stderr.String())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "suite mine: interrupted by SIGTERM during run 2/3 (phase setup): no verdict")
+	assert.Equal(t, "suite mine run 2/3 quick [reference]", doing, "a second signal names the run being torn down")
+
+	res := readSuite(t, out)
+	require.NotNil(t, res.Interrupted, "suite.json records the interruption")
+	assert.Equal(t, "terminated", res.Interrupted.Signal, "spelled as the run's summary spells it")
+	assert.Equal(t, []int{2, 3}, []int{res.Interrupted.Run, res.Interrupted.Runs})
+	assert.Equal(t, "setup", res.Interrupted.Phase)
+	assert.False(t, res.Interrupted.BetweenRuns)
+	assert.WithinDuration(t, time.Now(), res.Interrupted.At, time.Minute)
+	require.Len(t, res.Runs, 2, "run 3 did not start")
+	assert.Equal(t, 3, res.Planned)
+	assert.Equal(t, results.VerdictPass, res.Runs[0].Verdict)
+	assert.Equal(t, results.VerdictError, res.Runs[1].Verdict)
+	assert.Contains(t, res.Runs[1].Error, "interrupted by terminated")
+	assert.NoFileExists(t, filepath.Join(x.runs[2].p.Dir, results.SummaryFile))
+
+	s, err := results.Read(x.runs[1].p.Dir)
+	require.NoError(t, err)
+	assert.Equal(t, results.VerdictError, s.Verdict)
+	require.NotNil(t, s.Interrupted, "the run cut short records the signal itself")
+	assert.Equal(t, "terminated", s.Interrupted.Signal)
+
+	junit, err := os.ReadFile(filepath.Join(out, results.JUnitFile))
+	require.NoError(t, err)
+	assert.Contains(t, string(junit), `type="Interrupted"`)
+	assert.Contains(t, string(junit), "interrupted by SIGTERM during run 2/3 (phase setup) at ")
+	assert.Contains(t, string(junit), "no verdict; 1 of 3 planned runs did not run")
+	page, err := os.ReadFile(filepath.Join(out, results.SuiteIndexFile))
+	require.NoError(t, err)
+	assert.Contains(t, string(page), "Interrupted — no verdict: interrupted by SIGTERM during run 2/3")
+
+	hf := results.HistoryFile(history, "mine")
+	assert.NoFileExists(t, hf, "an interrupted execution is not a night")
+	assert.Contains(t, stderr.String(), "suite mine: not appended to the history "+hf+": an interrupted execution is not a night of the trends")
+	assert.Contains(t, stdout.String(), "cut   quick [reference] #1: error", "the run cut short is not shown as a failure of its own")
+	assert.Contains(t, stdout.String(), "interrupted by SIGTERM during run 2/3 (phase setup): no verdict; 1 of 3 runs did not run")
+
+	// Without the signal: the same suite passes and is a night of the history.
+	out = t.TempDir()
+	x = threeRunSuite(out, history, func() {})
+	stdout.Reset()
+	stderr.Reset()
+	require.NoError(t, x.execute(context.Background(), &stdout, &stderr), stderr.String())
+	assert.Nil(t, readSuite(t, out).Interrupted)
+	assert.FileExists(t, hf)
+}
+
+// TestSuiteInterruptedBetweenRuns: a signal after run 1 of 2 had recorded its verdict and before
+// run 2 started is exit 2 naming run 2 as the one that did not start; run 1 keeps its verdict.
+// A signal before the first run is the same, with no run made.
+func TestSuiteInterruptedBetweenRuns(t *testing.T) {
+	ctx, signal := signalled(t)
+	out := t.TempDir()
+	x := threeRunSuite(out, "", nil)
+	x.runs = x.runs[:2]
+	// The line the suite prints once run 1 has ended, before it looks at the next.
+	stderr := &onLine{substr: "suite mine: run 1/2 quick [reference]: pass", fn: signal}
+	var stdout bytes.Buffer
+	err := x.execute(ctx, &stdout, stderr)
+	assert.Equal(t, 2, exitCode(err), "%v\n%s", err, stderr.String())
+	assert.ErrorContains(t, err, "suite mine: interrupted by SIGTERM before run 2/2 started: no verdict")
+	res := readSuite(t, out)
+	require.NotNil(t, res.Interrupted)
+	assert.True(t, res.Interrupted.BetweenRuns)
+	assert.Equal(t, 2, res.Interrupted.Run)
+	require.Len(t, res.Runs, 1)
+	assert.Equal(t, results.VerdictPass, res.Runs[0].Verdict)
+	assert.NoFileExists(t, filepath.Join(x.runs[1].p.Dir, results.SummaryFile))
+
+	ctx, signal = signalled(t)
+	signal()
+	out = t.TempDir()
+	x = threeRunSuite(out, t.TempDir(), nil)
+	err = x.execute(ctx, &stdout, &bytes.Buffer{})
+	assert.Equal(t, 2, exitCode(err), "%v", err)
+	res = readSuite(t, out)
+	require.NotNil(t, res.Interrupted, "suite.json is written even when no run was made")
+	assert.Equal(t, []int{1, 3}, []int{res.Interrupted.Run, res.Interrupted.Runs})
+	assert.Empty(t, res.Runs)
+	assert.NoFileExists(t, results.HistoryFile(x.opts.History, "mine"))
+}
