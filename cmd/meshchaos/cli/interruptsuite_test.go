@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -177,4 +178,106 @@ func TestSuiteInterruptedBetweenRuns(t *testing.T) {
 	assert.Equal(t, []int{1, 3}, []int{res.Interrupted.Run, res.Interrupted.Runs})
 	assert.Empty(t, res.Runs)
 	assert.NoFileExists(t, results.HistoryFile(x.opts.History, "mine"))
+}
+
+// upgradePlan is two entries, base and candidate each: entry 1's candidate fails its check (a
+// regression) and entry 2's base run calls during in its setup.
+func upgradePlan(out string, during func()) *upgradeCheck {
+	u := &upgradeCheck{base: "reference", cand: "reference:ungated", suite: "mine", out: out}
+	for e := 1; e <= 2; e++ {
+		params := map[string]string{"entry": string(rune('0' + e))}
+		for _, side := range []string{"base", "candidate"} {
+			cp := map[string]string{"base": u.base, "candidate": u.cand}[side]
+			var d func()
+			if e == 2 && side == "base" {
+				d = during
+			}
+			u.runs = append(u.runs, upgradeRun{entry: e, repeat: 1, repeats: 1, side: side,
+				p: stubRun(filepath.Join(out, side, suiteRunName(e-1, "quick", "", 1, 1)), cp, e == 1 && side == "candidate", params, d)})
+		}
+	}
+	return u
+}
+
+func readComparison(t *testing.T, dir string) *results.Comparison {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, results.ComparisonJSONFile))
+	require.NoError(t, err)
+	var c results.Comparison
+	require.NoError(t, json.Unmarshal(b, &c))
+	return &c
+}
+
+// TestUpgradeCheckInterruptedGivesNoVerdict: an upgrade-check stopped by a signal in run 3 of 4
+// exits 2 even though the runs made show a regression (exit 1 without the signal): its
+// comparison says which signal came during which run and that it gives no verdict, lists the run
+// never made, and never says "no regression".
+func TestUpgradeCheckInterruptedGivesNoVerdict(t *testing.T) {
+	ctx, signal := signalled(t)
+	out := filepath.Join(t.TempDir(), "upgrade")
+	var u *upgradeCheck
+	var doing string
+	u = upgradePlan(out, func() {
+		doing = u.doing.String()
+		signal()
+	})
+	u.doing = newActivity("upgrade-check")
+	var stdout, stderr bytes.Buffer
+	err := u.execute(ctx, &stdout, &stderr)
+	assert.Equal(t, 2, exitCode(err), "%v\n%s", err, stderr.String())
+	require.Error(t, err)
+	assert.True(t, strings.HasPrefix(err.Error(), "INTERRUPTED: interrupted by SIGTERM during run 3/4 (phase setup): no verdict"), err.Error())
+	assert.Equal(t, "upgrade-check run 3/4 (entry 2 quick, base reference)", doing)
+	assert.NotContains(t, stdout.String(), "no regression")
+	assert.Contains(t, stdout.String(), "REGRESSION: check: always", "what the runs made show is still shown")
+	assert.Contains(t, stderr.String(), "upgrade-check: interrupted by SIGTERM during run 3/4 (phase setup): no verdict; 1 of 4 runs not made")
+
+	c := readComparison(t, out)
+	require.NotNil(t, c.Interrupted, "comparison.json records the interruption")
+	assert.Equal(t, "terminated", c.Interrupted.Signal)
+	assert.Equal(t, []int{3, 4}, []int{c.Interrupted.Run, c.Interrupted.Runs})
+	assert.Equal(t, "setup", c.Interrupted.Phase)
+	require.Len(t, c.Groups, 2)
+	g := c.Groups[1]
+	assert.Equal(t, "no usable base run", g.Error)
+	require.Len(t, g.Base, 1)
+	assert.Contains(t, g.Base[0].Error, "interrupted by terminated", "the run cut short")
+	require.Len(t, g.Candidate, 1)
+	assert.Equal(t, "not run: the upgrade-check was interrupted by SIGTERM during run 3/4 (phase setup)", g.Candidate[0].Error)
+	md, err := os.ReadFile(filepath.Join(out, results.ComparisonMarkdownFile))
+	require.NoError(t, err)
+	assert.Contains(t, string(md), "**INTERRUPTED: interrupted by SIGTERM during run 3/4 (phase setup): no verdict")
+	assert.Contains(t, string(md), "no verdict.** The runs made until then are compared below for information only")
+
+	// Without the signal: the regression is the verdict, exit 1.
+	out = filepath.Join(t.TempDir(), "upgrade")
+	u = upgradePlan(out, func() {})
+	stdout.Reset()
+	err = u.execute(context.Background(), &stdout, &stderr)
+	assert.Equal(t, 1, exitCode(err), "%v", err)
+	assert.Nil(t, readComparison(t, out).Interrupted)
+}
+
+// TestUpgradeCheckInterruptedBeforeItsFirstRun: a signal before any run leaves a comparison
+// that says so (every run listed as not run), exit 2, not "no comparison" without a report.
+func TestUpgradeCheckInterruptedBeforeItsFirstRun(t *testing.T) {
+	ctx, signal := signalled(t)
+	signal()
+	out := filepath.Join(t.TempDir(), "upgrade")
+	u := upgradePlan(out, nil)
+	var stdout, stderr bytes.Buffer
+	err := u.execute(ctx, &stdout, &stderr)
+	assert.Equal(t, 2, exitCode(err), "%v\n%s", err, stderr.String())
+	assert.ErrorContains(t, err, "interrupted by SIGTERM before run 1/4 started: no verdict")
+	c := readComparison(t, out)
+	require.NotNil(t, c.Interrupted)
+	assert.True(t, c.Interrupted.BetweenRuns)
+	for _, g := range c.Groups {
+		assert.NotEmpty(t, g.Error, g.Experiment)
+		for _, r := range append(g.Base, g.Candidate...) {
+			assert.Equal(t, results.VerdictError, r.Verdict)
+			assert.Contains(t, r.Error, "not run: ")
+		}
+	}
+	assert.NotContains(t, stdout.String(), "no regression")
 }
