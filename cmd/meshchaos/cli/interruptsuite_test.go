@@ -145,39 +145,54 @@ func TestSuiteInterruptedDuringARunGivesNoVerdict(t *testing.T) {
 	assert.FileExists(t, hf)
 }
 
-// TestSuiteInterruptedBetweenRuns: a signal after run 1 of 2 had recorded its verdict and before
-// run 2 started is exit 2 naming run 2 as the one that did not start; run 1 keeps its verdict.
-// A signal before the first run is the same, with no run made.
+// TestSuiteInterruptedBetweenRuns: a signal after run 1 of 2 had given its verdict — while its
+// reports were rendered, or once the suite had counted it — and before run 2 started is exit 2
+// naming run 2 as the one that did not start; run 1 keeps its verdict. A signal before the first
+// run is the same, with no run made. A signal after the last run's verdict cuts nothing short:
+// the suite's verdict stands, and it is a night of the history.
 func TestSuiteInterruptedBetweenRuns(t *testing.T) {
-	ctx, signal := signalled(t)
-	out := t.TempDir()
-	x := threeRunSuite(out, "", nil)
-	x.runs = x.runs[:2]
-	// The line the suite prints once run 1 has ended, before it looks at the next.
-	stderr := &onLine{substr: "suite mine: run 1/2 quick [reference]: pass", fn: signal}
-	var stdout bytes.Buffer
-	err := x.execute(ctx, &stdout, stderr)
-	assert.Equal(t, 2, exitCode(err), "%v\n%s", err, stderr.String())
-	assert.ErrorContains(t, err, "suite mine: interrupted by SIGTERM before run 2/2 started: no verdict")
-	res := readSuite(t, out)
-	require.NotNil(t, res.Interrupted)
-	assert.True(t, res.Interrupted.BetweenRuns)
-	assert.Equal(t, 2, res.Interrupted.Run)
-	require.Len(t, res.Runs, 1)
-	assert.Equal(t, results.VerdictPass, res.Runs[0].Verdict)
-	assert.NoFileExists(t, filepath.Join(x.runs[1].p.Dir, results.SummaryFile))
+	for _, line := range []string{
+		"verdict pass — ", // the runner's last line, after the run's verdict is written
+		"suite mine: run 1/2 quick [reference]: pass",
+	} {
+		ctx, signal := signalled(t)
+		out := t.TempDir()
+		x := threeRunSuite(out, "", nil)
+		x.runs = x.runs[:2]
+		stderr := &onLine{substr: line, fn: signal}
+		var stdout bytes.Buffer
+		err := x.execute(ctx, &stdout, stderr)
+		assert.Equal(t, 2, exitCode(err), "%q: %v\n%s", line, err, stderr.String())
+		assert.ErrorContains(t, err, "suite mine: interrupted by SIGTERM before run 2/2 started: no verdict", line)
+		res := readSuite(t, out)
+		require.NotNil(t, res.Interrupted, line)
+		assert.True(t, res.Interrupted.BetweenRuns, line)
+		assert.Equal(t, 2, res.Interrupted.Run, line)
+		require.Len(t, res.Runs, 1, line)
+		assert.Equal(t, results.VerdictPass, res.Runs[0].Verdict, line)
+		assert.NoFileExists(t, filepath.Join(x.runs[1].p.Dir, results.SummaryFile), line)
+	}
 
-	ctx, signal = signalled(t)
+	ctx, signal := signalled(t)
 	signal()
-	out = t.TempDir()
-	x = threeRunSuite(out, t.TempDir(), nil)
-	err = x.execute(ctx, &stdout, &bytes.Buffer{})
+	out := t.TempDir()
+	x := threeRunSuite(out, t.TempDir(), nil)
+	err := x.execute(ctx, &bytes.Buffer{}, &bytes.Buffer{})
 	assert.Equal(t, 2, exitCode(err), "%v", err)
-	res = readSuite(t, out)
+	res := readSuite(t, out)
 	require.NotNil(t, res.Interrupted, "suite.json is written even when no run was made")
 	assert.Equal(t, []int{1, 3}, []int{res.Interrupted.Run, res.Interrupted.Runs})
 	assert.Empty(t, res.Runs)
 	assert.NoFileExists(t, results.HistoryFile(x.opts.History, "mine"))
+
+	ctx, signal = signalled(t)
+	out = t.TempDir()
+	x = threeRunSuite(out, t.TempDir(), nil)
+	stderr := &onLine{substr: "/03-quick-reference/report.html", fn: signal} // run 3's "verdict pass — …" line
+	require.NoError(t, x.execute(ctx, &bytes.Buffer{}, stderr), stderr.String())
+	assert.Contains(t, stderr.String(), "suite mine: interrupted by terminated after its last run had given its verdict: nothing was cut short, the suite's verdict stands")
+	assert.Nil(t, readSuite(t, out).Interrupted)
+	assert.FileExists(t, results.HistoryFile(x.opts.History, "mine"))
 }
 
 // upgradePlan is two entries, base and candidate each: entry 1's candidate fails its check (a
@@ -280,4 +295,18 @@ func TestUpgradeCheckInterruptedBeforeItsFirstRun(t *testing.T) {
 		}
 	}
 	assert.NotContains(t, stdout.String(), "no regression")
+}
+
+// TestUpgradeCheckSignalAfterItsLastRun: a signal after the last run had given its verdict cut
+// nothing short: the comparison is the verdict (here the regression, exit 1), not interrupted.
+func TestUpgradeCheckSignalAfterItsLastRun(t *testing.T) {
+	ctx, signal := signalled(t)
+	out := filepath.Join(t.TempDir(), "upgrade")
+	u := upgradePlan(out, nil)
+	last := u.runs[len(u.runs)-1].p.Dir
+	stderr := &onLine{substr: filepath.Join(last, results.HTMLFile), fn: signal} // its "verdict … — …" line
+	err := u.execute(ctx, &bytes.Buffer{}, stderr)
+	assert.Equal(t, 1, exitCode(err), "%v\n%s", err, stderr.String())
+	assert.Contains(t, stderr.String(), "upgrade-check: interrupted by terminated after its last run had given its verdict: nothing was cut short, the comparison stands")
+	assert.Nil(t, readComparison(t, out).Interrupted)
 }

@@ -251,7 +251,7 @@ func (x *suiteExec) execute(ctx context.Context, stdout, stderr io.Writer) error
 		x.doing.set(fmt.Sprintf("suite %s run %d/%d %s", s.Name, i+1, len(runs), key))
 		start := time.Now()
 		sum, err := r.p.execute(ctx, runner.NewProgress(stderr))
-		if ctx.Err() != nil {
+		if cutShort(ctx, sum) {
 			res.Interrupted = suiteInterruption(ctx, i+1, len(runs))
 			if sum.Interrupted != nil {
 				res.Interrupted.Phase = sum.Interrupted.Phase
@@ -294,6 +294,8 @@ func (x *suiteExec) execute(ctx context.Context, stdout, stderr io.Writer) error
 	res.FinishedAt = time.Now().UTC()
 	if res.Interrupted != nil {
 		fmt.Fprintf(stderr, "suite %s: %s: no verdict; %d of %d runs did not run\n", s.Name, res.Interrupted, res.Planned-len(res.Runs), res.Planned)
+	} else if ctx.Err() != nil {
+		fmt.Fprintf(stderr, "suite %s: %v after its last run had given its verdict: nothing was cut short, the suite's verdict stands\n", s.Name, context.Cause(ctx))
 	}
 	var nights []results.SuiteResult
 	var historyErr error
@@ -354,6 +356,18 @@ func (x *suiteExec) execute(ctx context.Context, stdout, stderr io.Writer) error
 	}
 	missing := res.Planned - len(res.Runs)
 	return WithExitCode(1, fmt.Errorf("suite %s: %d of %d runs did not give their expected verdict, %d did not run", s.Name, bad, res.Planned, missing))
+}
+
+// cutShort reports whether ctx ended while the run that returned s was on its way: the run
+// recorded the signal, or ctx ended otherwise than by a signal. A signal that came after the run
+// had given its verdict (while its reports were rendered) cut nothing short: the next run is the
+// one it stops.
+func cutShort(ctx context.Context, s results.Summary) bool {
+	if ctx.Err() == nil {
+		return false
+	}
+	_, signalled := runner.AsInterrupt(context.Cause(ctx))
+	return s.Interrupted != nil || !signalled
 }
 
 // suiteInterruption is what ended ctx, as the interruption of run k of n: the signal the handler

@@ -203,7 +203,7 @@ func (u *upgradeCheck) execute(ctx context.Context, stdout, stderr io.Writer) er
 		s, err := r.p.execute(ctx, runner.NewProgress(stderr))
 		spent += time.Since(start)
 		made++
-		if ctx.Err() != nil {
+		if cutShort(ctx, s) {
 			interrupted = suiteInterruption(ctx, k+1, len(u.runs))
 			if s.Interrupted != nil {
 				interrupted.Phase = s.Interrupted.Phase
@@ -235,6 +235,9 @@ func (u *upgradeCheck) execute(ctx context.Context, stdout, stderr io.Writer) er
 		if interrupted != nil {
 			break
 		}
+	}
+	if interrupted == nil && ctx.Err() != nil {
+		fmt.Fprintf(stderr, "upgrade-check: %v after its last run had given its verdict: nothing was cut short, the comparison stands\n", context.Cause(ctx))
 	}
 	if interrupted != nil {
 		fmt.Fprintf(stderr, "upgrade-check: %s: no verdict; %d of %d runs not made\n", interrupted, len(u.runs)-made, len(u.runs))
