@@ -236,6 +236,9 @@ type Comparison struct {
 	Suite      string     `json:"suite,omitempty"`
 	StartedAt  *time.Time `json:"startedAt,omitempty"`
 	FinishedAt *time.Time `json:"finishedAt,omitempty"`
+	// Interrupted is set by upgrade-check when a signal stopped it: the comparison is of the runs
+	// made until then, for information only; it gives no verdict.
+	Interrupted *SuiteInterruption `json:"interrupted,omitempty"`
 	// Alpha, Confidence, Resamples and Seed are the statistics' settings.
 	Alpha      float64 `json:"alpha"`
 	Confidence float64 `json:"confidence"`

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -224,4 +226,36 @@ func TestWriteComparisonFiles(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, os.FileMode(0o644), info.Mode().Perm(), e.Name())
 	}
+}
+
+// TestInterruptedComparisonIsNoVerdict: a comparison upgrade-check stopped by a signal says so
+// first, in its outcome, table and report, and neither "no regression" nor a regression is its
+// conclusion, whatever the runs made show.
+func TestInterruptedComparisonIsNoVerdict(t *testing.T) {
+	in := &SuiteInterruption{Interruption: Interruption{Signal: "interrupt", At: time.Date(2026, 1, 1, 2, 0, 0, 0, time.UTC), Phase: "setup"}, Run: 2, Runs: 4}
+	same := compare(t, []*Summary{sample()}, []*Summary{sample()})
+	same.Interrupted = in
+	assert.Equal(t, "INTERRUPTED: interrupted by SIGINT during run 2/4 (phase setup): no verdict (the runs made alone: no regression)", same.Outcome())
+	var b bytes.Buffer
+	require.NoError(t, same.WriteTable(&b))
+	assert.NotContains(t, strings.ReplaceAll(b.String(), same.Outcome(), ""), "no regression", "no group and no outcome claims it")
+	assert.Contains(t, b.String(), "nothing regressed in the runs made (interrupted: no verdict)")
+
+	base, cand := sample(), sample()
+	cand.Traffic.ErrorWindowSeconds = 10
+	worse := compare(t, []*Summary{base}, []*Summary{cand})
+	worse.Interrupted = in
+	assert.True(t, strings.HasPrefix(worse.Outcome(), "INTERRUPTED: interrupted by SIGINT during run 2/4"), worse.Outcome())
+	assert.Contains(t, worse.Outcome(), "the runs made alone: REGRESSION in cp-oom (error window)")
+
+	dir := t.TempDir()
+	require.NoError(t, WriteComparison(dir, worse))
+	md, err := os.ReadFile(filepath.Join(dir, ComparisonMarkdownFile))
+	require.NoError(t, err)
+	assert.Contains(t, string(md), "**Interrupted by SIGINT during run 2/4 (phase setup) at 2026-01-01T02:00:00Z: no verdict.**")
+	js, err := os.ReadFile(filepath.Join(dir, ComparisonJSONFile))
+	require.NoError(t, err)
+	var back Comparison
+	require.NoError(t, json.Unmarshal(js, &back))
+	assert.Equal(t, in, back.Interrupted)
 }

@@ -78,6 +78,10 @@ func (c *Comparison) groupTitle(g Group) string {
 		return s
 	}
 	status := "no regression"
+	if c.Interrupted != nil {
+		// Not the words of a verdict: the runs that would have given one were not all made.
+		status = "nothing regressed in the runs made (interrupted: no verdict)"
+	}
 	switch {
 	case g.Error != "":
 		status = "NOT COMPARED: " + g.Error
@@ -87,8 +91,18 @@ func (c *Comparison) groupTitle(g Group) string {
 	return fmt.Sprintf("%s — base %s, candidate %s — %s", c.Label(g), sideText(g.Base), sideText(g.Candidate), status)
 }
 
-// Outcome is the comparison's one-line conclusion.
+// Outcome is the comparison's one-line conclusion. An interrupted comparison's says so first:
+// whatever the runs made show, it is no verdict.
 func (c *Comparison) Outcome() string {
+	o := c.outcome()
+	if c.Interrupted != nil {
+		return fmt.Sprintf("INTERRUPTED: %s: no verdict (the runs made alone: %s)", c.Interrupted, o)
+	}
+	return o
+}
+
+// outcome is the conclusion the runs compared support.
+func (c *Comparison) outcome() string {
 	var regressed []string
 	for _, g := range c.Groups {
 		if r := g.Regressions(); len(r) > 0 {
@@ -155,6 +169,10 @@ func (c *Comparison) WriteMarkdown(w io.Writer) error {
 	if c.Suite != "" && c.StartedAt != nil && c.FinishedAt != nil {
 		fmt.Fprintf(&b, "\nSuite `%s`, %s to %s (wall time %s).\n", c.Suite, c.StartedAt.UTC().Format(time.RFC3339), c.FinishedAt.UTC().Format(time.RFC3339), c.FinishedAt.Sub(*c.StartedAt).Round(time.Second))
 	}
+	if in := c.Interrupted; in != nil {
+		fmt.Fprintf(&b, "\n**%s at %s: no verdict.** The runs made until then are compared below for information only; the runs it cut short or never started are listed as errored and not counted.\n",
+			upperFirst(in.String()), in.At.UTC().Format(time.RFC3339))
+	}
 	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 	for _, g := range c.Groups {
 		fmt.Fprintf(&b, "\n## %s\n\n", cell(c.groupTitle(g)))
@@ -191,6 +209,14 @@ func (c *Comparison) WriteMarkdown(w io.Writer) error {
 	}
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// upperFirst capitalises s's first letter (ASCII).
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 // WriteComparison writes comparison.json and comparison.md into dir, each atomically (a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // JUnit XML as CI systems read it (the Jenkins/Ant schema): one testsuite per run, one testcase
@@ -133,9 +134,14 @@ func SuiteJUnit(s *SuiteResult) ([]byte, error) {
 		}
 		suite.Cases = append(suite.Cases, tc)
 	}
-	if missing := s.Planned - len(s.Runs); missing > 0 {
+	missing := s.Planned - len(s.Runs)
+	// An interruption is an error even after the last run started: the suite gave no verdict.
+	if missing > 0 || s.Interrupted != nil {
 		suite.Errors++
 		msg := fmt.Sprintf("%d of %d planned runs did not run (the suite was interrupted)", missing, s.Planned)
+		if s.Interrupted != nil {
+			msg = fmt.Sprintf("%s at %s: no verdict; %d of %d planned runs did not run", s.Interrupted, s.Interrupted.At.UTC().Format(time.RFC3339), missing, s.Planned)
+		}
 		suite.Cases = append(suite.Cases, junitCase{Name: "suite", ClassName: suite.Name, Error: &junitFailure{Message: msg, Type: "Interrupted", Text: msg}})
 	}
 	suite.Tests = len(suite.Cases)

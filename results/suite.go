@@ -36,6 +36,47 @@ type SuiteResult struct {
 	Runs       []SuiteRun `json:"runs"`
 	// Planned is how many runs the suite meant to make (fewer ran when it was interrupted).
 	Planned int `json:"planned"`
+	// Interrupted says a signal stopped the suite: it gave no verdict, whatever its runs gave.
+	Interrupted *SuiteInterruption `json:"interrupted,omitempty"`
+}
+
+// SuiteInterruption is the signal that stopped a suite or an upgrade-check (suite.json,
+// comparison.json): the signal as a run's summary names it, when it came, and where — the run
+// it cut short (Run of Runs, counted from 1, in the phase Interruption.Phase, "" when the run
+// did not record one), or, with BetweenRuns, the run that then did not start.
+type SuiteInterruption struct {
+	Interruption
+	Run  int `json:"run"`
+	Runs int `json:"runs"`
+	// BetweenRuns: the signal came after run Run-1 had ended and before run Run started.
+	BetweenRuns bool `json:"betweenRuns,omitempty"`
+}
+
+// String says what stopped the suite and where: "interrupted by SIGTERM during run 2/3
+// (phase chaos)".
+func (i *SuiteInterruption) String() string {
+	s := "interrupted by " + SignalName(i.Signal)
+	if i.BetweenRuns {
+		return s + fmt.Sprintf(" before run %d/%d started", i.Run, i.Runs)
+	}
+	s += fmt.Sprintf(" during run %d/%d", i.Run, i.Runs)
+	if i.Phase != "" {
+		s += " (phase " + i.Phase + ")"
+	}
+	return s
+}
+
+// signalNames are the usual names of the signals Go's os.Signal.String spells out (the
+// spelling summary.json and suite.json keep).
+var signalNames = map[string]string{"interrupt": "SIGINT", "terminated": "SIGTERM", "hangup": "SIGHUP", "quit": "SIGQUIT", "killed": "SIGKILL"}
+
+// SignalName is the usual name of a signal as Go spells it ("terminated" → "SIGTERM"); any
+// other text is returned as it is.
+func SignalName(sig string) string {
+	if n, ok := signalNames[sig]; ok {
+		return n
+	}
+	return sig
 }
 
 // SuiteRun is one run of a suite entry.
@@ -121,9 +162,10 @@ func (r SuiteRun) Name(repeats int) string {
 	return r.Key()
 }
 
-// OK reports whether every planned run ran and gave its expected verdict.
+// OK reports whether every planned run ran and gave its expected verdict; an interrupted suite
+// is never OK (it gave no verdict).
 func (s *SuiteResult) OK() bool {
-	if len(s.Runs) < s.Planned {
+	if s.Interrupted != nil || len(s.Runs) < s.Planned {
 		return false
 	}
 	for _, r := range s.Runs {

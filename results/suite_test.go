@@ -238,3 +238,73 @@ func TestAppendHistorySyncsEveryLine(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, FileMode, fi.Mode().Perm())
 }
+
+// interruptedNight is a suite of three planned runs stopped by SIGTERM in run 2's chaos phase:
+// run 1 passed as expected, run 2 was cut short (verdict error), run 3 never ran.
+func interruptedNight() SuiteResult {
+	at := time.Date(2026, 1, 1, 2, 0, 0, 0, time.UTC)
+	s := night(at, 100, SuiteRun{Entry: 1, Repeat: 1, Experiment: "cp-oom-restart", ControlPlane: "reference", Expect: VerdictPass,
+		Verdict: VerdictError, Error: "interrupted by terminated"})
+	s.Planned = 3
+	s.Interrupted = &SuiteInterruption{Interruption: Interruption{Signal: "terminated", At: at.Add(30 * time.Second), Phase: "chaos"}, Run: 2, Runs: 3}
+	return s
+}
+
+// TestSuiteInterruptionIsNoVerdict: an interrupted suite is not OK even when every run it made
+// gave its expected verdict, and junit.xml, suite.json and index.html say which signal stopped
+// it during which run.
+func TestSuiteInterruptionIsNoVerdict(t *testing.T) {
+	s := interruptedNight()
+	assert.False(t, s.OK())
+	s.Runs, s.Planned = s.Runs[:1], 1 // every planned run ran, as expected: still no verdict
+	assert.False(t, s.OK(), "interrupted during its last run")
+	s.Interrupted = nil
+	assert.True(t, s.OK(), "the same suite not interrupted")
+
+	s = interruptedNight()
+	assert.Equal(t, "interrupted by SIGTERM during run 2/3 (phase chaos)", s.Interrupted.String())
+	b, err := SuiteJUnit(&s)
+	require.NoError(t, err)
+	var doc junitSuites
+	require.NoError(t, xml.Unmarshal(b, &doc))
+	js := doc.Suites[0]
+	assert.Equal(t, 3, js.Tests, "two runs and the interruption")
+	assert.Equal(t, 2, js.Errors, "the run cut short and the interruption")
+	last := js.Cases[len(js.Cases)-1]
+	require.NotNil(t, last.Error)
+	assert.Equal(t, "Interrupted", last.Error.Type)
+	assert.Equal(t, "interrupted by SIGTERM during run 2/3 (phase chaos) at 2026-01-01T02:00:30Z: no verdict; 1 of 3 planned runs did not run", last.Error.Message)
+
+	// Interrupted during the last run: nothing missing, still an errored case.
+	s.Runs = append(s.Runs, s.Runs[1])
+	s.Interrupted.Run = 3
+	b, err = SuiteJUnit(&s)
+	require.NoError(t, err)
+	require.NoError(t, xml.Unmarshal(b, &doc))
+	assert.Contains(t, string(b), "interrupted by SIGTERM during run 3/3 (phase chaos) at 2026-01-01T02:00:30Z: no verdict; 0 of 3 planned runs did not run")
+
+	s = interruptedNight()
+	dir := t.TempDir()
+	require.NoError(t, WriteSuite(dir, &s, nil))
+	raw, err := os.ReadFile(dir + "/" + SuiteFile)
+	require.NoError(t, err)
+	var back SuiteResult
+	require.NoError(t, json.Unmarshal(raw, &back))
+	assert.Equal(t, s.Interrupted, back.Interrupted)
+	assert.Contains(t, string(raw), `"signal": "terminated"`, "spelled as the run's summary spells it")
+	assert.Contains(t, string(raw), `"run": 2`)
+	page, err := os.ReadFile(dir + "/" + SuiteIndexFile)
+	require.NoError(t, err)
+	assert.Contains(t, string(page), "Interrupted — no verdict: interrupted by SIGTERM during run 2/3 (phase chaos) at 2026-01-01 02:00:30 UTC; 1 of 2 runs made gave their expected verdict, 1 of 3 did not run")
+	assert.NotContains(t, string(page), "Every run gave its expected verdict")
+}
+
+// TestSuiteInterruptionBetweenRuns names the run that did not start, and signals by their usual
+// names.
+func TestSuiteInterruptionBetweenRuns(t *testing.T) {
+	in := SuiteInterruption{Interruption: Interruption{Signal: "hangup"}, Run: 3, Runs: 4, BetweenRuns: true}
+	assert.Equal(t, "interrupted by SIGHUP before run 3/4 started", in.String())
+	for goName, name := range map[string]string{"interrupt": "SIGINT", "terminated": "SIGTERM", "hangup": "SIGHUP", "quit": "SIGQUIT", "user defined signal 1": "user defined signal 1"} {
+		assert.Equal(t, name, SignalName(goName))
+	}
+}

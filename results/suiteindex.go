@@ -66,18 +66,21 @@ type indexGroup struct {
 }
 
 type indexView struct {
-	S            *SuiteResult
-	OK           bool
-	Runs         []indexRun
-	AsExpected   int
-	Spreads      []indexSpread
-	Groups       []indexGroup
-	Nights       int
-	Changed      int
-	Judged       int
-	K, FloorPct  float64
-	MinNights    int
-	Interrupted  int
+	S           *SuiteResult
+	OK          bool
+	Runs        []indexRun
+	AsExpected  int
+	Spreads     []indexSpread
+	Groups      []indexGroup
+	Nights      int
+	Changed     int
+	Judged      int
+	K, FloorPct float64
+	MinNights   int
+	// NotRun counts the planned runs that did not run; Stopped says what interrupted the suite
+	// ("" when nothing did).
+	NotRun       int
+	Stopped      string
 	WallTime     string
 	HistoryShown bool
 }
@@ -87,8 +90,11 @@ type indexView struct {
 // across nights with changes beyond the noise flagged.
 func SuiteIndex(s *SuiteResult, nights []SuiteResult) ([]byte, error) {
 	v := indexView{S: s, OK: s.OK(), K: TrendK, FloorPct: TrendFloorPct, MinNights: TrendMinNights,
-		Interrupted: s.Planned - len(s.Runs), Nights: len(nights), HistoryShown: nights != nil,
+		NotRun: s.Planned - len(s.Runs), Nights: len(nights), HistoryShown: nights != nil,
 		WallTime: s.FinishedAt.Sub(s.StartedAt).Round(1e9).String()}
+	if s.Interrupted != nil {
+		v.Stopped = fmt.Sprintf("%s at %s UTC", s.Interrupted, s.Interrupted.At.UTC().Format("2006-01-02 15:04:05"))
+	}
 	repeats := s.repeats()
 	for _, r := range s.Runs {
 		ir := indexRun{SuiteRun: r, Name: r.Name(repeats[r.Entry]), Report: filepath.ToSlash(filepath.Join(r.Dir, HTMLFile)), OK: r.AsExpected(), Repeats: repeats[r.Entry] > 1}
@@ -278,7 +284,8 @@ th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums
 <h1>Suite {{.S.Suite}}</h1>
 <p class="sub">{{.S.Summary}}</p>
 <p>Substrate {{.S.Substrate}} · started {{.S.StartedAt.UTC.Format "2006-01-02 15:04:05"}} UTC · {{.WallTime}} · {{len .S.Runs}} of {{.S.Planned}} runs</p>
-<p><span class="banner {{if .OK}}ok{{else}}notok{{end}}">{{if .OK}}Every run gave its expected verdict{{else}}{{.AsExpected}} of {{.S.Planned}} runs gave their expected verdict{{if .Interrupted}}; {{.Interrupted}} did not run{{end}}{{end}}</span>
+<p>{{if .Stopped}}<span class="banner notok">Interrupted — no verdict: {{.Stopped}}; {{.AsExpected}} of {{len .S.Runs}} runs made gave their expected verdict{{if .NotRun}}, {{.NotRun}} of {{.S.Planned}} did not run{{end}}</span>
+{{else}}<span class="banner {{if .OK}}ok{{else}}notok{{end}}">{{if .OK}}Every run gave its expected verdict{{else}}{{.AsExpected}} of {{.S.Planned}} runs gave their expected verdict{{if .NotRun}}; {{.NotRun}} did not run{{end}}{{end}}</span>{{end}}
 {{if .HistoryShown}} {{if .Judged}}<span class="banner {{if .Changed}}notok{{else}}ok{{end}}">{{.Changed}} of {{.Judged}} measures changed beyond the noise ({{.Nights}} night{{if ne .Nights 1}}s{{end}} of history)</span>{{else}}<span class="banner">{{.Nights}} night{{if ne .Nights 1}}s{{end}} of history: changes are judged from {{inc .MinNights}} nights</span>{{end}}{{end}}</p>
 
 <h2>Runs</h2>

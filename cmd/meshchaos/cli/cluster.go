@@ -56,7 +56,7 @@ func newClusterUpCmd() *cobra.Command {
 			if err != nil {
 				return WithExitCode(2, err)
 			}
-			ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), "cluster "+name)
+			ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), newActivity("cluster "+name))
 			defer stop()
 			p := runner.NewProgress(cmd.ErrOrStderr())
 			p.Phase("cluster up " + name)

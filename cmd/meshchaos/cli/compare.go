@@ -117,8 +117,9 @@ func checkComparisonOut(dir string, force bool, hint string) error {
 }
 
 // finishComparison prints the comparison, writes it into dir (when given; one that holds a
-// comparison only with force) and turns it into the exit code: 1 on a regression, 2 when a group
-// could not be compared or the comparison could not be written. made records what the command
+// comparison only with force) and turns it into the exit code: 1 on a regression, 2 when the
+// comparison was interrupted (no verdict, whatever it shows), a group could not be compared or
+// the comparison could not be written. made records what the command
 // created; it and the comparison's files are handed to the user who ran it through sudo.
 func finishComparison(w, stderr io.Writer, made *results.Created, c *results.Comparison, dir string, force bool) error {
 	if err := c.WriteTable(w); err != nil {
@@ -141,6 +142,10 @@ func finishComparison(w, stderr io.Writer, made *results.Created, c *results.Com
 			return WithExitCode(2, fmt.Errorf("%w: the outcome was %s", err, c.Outcome()))
 		}
 		fmt.Fprintf(w, "report: %s\n", filepath.Join(dir, results.ComparisonMarkdownFile))
+	}
+	if c.Interrupted != nil {
+		// Before the regression: what the runs made show is no verdict on the candidate.
+		return WithExitCode(2, errors.New(c.Outcome()))
 	}
 	if c.Regressed() {
 		return WithExitCode(1, errors.New("the candidate regressed: "+c.Outcome()))

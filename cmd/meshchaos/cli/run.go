@@ -82,7 +82,7 @@ func newRunCmd() *cobra.Command {
 				made.RemoveEmpty()
 				return err
 			}
-			ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), "run "+j.Experiment)
+			ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), newActivity("run "+j.Experiment))
 			defer stop()
 			return p.run(ctx, &made, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,11 +19,36 @@ import (
 // cluster behind).
 var interruptSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
+// activity names what a command is busy with, for the line a later signal prints: a suite or an
+// upgrade-check names each run as it starts, so that the line says which run's cluster is still
+// being removed. A nil activity names nothing.
+type activity struct{ now atomic.Pointer[string] }
+
+func newActivity(what string) *activity {
+	a := &activity{}
+	a.set(what)
+	return a
+}
+
+// set names what the command does from now on.
+func (a *activity) set(what string) {
+	if a != nil {
+		a.now.Store(&what)
+	}
+}
+
+func (a *activity) String() string {
+	if a == nil || a.now.Load() == nil {
+		return "meshchaos"
+	}
+	return *a.now.Load()
+}
+
 // interruptible returns a context cancelled by the first of interruptSignals, with a
 // runner.Interrupt naming the signal as its cause (the run's summary records it). Later signals
-// do not cut the teardown short — a half-removed cluster is worse than a slow exit — but say so
-// on w. stop releases the signals.
-func interruptible(parent context.Context, w io.Writer, what string) (ctx context.Context, stop func()) {
+// do not cut the teardown short — a half-removed cluster is worse than a slow exit — but say on
+// w what is still being torn down (what, as it is when they come). stop releases the signals.
+func interruptible(parent context.Context, w io.Writer, what *activity) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(parent)
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, interruptSignals...)

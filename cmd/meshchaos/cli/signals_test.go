@@ -50,7 +50,7 @@ func TestInterruptSignals(t *testing.T) {
 func TestInterruptibleCatchesEverySignal(t *testing.T) {
 	if os.Getenv("MESHCHAOS_TEST_INTERRUPTIBLE") == "child" {
 		said := make(chan string, 1)
-		ctx, stop := interruptible(context.Background(), chanWriter(said), "child")
+		ctx, stop := interruptible(context.Background(), chanWriter(said), newActivity("child"))
 		defer stop()
 		fmt.Println("ready")
 		select {
@@ -99,4 +99,16 @@ type chanWriter chan<- string
 func (c chanWriter) Write(p []byte) (int, error) {
 	c <- string(p)
 	return len(p), nil
+}
+
+// TestActivityNamesWhatIsGoingOn: the line a second signal prints names what the command does
+// when it comes, and a command without one still has a name.
+func TestActivityNamesWhatIsGoingOn(t *testing.T) {
+	a := newActivity("suite mine")
+	assert.Equal(t, "suite mine", a.String())
+	a.set("suite mine run 2/3 quick [reference]")
+	assert.Equal(t, "suite mine run 2/3 quick [reference]", a.String())
+	var none *activity
+	none.set("ignored")
+	assert.Equal(t, "meshchaos", none.String())
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"time"
@@ -36,7 +35,7 @@ func newSuiteCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "suite NAME|FILE [--out DIR] [--history DIR] [--set k=v]… [--substrate local]",
-		Short: "Run a suite of experiments one after another: combined junit.xml and index.html (exit 0 every run gave its expected verdict, 1 not, 2 bad input or results that could not be written)",
+		Short: "Run a suite of experiments one after another: combined junit.xml and index.html (exit 0 every run gave its expected verdict, 1 not, 2 bad input, interrupted, or results that could not be written)",
 		Long: `Run a suite: experiments × control planes × parameters × repeats, one run after another on this
 machine, each with the verdict it is expected to give. NAME is a built-in suite (see below) or FILE a
 YAML file:
@@ -54,7 +53,13 @@ YAML file:
 Every entry is checked before the first run starts. The output directory holds each run's
 directory, a combined junit.xml, suite.json and index.html. With --history DIR the suite's result
 is appended to DIR/NAME.jsonl and index.html shows each main measure's trend over the last
---nights executions, flagging a change beyond the noise seen so far.`,
+--nights executions, flagging a change beyond the noise seen so far.
+
+SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the suite: the run in progress records the signal
+(verdict error) and tears its cluster down, no further run starts, suite.json, junit.xml and
+index.html say which signal came during which run, the execution is not appended to --history
+(a partial night would distort the trends), and the exit code is 2: no verdict. A second signal
+says which run is still being torn down.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
@@ -66,9 +71,10 @@ is appended to DIR/NAME.jsonl and index.html shows each main measure's trend ove
 				printSuites(cmd.ErrOrStderr())
 				return Usagef("%v", err)
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), interruptSignals...)
+			doing := newActivity("suite " + s.Name)
+			ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), doing)
 			defer stop()
-			return runSuite(ctx, s, j, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return runSuite(ctx, s, j, o, doing, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	j.flags(cmd)
@@ -162,7 +168,9 @@ func claimSuiteDir(made *results.Created, out, name string) (string, error) {
 	return out, nil
 }
 
-func runSuite(ctx context.Context, s suite.Suite, j job, o suiteOpts, stdout, stderr io.Writer) error {
+// runSuite checks the suite's options, plans its runs and executes them; doing is told which run
+// is on its way.
+func runSuite(ctx context.Context, s suite.Suite, j job, o suiteOpts, doing *activity, stdout, stderr io.Writer) error {
 	if o.Nights < 2 {
 		return Usagef("--nights %d: at least 2 (a trend needs two nights)", o.Nights)
 	}
@@ -176,7 +184,7 @@ func runSuite(ctx context.Context, s suite.Suite, j job, o suiteOpts, stdout, st
 			return Usagef("%v", err)
 		}
 	}
-	x := &suiteExec{suite: s, substrate: j.Substrate, opts: o, past: past}
+	x := &suiteExec{suite: s, substrate: j.Substrate, opts: o, past: past, doing: doing}
 	var err error
 	if x.out, err = claimSuiteDir(&x.made, o.Out, s.Name); err == nil {
 		x.runs, err = planSuite(&x.made, s, j, o, x.out)
@@ -201,11 +209,15 @@ type suiteExec struct {
 	past []results.SuiteResult
 	// made is what this invocation created: handed to the user who ran it through sudo.
 	made results.Created
+	// doing is told which run is on its way (nil: nobody asks).
+	doing *activity
 }
 
 // execute makes the suite's runs one after another and writes its output (and history line).
-// Exit code: 0 every run gave its expected verdict, 1 not, 2 when a run's or the suite's results
-// could not be written (a verdict nobody can read back is no verdict).
+// Exit code: 0 every run gave its expected verdict, 1 not, 2 when ctx ended before the last run
+// did (an interrupted suite gives no verdict: the runs it cut short or never started would
+// count as failures) or when a run's or the suite's results could not be written (a verdict
+// nobody can read back is no verdict).
 func (x *suiteExec) execute(ctx context.Context, stdout, stderr io.Writer) error {
 	s, out, runs, o := x.suite, x.out, x.runs, x.opts
 	defer func() {
@@ -228,14 +240,23 @@ func (x *suiteExec) execute(ctx context.Context, stdout, stderr io.Writer) error
 	fmt.Fprintf(stderr, "suite %s: %d runs into %s\n", s.Name, len(runs), out)
 	for i, r := range runs {
 		if ctx.Err() != nil {
-			fmt.Fprintf(stderr, "suite %s: interrupted; %d of %d runs did not run\n", s.Name, len(runs)-i, len(runs))
+			// The signal came between two runs (the run before it had recorded its verdict).
+			res.Interrupted = suiteInterruption(ctx, i+1, len(runs))
+			res.Interrupted.BetweenRuns = true
 			break
 		}
 		key := results.SuiteRun{Experiment: r.p.Experiment, ControlPlane: r.p.CP, Set: r.set}.Key()
 		fmt.Fprintf(stderr, "suite %s: run %d/%d %s (expect %s) · elapsed %s · %s\n", s.Name, i+1, len(runs), key,
 			expectText(r.expect), time.Since(res.StartedAt).Round(time.Second), eta.remaining(runs[i:]))
+		x.doing.set(fmt.Sprintf("suite %s run %d/%d %s", s.Name, i+1, len(runs), key))
 		start := time.Now()
 		sum, err := r.p.execute(ctx, runner.NewProgress(stderr))
+		if cutShort(ctx, sum) {
+			res.Interrupted = suiteInterruption(ctx, i+1, len(runs))
+			if sum.Interrupted != nil {
+				res.Interrupted.Phase = sum.Interrupted.Phase
+			}
+		}
 		secs := time.Since(start).Seconds()
 		eta.done(key, secs)
 		rel, _ := filepath.Rel(out, r.p.Dir)
@@ -251,7 +272,10 @@ func (x *suiteExec) execute(ctx context.Context, stdout, stderr io.Writer) error
 		sr := results.NewSuiteRun(sp, r.entry, r.repeat, r.p.Experiment, r.p.CP, r.set, r.expect, rel, secs, err)
 		res.Runs = append(res.Runs, sr)
 		mark := "ok"
-		if !sr.AsExpected() {
+		switch {
+		case res.Interrupted != nil && !sr.AsExpected():
+			mark = "interrupted" // not the run's own doing
+		case !sr.AsExpected():
 			mark = "UNEXPECTED"
 		}
 		fmt.Fprintf(stderr, "suite %s: run %d/%d %s: %s (expected %s) %s in %s\n", s.Name, i+1, len(runs), key, sr.Verdict, expectText(r.expect), mark, time.Duration(secs*float64(time.Second)).Round(time.Second))
@@ -263,11 +287,25 @@ func (x *suiteExec) execute(ctx context.Context, stdout, stderr io.Writer) error
 		if err := results.WriteSuite(out, res, nil); err != nil {
 			return WithExitCode(2, fmt.Errorf("suite %s: write the suite's results after run %d/%d: %w: %s", s.Name, i+1, len(runs), err, suiteOutcome(res)))
 		}
+		if res.Interrupted != nil {
+			break
+		}
 	}
 	res.FinishedAt = time.Now().UTC()
+	if res.Interrupted != nil {
+		fmt.Fprintf(stderr, "suite %s: %s: no verdict; %d of %d runs did not run\n", s.Name, res.Interrupted, res.Planned-len(res.Runs), res.Planned)
+	} else if ctx.Err() != nil {
+		fmt.Fprintf(stderr, "suite %s: %v after its last run had given its verdict: nothing was cut short, the suite's verdict stands\n", s.Name, context.Cause(ctx))
+	}
 	var nights []results.SuiteResult
 	var historyErr error
-	if o.History != "" {
+	switch {
+	case o.History == "":
+	case res.Interrupted != nil:
+		// The nights' trends compare whole executions: one cut short (a run with verdict error,
+		// runs missing) would show as a change that is none, and shift the noise band after it.
+		fmt.Fprintf(stderr, "suite %s: not appended to the history %s: an interrupted execution is not a night of the trends\n", s.Name, results.HistoryFile(o.History, s.Name))
+	default:
 		if historyErr = x.appendHistory(res, stderr); historyErr == nil {
 			nights = append(x.past, *res)
 		}
@@ -282,10 +320,16 @@ func (x *suiteExec) execute(ctx context.Context, stdout, stderr io.Writer) error
 
 	bad := 0
 	fmt.Fprintf(stdout, "suite %s (%s, %s):\n", s.Name, x.substrate, res.FinishedAt.Sub(res.StartedAt).Round(time.Second))
-	for _, r := range res.Runs {
+	for i, r := range res.Runs {
 		status := "ok"
-		if !r.AsExpected() {
+		switch {
+		case r.AsExpected():
+		case res.Interrupted != nil && i == len(res.Runs)-1 && !res.Interrupted.BetweenRuns:
+			status = "cut" // the signal cut it short: not a failure of its own
+		default:
 			status = "FAIL"
+		}
+		if !r.AsExpected() {
 			bad++
 		}
 		fmt.Fprintf(stdout, "  %-4s  %s #%d: %s (expected %s)\n", status, r.Key(), r.Repeat, r.Verdict,
@@ -297,7 +341,13 @@ func (x *suiteExec) execute(ctx context.Context, stdout, stderr io.Writer) error
 			fmt.Fprintf(stdout, "          unexpected: %s\n", r.Unexpected)
 		}
 	}
+	if res.Interrupted != nil {
+		fmt.Fprintf(stdout, "  %s: no verdict; %d of %d runs did not run\n", res.Interrupted, res.Planned-len(res.Runs), res.Planned)
+	}
 	fmt.Fprintf(stdout, "junit: %s\nindex: %s\n", filepath.Join(out, results.JUnitFile), filepath.Join(out, results.SuiteIndexFile))
+	if res.Interrupted != nil {
+		return WithExitCode(2, fmt.Errorf("suite %s: %s: no verdict (%d of %d runs made, %d as expected)", s.Name, res.Interrupted, len(res.Runs), res.Planned, len(res.Runs)-bad))
+	}
 	if len(unsaved) > 0 {
 		return WithExitCode(2, fmt.Errorf("suite %s: the results of %d of %d runs could not be written, the first: %s", s.Name, len(unsaved), res.Planned, unsaved[0]))
 	}
@@ -306,6 +356,28 @@ func (x *suiteExec) execute(ctx context.Context, stdout, stderr io.Writer) error
 	}
 	missing := res.Planned - len(res.Runs)
 	return WithExitCode(1, fmt.Errorf("suite %s: %d of %d runs did not give their expected verdict, %d did not run", s.Name, bad, res.Planned, missing))
+}
+
+// cutShort reports whether ctx ended while the run that returned s was on its way: the run
+// recorded the signal, or ctx ended otherwise than by a signal. A signal that came after the run
+// had given its verdict (while its reports were rendered) cut nothing short: the next run is the
+// one it stops.
+func cutShort(ctx context.Context, s results.Summary) bool {
+	if ctx.Err() == nil {
+		return false
+	}
+	_, signalled := runner.AsInterrupt(context.Cause(ctx))
+	return s.Interrupted != nil || !signalled
+}
+
+// suiteInterruption is what ended ctx, as the interruption of run k of n: the signal the handler
+// named, or, for a context ended otherwise, its cause.
+func suiteInterruption(ctx context.Context, k, n int) *results.SuiteInterruption {
+	in, ok := runner.AsInterrupt(context.Cause(ctx))
+	if !ok {
+		in = &runner.Interrupt{Signal: fmt.Sprint(context.Cause(ctx)), At: time.Now()}
+	}
+	return &results.SuiteInterruption{Interruption: results.Interruption{Signal: in.Signal, At: in.At.UTC()}, Run: k, Runs: n}
 }
 
 // appendHistory adds res to the history, recording the history directories and file it creates.
@@ -325,6 +397,9 @@ func (x *suiteExec) appendHistory(res *results.SuiteResult, stderr io.Writer) er
 
 // suiteOutcome says what the suite's verdict was, for an error saying it could not be written.
 func suiteOutcome(res *results.SuiteResult) string {
+	if res.Interrupted != nil {
+		return fmt.Sprintf("the suite was %s: no verdict", res.Interrupted)
+	}
 	if res.OK() {
 		return fmt.Sprintf("the verdict was ok (all %d runs as expected)", res.Planned)
 	}

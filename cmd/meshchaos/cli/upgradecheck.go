@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"time"
@@ -35,6 +34,8 @@ type upgradeCheck struct {
 	// made is what this invocation created: removed again while empty when the plan is
 	// refused, handed to the user who ran it through sudo when it ran.
 	made results.Created
+	// doing is told which run is on its way (nil: nobody asks).
+	doing *activity
 }
 
 // upgradeRun is one run of the plan: an entry's repeat on one side.
@@ -66,8 +67,14 @@ comparison already is refused.
 --set name=value applies to every entry whose experiment has that parameter, --set
 EXPERIMENT.name=value to that experiment's entries only; it wins over the suite's own values.
 
-Exit code: 0 no regression, 1 a regression, 2 bad input, or runs that could not be carried out
-(the report lists them).`,
+SIGINT, SIGTERM, SIGHUP and SIGQUIT stop it: the run in progress records the signal (verdict
+error) and tears its cluster down, no further run starts, and comparison.md and comparison.json
+compare the runs made for information only, saying which signal came during which run and that
+there is no verdict (exit 2, whatever those runs show). A second signal says which run is still
+being torn down.
+
+Exit code: 0 no regression, 1 a regression, 2 bad input, runs that could not be carried out
+(the report lists them), or an interruption.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := u.prepare(cmd); err != nil {
@@ -75,7 +82,8 @@ Exit code: 0 no regression, 1 a regression, 2 bad input, or runs that could not 
 				u.made.RemoveEmpty()
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), interruptSignals...)
+			u.doing = newActivity("upgrade-check")
+			ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), u.doing)
 			defer stop()
 			return u.execute(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
@@ -159,7 +167,8 @@ func (u *upgradeCheck) prepare(cmd *cobra.Command) error {
 func dirName(cp string) string { return strings.NewReplacer(":", "-", ",", "+", "/", "-").Replace(cp) }
 
 // execute runs the plan in order (A B A B … per entry), with progress and an ETA, then compares
-// and writes the report.
+// and writes the report. When ctx ends before the last run has, no further run starts and the
+// comparison of the runs made says it was interrupted: exit 2, never a verdict (exit 0 or 1).
 func (u *upgradeCheck) execute(ctx context.Context, stdout, stderr io.Writer) error {
 	u.startedAt = time.Now()
 	// The comparison's files are handed over by finishComparison.
@@ -174,9 +183,13 @@ func (u *upgradeCheck) execute(ctx context.Context, stdout, stderr io.Writer) er
 	var base, cand []results.Run
 	var errored []string
 	var spent time.Duration
+	var interrupted *results.SuiteInterruption
+	made := 0
 	for k, r := range u.runs {
 		if ctx.Err() != nil {
-			errored = append(errored, fmt.Sprintf("%d runs not made: interrupted", len(u.runs)-k))
+			// The signal came between two runs (the run before it had recorded its verdict).
+			interrupted = suiteInterruption(ctx, k+1, len(u.runs))
+			interrupted.BetweenRuns = true
 			break
 		}
 		eta := "unknown until the first run ends"
@@ -185,9 +198,17 @@ func (u *upgradeCheck) execute(ctx context.Context, stdout, stderr io.Writer) er
 		}
 		fmt.Fprintf(stderr, "\n[%d/%d] entry %d %s, %s %s, repeat %d/%d — elapsed %s, ETA %s\n", k+1, len(u.runs), r.entry, r.p.Experiment,
 			r.side, r.p.CP, r.repeat, r.repeats, time.Since(u.startedAt).Round(time.Second), eta)
+		u.doing.set(fmt.Sprintf("upgrade-check run %d/%d (entry %d %s, %s %s)", k+1, len(u.runs), r.entry, r.p.Experiment, r.side, r.p.CP))
 		start := time.Now()
 		s, err := r.p.execute(ctx, runner.NewProgress(stderr))
 		spent += time.Since(start)
+		made++
+		if cutShort(ctx, s) {
+			interrupted = suiteInterruption(ctx, k+1, len(u.runs))
+			if s.Interrupted != nil {
+				interrupted.Phase = s.Interrupted.Phase
+			}
+		}
 		if s.Verdict == "" {
 			// Nothing could be written: keep the run as errored so the comparison shows it.
 			s = results.Summary{Experiment: r.p.Experiment, ControlPlane: r.p.CP, Verdict: results.VerdictError, Error: fmt.Sprint(err)}
@@ -211,6 +232,27 @@ func (u *upgradeCheck) execute(ctx context.Context, stdout, stderr io.Writer) er
 		} else {
 			cand = append(cand, run)
 		}
+		if interrupted != nil {
+			break
+		}
+	}
+	if interrupted == nil && ctx.Err() != nil {
+		fmt.Fprintf(stderr, "upgrade-check: %v after its last run had given its verdict: nothing was cut short, the comparison stands\n", context.Cause(ctx))
+	}
+	if interrupted != nil {
+		fmt.Fprintf(stderr, "upgrade-check: %s: no verdict; %d of %d runs not made\n", interrupted, len(u.runs)-made, len(u.runs))
+		// The runs not made are listed as errored, so that the report shows every group the
+		// plan had, and what each side lacks.
+		for _, r := range u.runs[made:] {
+			s := results.Summary{Experiment: r.p.Experiment, ControlPlane: r.p.CP, Params: r.p.exp.Params,
+				Verdict: results.VerdictError, Error: "not run: the upgrade-check was " + interrupted.String()}
+			run := results.Run{Dir: r.p.Dir, Summary: &s}
+			if r.side == "base" {
+				base = append(base, run)
+			} else {
+				cand = append(cand, run)
+			}
+		}
 	}
 	if len(base) == 0 || len(cand) == 0 {
 		return WithExitCode(2, fmt.Errorf("no comparison: %s", strings.Join(errored, "; ")))
@@ -221,6 +263,7 @@ func (u *upgradeCheck) execute(ctx context.Context, stdout, stderr io.Writer) er
 	}
 	finished := time.Now()
 	c.Base, c.Candidate, c.Suite, c.StartedAt, c.FinishedAt = u.base, u.cand, u.suite, &u.startedAt, &finished
+	c.Interrupted = interrupted
 	fmt.Fprintln(stdout)
 	err = finishComparison(stdout, stderr, &u.made, c, u.out, false)
 	if err == nil && len(errored) > 0 {
