@@ -4,6 +4,8 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 BIN := $(CURDIR)/bin
 MESHCHAOS := $(BIN)/meshchaos
+# The reference control plane's own binary: its image runs it (images.ControlPlane), not the CLI.
+CONTROLPLANE := $(BIN)/meshchaos-controlplane
 # Integration tests bring real clusters up; they need root and the binaries below.
 TEST_TIMEOUT ?= 40m
 NIGHTLY_TIMEOUT ?= 150m
@@ -12,9 +14,11 @@ NIGHTLY_TIMEOUT ?= 150m
 
 all: build
 
-## build: the meshchaos CLI (static) into bin/meshchaos
+## build: the meshchaos CLI and the reference control plane (static) into bin/meshchaos and
+## bin/meshchaos-controlplane
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(MESHCHAOS) ./cmd/meshchaos
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(CONTROLPLANE) ./cmd/meshchaos-controlplane
 
 ## deps: containerd, runc, CNI plugins, iptables from Debian when missing (root)
 deps:
@@ -120,4 +124,4 @@ fmt:
 
 clean:
 	-$(MESHCHAOS) cluster down --all
-	rm -rf $(BIN)/images $(MESHCHAOS)
+	rm -rf $(BIN)/images $(MESHCHAOS) $(CONTROLPLANE)

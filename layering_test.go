@@ -48,6 +48,10 @@ var rules = []rule{
 		why: "substrates bring clusters up and know nothing of what runs on them"},
 	{from: "experiments", deny: substrates, transitive: true,
 		why: "experiments reach a cluster through the substrate interface, never an implementation"},
+	// Shared low-level packages it may link, listed one by one: results/respflags (the
+	// response-flag vocabulary its routes put in local replies) and nothing else.
+	{from: "cmd/meshchaos-controlplane", deny: []string{""}, allow: []string{"controlplane", "results/respflags"}, transitive: true,
+		why: "the control plane's image runs this binary: its heap must be the control plane's, without the harness's packages and their init-time allocations"},
 }
 
 // knownViolations are allowed for now, each with its way out. The test logs them, and fails on
@@ -231,6 +235,8 @@ func TestLayeringCheckFindsViolations(t *testing.T) {
 		"experiments": {imports: []string{"harness/runner", "harness/cluster"},
 			deps: []string{"harness/runner", "results", "harness/observe", "harness/cluster", "harness/cluster/kind", "harness/cluster/bins"}},
 		"experiments/steps": {imports: []string{"harness/cluster/existing"}, deps: []string{"harness/cluster/existing"}},
+		"cmd/meshchaos-controlplane": {imports: []string{"controlplane/command"},
+			deps: []string{"controlplane/command", "controlplane", "results/respflags", "controlplane/manifests", "images"}},
 	}
 	var got []string
 	for _, v := range check(rules, graph) {
@@ -245,6 +251,7 @@ func TestLayeringCheckFindsViolations(t *testing.T) {
 		"harness/cluster/local -> harness/runner",
 		"experiments -> harness/cluster/kind",
 		"experiments/steps -> harness/cluster/existing",
+		"cmd/meshchaos-controlplane -> images",
 	}, got)
 
 	byKey := map[string]violation{}

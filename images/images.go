@@ -31,6 +31,11 @@ const (
 // Self is the Spec.Binary value meaning "the running meshchaos executable".
 const Self = "meshchaos"
 
+// ControlPlane is the reference control plane's own binary (cmd/meshchaos-controlplane), which
+// its image runs instead of Self: the heap measured in a run is then the control plane's, without
+// the harness linked in.
+const ControlPlane = "meshchaos-controlplane"
+
 // Spec describes one image.
 type Spec struct {
 	// Name is the image name without registry and tag.
@@ -40,6 +45,9 @@ type Spec struct {
 	Binary string
 	// Args follow the binary in the entrypoint.
 	Args []string
+	// Make is the make target that puts Binary into the binaries directory, named when it is
+	// missing (default "make images").
+	Make string
 }
 
 // Ref is the image's full reference, e.g. meshchaos.local/echo:dev.
@@ -54,13 +62,13 @@ func (s Spec) Entrypoint() []string { return append([]string{"/" + s.Binary}, s.
 // Catalog lists every image meshchaos builds. Add an image by appending its Spec.
 var Catalog = []Spec{
 	{Name: "pause", Binary: "pause"},
-	{Name: "coredns", Binary: "coredns"},
+	{Name: "coredns", Binary: "coredns", Make: "make bins"},
 	// Images run in pods: the workloads listen on ":PORT" there, the pod's own network namespace
 	// (its IP and loopback). The commands' own defaults are loopback, for runs on the host; a
 	// pod's args come after these and win.
 	{Name: "echo", Binary: Self, Args: []string{"workload", "echo", "--addr", ":8080"}},
-	// The reference control plane (controlplane/manifests deploys it).
-	{Name: "controlplane", Binary: Self, Args: []string{"controlplane"}},
+	// The reference control plane (controlplane/manifests deploys it), as a binary of its own.
+	{Name: "controlplane", Binary: ControlPlane, Make: "make build"},
 	{Name: "xdsproxy", Binary: Self, Args: []string{"workload", "xdsproxy"}},
 	{Name: "startup-app", Binary: Self, Args: []string{"workload", "startup-app", "--addr", ":8080"}},
 	{Name: "adsload", Binary: Self, Args: []string{"workload", "adsload", "--listen", ":8080"}},
@@ -83,7 +91,7 @@ func TarPath(dir, name string) string { return filepath.Join(dir, name+".tar") }
 
 // Builder builds catalog images.
 type Builder struct {
-	// BinDir holds the non-meshchaos binaries (pause, coredns).
+	// BinDir holds the binaries other than Self (pause, coredns, meshchaos-controlplane).
 	BinDir string
 	// Self is the meshchaos executable to package (default: the running one).
 	Self string
@@ -116,7 +124,11 @@ func (b *Builder) binaryPath(s Spec) (string, error) {
 	}
 	p := filepath.Join(b.BinDir, s.Binary)
 	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("binary %s missing: run 'make images' (it builds it)", p)
+		target := s.Make
+		if target == "" {
+			target = "make images"
+		}
+		return "", fmt.Errorf("binary %s missing: run '%s' (it builds it), or give the directory that holds it (--bin-dir)", p, target)
 	}
 	return p, nil
 }

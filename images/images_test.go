@@ -72,3 +72,27 @@ func TestBuildRefusesDynamicBinary(t *testing.T) {
 	_, err = b.Build(dir, []Spec{{Name: "y", Binary: "absent"}})
 	assert.ErrorContains(t, err, "make images")
 }
+
+// TestControlPlaneImageRunsItsOwnBinary: the control plane's image holds meshchaos-controlplane
+// (not the harness), and when that binary is missing the error says how to build it.
+func TestControlPlaneImageRunsItsOwnBinary(t *testing.T) {
+	s, ok := Lookup("controlplane")
+	require.True(t, ok)
+	assert.Equal(t, []string{"/meshchaos-controlplane"}, s.Entrypoint())
+
+	dir := t.TempDir()
+	b := &Builder{BinDir: dir}
+	_, err := b.Build(filepath.Join(dir, "images"), []Spec{s})
+	assert.ErrorContains(t, err, filepath.Join(dir, "meshchaos-controlplane")+" missing: run 'make build'")
+
+	require.NoError(t, os.Rename(buildStatic(t, dir), filepath.Join(dir, ControlPlane)))
+	paths, err := b.Build(filepath.Join(dir, "images"), []Spec{s})
+	require.NoError(t, err)
+	tag, err := name.NewTag(s.Ref())
+	require.NoError(t, err)
+	img, err := tarball.ImageFromPath(paths[0], &tag)
+	require.NoError(t, err)
+	cf, err := img.ConfigFile()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/meshchaos-controlplane"}, cf.Config.Entrypoint)
+}

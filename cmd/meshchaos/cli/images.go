@@ -43,7 +43,7 @@ func newImagesCmd() *cobra.Command {
 		},
 	}
 	build.Flags().StringVar(&out, "out", "bin/images", "output directory")
-	build.Flags().StringVar(&binDir, "bin-dir", "", "directory with the pause and coredns binaries (default: the parent of --out)")
+	build.Flags().StringVar(&binDir, "bin-dir", "", "directory with the pause, coredns and meshchaos-controlplane binaries (default: the parent of --out)")
 	cmd.AddCommand(build, newImagesBinaryCmd(), newKindNodeImageCmd())
 	return cmd
 }

@@ -67,7 +67,8 @@ const (
 
 	agentName   = "meshchaos-agent"
 	agentBinary = imgs.Self
-	// agentImage is the image the agent runs from: any meshchaos image holds /meshchaos.
+	// agentImage is the image the agent runs from: every workload image holds /meshchaos (the
+	// control plane's holds only its own binary).
 	agentImage = "echo"
 )
 
