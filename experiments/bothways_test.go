@@ -43,7 +43,10 @@ var ran sync.Map
 // TestBothWays is the harness's honesty at test scale: every experiment passes on the
 // reference (or its mitigated configuration) and fails on each of its regression switches,
 // incident configurations and modes, on the checks that name them.
-func TestBothWays(t *testing.T) { runCases(t, newLocalRunner(t), nil, false, true) }
+// The existing substrate's smoke run shares the pool (one slot, ~45 s).
+func TestBothWays(t *testing.T) {
+	runCases(t, newLocalRunner(t), nil, false, true, job{name: "existing substrate smoke", seconds: 45, run: existingSubstrateSmoke})
+}
 
 // TestBothWaysNightly runs the slower cases (more modes, the soak) that make test-nightly runs.
 func TestBothWaysNightly(t *testing.T) { runCases(t, newLocalRunner(t), nil, true, true) }
@@ -76,47 +79,56 @@ func estimate(c suite.Case) int {
 	return s
 }
 
-// runCases runs the cases of the tier that only accepts (every case: nil) on l's substrate, up
-// to runSlots at a time when parallel. Parallel, runSlots workers take the cases in order: those
-// that run alone first (both slots are free at the start), then the longest first, so that the
-// last minutes are not one case on one slot (left to go test's order, 490 s where 430 pack).
-func runCases(t *testing.T, l *localRunner, only func(suite.Case) bool, nightly, parallel bool) {
-	var cases []suite.Case
+// job is one run of the pool: a both-ways case, or another test that brings up a cluster.
+type job struct {
+	name    string
+	alone   bool
+	seconds int
+	run     func(t *testing.T)
+}
+
+// runCases runs the cases of the tier that only accepts (every case: nil) on l's substrate, and
+// extra, up to runSlots at a time when parallel. Parallel, runSlots workers take the jobs in
+// order: those that run alone first (both slots are free at the start), then the longest first,
+// so that the last minutes are not one case on one slot (left to go test's order, 490 s where
+// 430 pack).
+func runCases(t *testing.T, l *localRunner, only func(suite.Case) bool, nightly, parallel bool, extra ...job) {
+	jobs := extra
 	for _, c := range suite.BothWays() {
 		if c.Nightly == nightly && (only == nil || only(c)) {
-			cases = append(cases, c)
+			jobs = append(jobs, job{name: c.Name(), alone: c.Alone, seconds: estimate(c), run: func(t *testing.T) { runCase(t, l, c) }})
 		}
 	}
 	if !parallel {
-		for _, c := range cases {
-			runCase(t, l, c)
+		for _, j := range jobs {
+			j.run(t)
 		}
 		return
 	}
-	sort.SliceStable(cases, func(i, j int) bool {
-		if cases[i].Alone != cases[j].Alone {
-			return cases[i].Alone
+	sort.SliceStable(jobs, func(i, k int) bool {
+		if jobs[i].alone != jobs[k].alone {
+			return jobs[i].alone
 		}
-		return estimate(cases[i]) > estimate(cases[j])
+		return jobs[i].seconds > jobs[k].seconds
 	})
-	next := make(chan suite.Case, len(cases))
-	for _, c := range cases {
-		next <- c
+	next := make(chan job, len(jobs))
+	for _, j := range jobs {
+		next <- j
 	}
 	close(next)
 	slots := semaphore.NewWeighted(runSlots)
 	var wg sync.WaitGroup
 	for range runSlots {
 		wg.Go(func() {
-			for c := range next {
+			for j := range next {
 				need := int64(1)
-				if c.Alone {
+				if j.alone {
 					need = runSlots
 				}
 				if err := slots.Acquire(context.Background(), need); err != nil {
 					panic(err) // a background context is never done
 				}
-				runCase(t, l, c)
+				j.run(t)
 				slots.Release(need)
 			}
 		})

@@ -7,10 +7,15 @@ import (
 	"github.com/meshchaos/meshchaos/results"
 )
 
-// TestExistingSubstrateSmoke is make test's run through the existing substrate (the both-ways
-// cases there are nightly): serviceentry-scale's passing case on a local cluster reached by
-// its kubeconfig only, which the run must leave as it found it.
-func TestExistingSubstrateSmoke(t *testing.T) {
+// existingSubstrateSmoke is make test's run through the existing substrate (the both-ways
+// cases there are nightly), a subtest of TestBothWays in its pool: serviceentry-scale's passing
+// case on a local cluster reached by its kubeconfig only, which the run must leave as it found
+// it.
+func existingSubstrateSmoke(t *testing.T) {
+	t.Run("existing-substrate/serviceentry-scale/reference", func(t *testing.T) { smokeExisting(t) })
+}
+
+func smokeExisting(t *testing.T) {
 	l := newExistingRunner(t)
 	for _, c := range suite.BothWays() {
 		if c.Experiment == "serviceentry-scale" && c.ControlPlane == "reference" && c.Expect.Verdict == results.VerdictPass {
