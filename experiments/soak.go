@@ -37,6 +37,11 @@ func init() {
 			params.QuantityParam("maxHarnessHeapGrowth", "16Mi", "0", "64Gi", "the largest allowed growth of the harness's live heap per hour (fitted; it keeps the run's series)"),
 			params.IntParam("maxGoroutineGrowth", 10, 0, 100000, "", "the most goroutines the control plane or the harness may gain from the first fault to the end"),
 		},
+		// As cp-oom-restart's: its throttle and its OOM kill are the same faults.
+		NodeAccess: []string{
+			"kube-proxy CPU throttle on the gateway's node (its cgroup's CPU quota)",
+			"the control plane's memory cgroup (working set before the OOM kill)",
+		},
 		CPFaults: []string{"OOM-kills it once per fault cycle"},
 		Validate: func(v params.Values) error {
 			if v.Int("hosts") > v.Int("serviceEntries") {
@@ -165,21 +170,22 @@ type soakFault struct {
 
 // soakCycle is the order the faults come in.
 func soakCycle() []soakFault {
-	const ns = "default"
+	// The mesh's workloads are in its namespace: "default" on a cluster of the run's own, the
+	// run's own on a shared one (never someone else's pods labelled app=echo).
 	return []soakFault{
 		// The ServiceEntries' endpoints are the echo pods' addresses, written once: a killed echo
 		// pod's replacement (a new address) would never serve them again. So echo's containers
 		// crash (kubelet restarts them in place), and the pod killed is the flapping service's,
 		// whose endpoints follow its pods.
 		{"container-crash/echo", func(ctx context.Context, s *experiment.State) error {
-			crash := &chaos.ContainerCrash{Cluster: s.Mesh.Cluster, Client: s.Mesh.Client, Namespace: ns, Selector: "app=echo"}
+			crash := &chaos.ContainerCrash{Cluster: s.Mesh.Cluster, Client: s.Mesh.Client, Namespace: s.Mesh.Namespace, Selector: "app=echo"}
 			if err := s.Inject(ctx, crash); err != nil {
 				return err
 			}
 			return s.Clear(ctx, crash)
 		}},
 		{"pod-kill/" + flapService, func(ctx context.Context, s *experiment.State) error {
-			sel := "app=" + flapService
+			ns, sel := s.Mesh.Namespace, "app="+flapService
 			kill := &chaos.PodKill{Client: s.Mesh.Client, Namespace: ns, Selector: sel}
 			if err := s.Inject(ctx, kill); err != nil {
 				return err
@@ -235,7 +241,7 @@ func soakCycle() []soakFault {
 			return s.Clear(ctx, th)
 		}},
 		{"endpoint-flap", func(ctx context.Context, s *experiment.State) error {
-			sel := "app=" + flapService
+			ns, sel := s.Mesh.Namespace, "app="+flapService
 			flap := &chaos.EndpointFlap{Cluster: s.Mesh.Cluster, Client: s.Mesh.Client, Namespace: ns, Selector: sel, Up: 4 * time.Second, Down: 2 * time.Second}
 			if err := s.Inject(ctx, flap); err != nil {
 				return err
