@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/assert"
@@ -359,4 +360,125 @@ func TestDocsCheckFindsMadeUpNames(t *testing.T) {
 		"11: meshchaos run: no experiment \"no-such-experiment\"",
 		"14: the Makefile has no target \"tset\"",
 	}, got)
+}
+
+var (
+	mdLink  = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	heading = regexp.MustCompile("^#{1,6} +(.*?) *#*$")
+)
+
+// anchors lists the anchors GitHub gives a Markdown page's headings: lower case, punctuation
+// dropped, spaces as hyphens, "-1", "-2" … on repeats.
+func anchors(text string) map[string]bool {
+	out := map[string]bool{}
+	seen := map[string]int{}
+	inBlock := false
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "```") {
+			inBlock = !inBlock
+		}
+		m := heading.FindStringSubmatch(l)
+		if inBlock || m == nil {
+			continue
+		}
+		var b strings.Builder
+		for _, r := range strings.ToLower(m[1]) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		a := b.String()
+		if n := seen[a]; n > 0 {
+			out[fmt.Sprintf("%s-%d", a, n)] = true
+		} else {
+			out[a] = true
+		}
+		seen[a]++
+	}
+	return out
+}
+
+// brokenLinks returns the relative links of page (a slash path under root) whose file does not
+// exist, or whose #anchor names no heading of the Markdown file it points to.
+func brokenLinks(root, page, text string) []string {
+	var out []string
+	for _, l := range strings.Split(stripCode(text), "\n") {
+		for _, m := range mdLink.FindAllStringSubmatch(l, -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, anchor, _ := strings.Cut(target, "#")
+			path, body, err := page, []byte(text), error(nil)
+			if file != "" {
+				path = filepath.ToSlash(filepath.Join(filepath.Dir(page), file))
+				body, err = os.ReadFile(filepath.Join(root, path))
+			}
+			if err != nil {
+				if fi, serr := os.Stat(filepath.Join(root, path)); serr == nil && fi.IsDir() && anchor == "" {
+					continue
+				}
+				out = append(out, fmt.Sprintf("link %s: no file %s", target, path))
+				continue
+			}
+			if anchor != "" && strings.HasSuffix(path, ".md") && !anchors(string(body))[anchor] {
+				out = append(out, fmt.Sprintf("link %s: no heading of %s has the anchor #%s", target, path, anchor))
+			}
+		}
+	}
+	return out
+}
+
+// stripCode blanks the code blocks and inline code of a Markdown text, where ](…) is no link.
+func stripCode(text string) string {
+	var b strings.Builder
+	inBlock := false
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "```") {
+			inBlock = !inBlock
+			b.WriteString("\n")
+			continue
+		}
+		if inBlock {
+			b.WriteString("\n")
+			continue
+		}
+		parts := strings.Split(l, "`")
+		for i, p := range parts {
+			if i%2 == 0 {
+				b.WriteString(p)
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// TestDocsLinksResolve: every relative link of the Markdown pages reaches a file, and its
+// #anchor a heading of that file (README's sections moved to docs/; a link into one must follow).
+func TestDocsLinksResolve(t *testing.T) {
+	root := repoRoot(t)
+	for _, page := range docPages(t, root) {
+		text, err := os.ReadFile(filepath.Join(root, page))
+		require.NoError(t, err)
+		for _, p := range brokenLinks(root, page, string(text)) {
+			t.Errorf("%s: %s", page, p)
+		}
+	}
+}
+
+func TestDocsLinkCheckFindsBrokenLinks(t *testing.T) {
+	root := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "docs"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "docs", "a.md"), []byte("# A page\n## The cluster's own istiod: `--cp istiod:installed`\n## Twice\n## Twice\n```\n# not a heading\n```\n"), 0o644))
+	page := "# R\n[ok](docs/a.md) [ok](docs/a.md#the-clusters-own-istiod---cp-istiodinstalled) [ok](docs/a.md#twice-1) [dir](docs/)\n" +
+		"[gone](docs/b.md) [bad anchor](docs/a.md#not-a-heading) [self](#r) [self bad](#s) [web](https://example.com/x#y)\n`[code](nowhere.md)`\n"
+	assert.Equal(t, []string{
+		"link docs/b.md: no file docs/b.md",
+		"link docs/a.md#not-a-heading: no heading of docs/a.md has the anchor #not-a-heading",
+		"link #s: no heading of README.md has the anchor #s",
+	}, brokenLinks(root, "README.md", page))
 }
