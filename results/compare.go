@@ -100,8 +100,9 @@ func higher(name, unit string, abs, rel float64, v func(*Summary) (float64, bool
 func shown(m Measure) Measure { m.Gated = false; return m }
 
 // Measures are the summary's comparable numbers. The minimum effects are what a loaded 2-core
-// machine's noise between two runs of one control plane stays under (see README, pre-upgrade
-// validation); counts move by whole units, so an Abs of 0.5 means "one more".
+// machine's noise between two runs of one control plane stays under (docs/upgrade-check.md gives
+// the noise measured between runs of one side); counts move by whole units, so an Abs of 0.5
+// means "one more".
 var Measures = []Measure{
 	lower("error rate", "%", 0.1, 0.25, trafficMeasure(func(t *Traffic) float64 { return 100 * t.ErrorRate })),
 	shown(lower("errors", "", 0, 0, trafficMeasure(func(t *Traffic) float64 { return float64(t.Errors) }))),
