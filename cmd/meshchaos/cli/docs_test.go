@@ -27,9 +27,10 @@ import (
 // codeFragment is a piece of code in a Markdown file: one line of a code block (backslash
 // continuations joined) or one inline code span, with where it starts.
 type codeFragment struct {
-	file string
-	line int
-	text string
+	file  string
+	line  int
+	text  string
+	block bool // a line of a code block, not inline code
 }
 
 func (f codeFragment) String() string { return fmt.Sprintf("%s:%d: %s", f.file, f.line, f.text) }
@@ -60,7 +61,7 @@ func codeFragments(file, text string) []codeFragment {
 				i++
 				l = strings.TrimSuffix(l, `\`) + " " + strings.TrimSpace(lines[i])
 			}
-			out = append(out, codeFragment{file: file, line: start + 1, text: l})
+			out = append(out, codeFragment{file: file, line: start + 1, text: l, block: true})
 			continue
 		}
 		if strings.TrimSpace(l) == "" {
@@ -333,9 +334,9 @@ func TestReadmeTestCommandIsMakeTest(t *testing.T) {
 	require.NoError(t, err)
 	found := false
 	for _, f := range codeFragments("README.md", string(text)) {
-		found = found || regexp.MustCompile(`^(sudo )?make test(\s|$)`).MatchString(strings.TrimSpace(f.text))
+		found = found || f.block && regexp.MustCompile(`^(sudo )?make test(\s|$)`).MatchString(strings.TrimSpace(f.text))
 	}
-	assert.True(t, found, "README.md must give the tests' command as `make test`, the command CI runs")
+	assert.True(t, found, "README.md must give the tests' command in a code block as `make test`, the command CI runs")
 }
 
 // TestDocsCheckFindsMadeUpNames runs the checks over made-up lines: each wrong name is reported,
@@ -481,4 +482,54 @@ func TestDocsLinkCheckFindsBrokenLinks(t *testing.T) {
 		"link docs/a.md#not-a-heading: no heading of docs/a.md has the anchor #not-a-heading",
 		"link #s: no heading of README.md has the anchor #s",
 	}, brokenLinks(root, "README.md", page))
+}
+
+// readmeExperiments reads README's experiments table: each row's experiment name and its cells.
+func readmeExperiments(text string) (map[string][]string, error) {
+	rows := map[string][]string{}
+	inSection := false
+	name := regexp.MustCompile(`^\[([a-z0-9-]+)\]\(docs/experiments/([a-z0-9-]+)\.md\)`)
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, "## ") {
+			inSection = l == "## Experiments"
+			continue
+		}
+		if !inSection || !strings.HasPrefix(l, "| [") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(l, "| "), " | ")
+		m := name.FindStringSubmatch(cells[0])
+		if m == nil || m[1] != m[2] {
+			return nil, fmt.Errorf("experiments table: %q does not start with [NAME](docs/experiments/NAME.md)", l)
+		}
+		rows[m[1]] = cells
+	}
+	return rows, nil
+}
+
+// TestReadmeListsEveryExperiment: README's experiments table has a row, and a page, for every
+// experiment of the catalog and none other, and says "none" for node access exactly where the
+// experiment needs none (Definition.NodeAccess, what the existing substrate refuses without
+// --allow-node-chaos).
+func TestReadmeListsEveryExperiment(t *testing.T) {
+	root := repoRoot(t)
+	text, err := os.ReadFile(filepath.Join(root, "README.md"))
+	require.NoError(t, err)
+	rows, err := readmeExperiments(string(text))
+	require.NoError(t, err)
+	const nodeAccessColumn = 3 // experiment, time, faults, node access, substrates
+	for _, d := range experiments.List() {
+		cells, ok := rows[d.Name]
+		if !assert.True(t, ok, "README's experiments table has no row for %s", d.Name) {
+			continue
+		}
+		delete(rows, d.Name)
+		assert.FileExists(t, filepath.Join(root, "docs", "experiments", d.Name+".md"))
+		require.Greater(t, len(cells), nodeAccessColumn, "README's row of %s", d.Name)
+		assert.Equal(t, len(d.NodeAccess) == 0, cells[nodeAccessColumn] == "none",
+			"README's row of %s says node access %q; the experiment declares %q", d.Name, cells[nodeAccessColumn], d.NodeAccess)
+	}
+	for n := range rows {
+		t.Errorf("README's experiments table lists %s, which is no experiment", n)
+	}
 }
