@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
-
-	"github.com/meshchaos/meshchaos/controlplane/manifests"
 )
 
 // Kind is a parameter's type.
@@ -46,6 +44,9 @@ type Param struct {
 	Values []string
 	// Optional allows the empty value (e.g. "no CPU limit").
 	Optional bool
+	// Empty says what the empty value does ("none" when not set): the help must not promise
+	// "none" where "" keeps someone else's default.
+	Empty string
 }
 
 // IntParam is a whole number in [min, max].
@@ -83,6 +84,9 @@ func EnumParam(name, def string, values []string, help string) Param {
 // OrNone allows the empty value (for "no limit").
 func (p Param) OrNone() Param { p.Optional = true; return p }
 
+// OrEmpty allows the empty value, which does what means says (e.g. "the control plane's own").
+func (p Param) OrEmpty(means string) Param { p.Optional, p.Empty = true, means; return p }
+
 // WithDefault returns p with another default (experiments share common parameters with their
 // own defaults).
 func (p Param) WithDefault(def string) Param { p.Default = def; return p }
@@ -95,7 +99,11 @@ func (p Param) Range() string {
 	}
 	none := ""
 	if p.Optional {
-		none = `, or "" for none`
+		empty := p.Empty
+		if empty == "" {
+			empty = "none"
+		}
+		none = `, or "" for ` + empty
 	}
 	switch p.Kind {
 	case Int:
@@ -300,9 +308,20 @@ var (
 	Length = DurationParam("duration", 60*time.Second, 5*time.Second, 2*time.Hour, "traffic duration (steady state, chaos, recovery)")
 	Steady = DurationParam("steady", 10*time.Second, 0, time.Hour, "clean traffic before the chaos")
 	Nodes  = IntParam("nodes", 2, 1, 8, "", "cluster nodes")
-	// CPMemory's least value is the control plane's memory request: a limit below it makes a
-	// Deployment the API server refuses, which would show only once the cluster is up.
-	CPMemory = QuantityParam("cpMemoryLimit", "1Gi", manifests.MemoryRequest, "64Gi",
-		"the control plane's memory limit (not below its "+manifests.MemoryRequest+" memory request)").OrNone()
-	CPCPU = QuantityParam("cpCPULimit", "", "10m", "64", "the control plane's CPU limit").OrNone()
+	// CPMemory's least value is CPMemoryFloor. "" applies no limit of the harness's: the control
+	// plane keeps its own (the reference's manifests default to 1Gi).
+	CPMemory = QuantityParam("cpMemoryLimit", "1Gi", CPMemoryFloor, "64Gi",
+		"the control plane's memory limit (at least "+CPMemoryFloor+", the reference's and istiod's memory request)").
+		OrEmpty("the control plane's own limit (the reference's: 1Gi)")
+	// CPCPU: "" likewise keeps the control plane's own CPU limit.
+	CPCPU = QuantityParam("cpCPULimit", "", "10m", "64", "the control plane's CPU limit").
+		OrEmpty("the control plane's own limit (the reference has none)")
 )
+
+// CPMemoryFloor is the least cpMemoryLimit: a limit below the container's memory request makes
+// a Deployment the API server refuses, which would show only once the cluster is up. The
+// control plane under test owns its request (the reference's is controlplane/manifests'
+// MemoryRequest, istiod's hack/istiod/values.yaml's): this floor is not below either, and
+// harness/subject's tests hold the reference's request and default limit to it and to CPMemory's
+// help, so that parameters stay a leaf that depends on no control plane.
+const CPMemoryFloor = "128Mi"

@@ -37,10 +37,11 @@ func TestResolveRefusesOutOfRangeWithTheRange(t *testing.T) {
 		"rate=1.5":           "want a whole number",
 		"duration=-1s":       `duration="-1s": want a duration from 5s to 2h0m0s`,
 		"duration=3h":        "from 5s to 2h0m0s",
-		"cpCPULimit=abc":     `want a quantity from 10m to 64, or "" for none`,
+		"cpCPULimit=abc":     `want a quantity from 10m to 64, or "" for the control plane's own limit (the reference has none)`,
 		"cpCPULimit=1m":      "from 10m to 64",
 		"cpMemoryLimit=1Mi":  "from 128Mi to 64Gi",
-		"cpMemoryLimit=64Mi": "from 128Mi to 64Gi", // below the control plane's memory request
+		"cpMemoryLimit=64Mi": "from 128Mi to 64Gi",                                             // below the control plane's memory request
+		"cpMemoryLimit=x":    `or "" for the control plane's own limit (the reference's: 1Gi)`, // not "none": the reference applies 1Gi
 		"cpMemoryLimit=1Ti":  "from 128Mi to 64Gi",
 		"cpus=0":             "want a number from 0.001 to 4 CPUs",
 		"cpus=NaN":           "want a number from 0.001 to 4 CPUs",
@@ -63,6 +64,12 @@ func TestOptionalAllowsNone(t *testing.T) {
 	assert.False(t, ok)
 	_, err = testSet.Resolve([]string{"rate="})
 	assert.Error(t, err, "rate is not optional")
+}
+
+func TestEmptyMeansWhatItDoes(t *testing.T) {
+	budget := QuantityParam("memoryBudget", "1Gi", "16Mi", "1Ti", "budget").OrNone()
+	assert.Equal(t, `a quantity from 16Mi to 1Ti, or "" for none`, budget.Range())
+	assert.Equal(t, `a quantity from 16Mi to 1Ti, or "" for the default`, budget.OrEmpty("the default").Range())
 }
 
 func TestBadDefaultIsABugNotAPass(t *testing.T) {
