@@ -105,17 +105,17 @@ func init() {
 			params.EnumParam("isolate", "false", []string{"false", "true"}, "run the control plane and the gateways on a node without business pods (the last node)"),
 		},
 		Validate: func(v params.Values) error {
-			if v["cpQoS"] == "guaranteed" && (v["cpCPULimit"] == "" || v["cpMemoryLimit"] == "") {
+			if v.String("cpQoS") == "guaranteed" && (v.String("cpCPULimit") == "" || v.String("cpMemoryLimit") == "") {
 				return errors.New("cpQoS=guaranteed: needs cpCPULimit and cpMemoryLimit (requests are set to them)")
 			}
-			if v["isolate"] == "true" && v.Int("nodes") < 2 {
+			if v.String("isolate") == "true" && v.Int("nodes") < 2 {
 				return errors.New("isolate=true: needs nodes=2 or more (the busy node and a mesh node)")
 			}
 			if v.Int("hosts") > v.Int("serviceEntries") {
 				return fmt.Errorf("hosts=%d: at most serviceEntries (%d)", v.Int("hosts"), v.Int("serviceEntries"))
 			}
 			if need := v.Duration("steady") + v.Duration("baseline") + v.Duration("window") + 5*time.Second; v.Duration("duration") < need {
-				return fmt.Errorf("duration=%s: at least steady + baseline + window + 5s (%s), so traffic covers the window and the recovery", v["duration"], need)
+				return fmt.Errorf("duration=%s: at least steady + baseline + window + 5s (%s), so traffic covers the window and the recovery", v.String("duration"), need)
 			}
 			return nil
 		},
@@ -138,28 +138,28 @@ const busyNode = 1
 func starveMesh(v params.Values) mesh.Spec {
 	nodes := v.Int("nodes")
 	meshNode := busyNode
-	if v["isolate"] == "true" {
+	if v.String("isolate") == "true" {
 		meshNode = nodes
 	}
 	cp := subject.Placement{Node: meshNode, Replicas: v.Int("cpReplicas")}
-	switch v["cpQoS"] {
+	switch v.String("cpQoS") {
 	case "besteffort":
 		cp.QoS = subject.QoSBestEffort
 	case "guaranteed":
-		cp.QoS, cp.CPULimit, cp.MemoryLimit = subject.QoSGuaranteed, v["cpCPULimit"], v["cpMemoryLimit"]
+		cp.QoS, cp.CPULimit, cp.MemoryLimit = subject.QoSGuaranteed, v.String("cpCPULimit"), v.String("cpMemoryLimit")
 	default:
-		cp.MemoryLimit = v["cpMemoryLimit"]
+		cp.MemoryLimit = v.String("cpMemoryLimit")
 	}
 	if cp.Replicas > 1 {
 		// More replicas may use every node the placement allows, one per node where they can.
 		cp.Nodes = []int{meshNode}
 		for k := 1; k <= nodes; k++ {
-			if k != meshNode && (v["isolate"] != "true" || k != busyNode) {
+			if k != meshNode && (v.String("isolate") != "true" || k != busyNode) {
 				cp.Nodes = append(cp.Nodes, k)
 			}
 		}
 	}
-	if v["cpPriority"] == "true" {
+	if v.String("cpPriority") == "true" {
 		cp.PriorityClass = "meshchaos-control-plane"
 	}
 	return mesh.Spec{
@@ -201,8 +201,8 @@ func starveChaos(ctx context.Context, s *experiment.State) error {
 	// of a CPU; the load is on the timeline). The proof that matters is relative: the check
 	// on how the busy node's CPU was split.
 	hog := &chaos.NoisyNeighbour{Cluster: m.Cluster, Client: m.Client, Node: busyNode, CPUs: v.Float("neighbourCPUs"), MinShare: 0.05,
-		Shape: v["neighbour"], Streams: v.Int("downloadStreams")}
-	if v["isolate"] == "true" {
+		Shape: v.String("neighbour"), Streams: v.Int("downloadStreams")}
+	if v.String("isolate") == "true" {
 		// The last node is the mesh's own: the downloads' client stays on the busy node.
 		hog.ClientNode = busyNode
 	}

@@ -26,8 +26,50 @@ func TestResolveDefaultsAndTypes(t *testing.T) {
 	assert.Equal(t, 2*time.Minute, v.Duration("duration"))
 	assert.Equal(t, 10*time.Second, v.Duration("steady"), "default")
 	assert.Equal(t, 0.5, v.Float("cpus"))
-	_, ok = v.Quantity("cpCPULimit-missing")
-	assert.False(t, ok)
+}
+
+// TestUndeclaredNameIsABug: a misspelt name must not read as 0 (it did: Int dropped the parse
+// error of ""); the panic names it and what is declared.
+func TestUndeclaredNameIsABug(t *testing.T) {
+	v, err := testSet.Resolve(nil)
+	require.NoError(t, err)
+	for name, get := range map[string]func(){
+		"Int":      func() { v.Int("rat") },
+		"Float":    func() { v.Float("cpu") },
+		"Duration": func() { v.Duration("stedy") },
+		"Quantity": func() { v.Quantity("cpCPULimit-missing") },
+		"Bytes":    func() { v.Bytes("cpMemLimit") },
+		"Ints":     func() { v.Ints("step") },
+		"String":   func() { v.String("mod") },
+	} {
+		assert.Panics(t, get, name)
+		assert.Contains(t, panicText(get), "is not a declared parameter (declared: cpCPULimit, cpMemoryLimit, cpus, duration, mode, rate, steady)", name)
+	}
+	assert.Contains(t, panicText(func() { v.Int("rat") }), `"rat"`)
+}
+
+func TestGetterOfTheWrongKindIsABug(t *testing.T) {
+	v, err := testSet.Resolve(nil)
+	require.NoError(t, err)
+	assert.Contains(t, panicText(func() { v.Int("duration") }), `duration="1m0s" read as an int`)
+	assert.Contains(t, panicText(func() { v.Duration("rate") }), `rate="50" read as a duration`)
+	assert.Contains(t, panicText(func() { v.Int("cpMemoryLimit") }), `cpMemoryLimit="1Gi" read as an int`)
+	assert.Contains(t, panicText(func() { v.Bytes("mode") }), `mode="hold" read as a quantity`)
+	// An optional parameter left empty reads as none, not as a bug.
+	v, err = testSet.Resolve([]string{"cpMemoryLimit="})
+	require.NoError(t, err)
+	assert.Zero(t, v.Bytes("cpMemoryLimit"))
+}
+
+// panicText runs f and returns what it panicked with ("" when it did not).
+func panicText(f func()) (s string) {
+	defer func() {
+		if r := recover(); r != nil {
+			s, _ = r.(string)
+		}
+	}()
+	f()
+	return ""
 }
 
 func TestResolveRefusesOutOfRangeWithTheRange(t *testing.T) {
