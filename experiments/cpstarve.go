@@ -32,8 +32,8 @@ import (
 	"github.com/meshchaos/meshchaos/harness/params"
 	"github.com/meshchaos/meshchaos/harness/runner"
 	"github.com/meshchaos/meshchaos/harness/subject"
-	"github.com/meshchaos/meshchaos/harness/traffic"
 	"github.com/meshchaos/meshchaos/results"
+	"github.com/meshchaos/meshchaos/results/stats"
 )
 
 // Incident 3: a business pod on the node that also ran the control plane and the ingress
@@ -581,7 +581,7 @@ func figures(s *results.Summary) (starveFigures, error) {
 		return f, errors.New("no config change was timed")
 	}
 	sort.Float64s(stale)
-	f.StalenessP99 = stale[int(math.Ceil(0.99*float64(len(stale))))-1]
+	f.StalenessP99 = stats.Percentile(stale, 0.99)
 
 	// Time lying: each failed xDS probe stands for the probe interval; the control plane's
 	// status is the nearest status sample.
@@ -677,14 +677,14 @@ func nearest(ss []results.ProbeSample, t float64) results.ProbeSample {
 
 // p99 is the P99 of the durations of the samples in the window, in ms.
 func p99(ss []results.ProbeSample, in func(results.ProbeSample) bool) float64 {
-	var ds []time.Duration
+	var ms []float64
 	for _, x := range ss {
 		if in(x) {
-			ds = append(ds, time.Duration(x.Ms*float64(time.Millisecond)))
+			ms = append(ms, x.Ms)
 		}
 	}
-	slices.Sort(ds)
-	return float64(traffic.Percentile(ds, 0.99)) / float64(time.Millisecond)
+	slices.Sort(ms)
+	return stats.Percentile(ms, 0.99)
 }
 
 func meanIn(ss []results.ProbeSample, in func(results.ProbeSample) bool) float64 {
