@@ -14,10 +14,19 @@ NIGHTLY_TIMEOUT ?= 150m
 
 all: build
 
+# What `meshchaos version` and summary.json report. go build stamps vcs.* itself only below a .git
+# directory: in a linked git worktree (.git is a file) it records nothing, or an enclosing
+# checkout's revision (golang/go#58218), so the commit is passed in. Empty outside a checkout:
+# the binary then falls back to what go build recorded.
+VERSION_PKG := github.com/meshchaos/meshchaos/internal/version
+VERSION_LDFLAGS = -X $(VERSION_PKG).describe=$(shell git describe --always --dirty 2>/dev/null) \
+	-X $(VERSION_PKG).commit=$(shell git rev-parse HEAD 2>/dev/null) \
+	-X $(VERSION_PKG).commitTime=$(shell git log -1 --format=%cI 2>/dev/null)
+
 ## build: the meshchaos CLI and the reference control plane (static) into bin/meshchaos and
 ## bin/meshchaos-controlplane
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(MESHCHAOS) ./cmd/meshchaos
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o $(MESHCHAOS) ./cmd/meshchaos
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(CONTROLPLANE) ./cmd/meshchaos-controlplane
 
 ## deps: containerd, runc, CNI plugins, iptables from Debian when missing (root)

@@ -53,7 +53,7 @@ func init() {
 			gw := v.Int("nodes")
 			return mesh.Spec{
 				Nodes:          v.Int("nodes"),
-				CP:             subject.Placement{Node: 1, MemoryLimit: v["cpMemoryLimit"], CPULimit: v["cpCPULimit"], Ballast: true},
+				CP:             subject.Placement{Node: 1, MemoryLimit: v.String("cpMemoryLimit"), CPULimit: v.String("cpCPULimit"), Ballast: true},
 				Backends:       []mesh.Backend{{Name: "echo", Replicas: 2, Node: gw}},
 				ServiceEntries: mesh.ServiceEntries{Count: v.Int("serviceEntries"), Backend: "echo"},
 				Gateway:        mesh.Gateway{Replicas: v.Int("gateways"), Node: gw},
@@ -148,7 +148,7 @@ func oomKillControlPlane(ctx context.Context, s *experiment.State) (*chaos.Balla
 		return t != nil && t.Reason == "OOMKilled" && !t.FinishedAt.Time.Before(since), nil
 	})
 	if err != nil {
-		return b, time.Time{}, fmt.Errorf("the control plane was not OOM-killed (memory limit %s): the chaos did not take effect: %w", v["cpMemoryLimit"], err)
+		return b, time.Time{}, fmt.Errorf("the control plane was not OOM-killed (memory limit %s): the chaos did not take effect: %w", v.String("cpMemoryLimit"), err)
 	}
 	s.Event("cp.oomkilled", pod.Name, "the kernel OOM-killed the control plane (container status OOMKilled)")
 	return b, kube.LastTermination(killed, s.CP.Container()).FinishedAt.Time, nil

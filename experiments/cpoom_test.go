@@ -24,7 +24,7 @@ func TestResolveParams(t *testing.T) {
 	assert.Equal(t, 10, v.Int("rate"))
 	assert.Equal(t, int64(1<<30), v.Bytes("cpMemoryLimit"))
 	assert.Equal(t, 60*time.Second, v.Duration("duration"))
-	assert.Equal(t, "100m", v["cpCPULimit"])
+	assert.Equal(t, "100m", v.String("cpCPULimit"))
 
 	// Each bad value is refused with what is allowed.
 	for bad, want := range map[string]string{

@@ -32,8 +32,8 @@ import (
 	"github.com/meshchaos/meshchaos/harness/params"
 	"github.com/meshchaos/meshchaos/harness/runner"
 	"github.com/meshchaos/meshchaos/harness/subject"
-	"github.com/meshchaos/meshchaos/harness/traffic"
 	"github.com/meshchaos/meshchaos/results"
+	"github.com/meshchaos/meshchaos/results/stats"
 )
 
 // Incident 3: a business pod on the node that also ran the control plane and the ingress
@@ -105,17 +105,17 @@ func init() {
 			params.EnumParam("isolate", "false", []string{"false", "true"}, "run the control plane and the gateways on a node without business pods (the last node)"),
 		},
 		Validate: func(v params.Values) error {
-			if v["cpQoS"] == "guaranteed" && (v["cpCPULimit"] == "" || v["cpMemoryLimit"] == "") {
+			if v.String("cpQoS") == "guaranteed" && (v.String("cpCPULimit") == "" || v.String("cpMemoryLimit") == "") {
 				return errors.New("cpQoS=guaranteed: needs cpCPULimit and cpMemoryLimit (requests are set to them)")
 			}
-			if v["isolate"] == "true" && v.Int("nodes") < 2 {
+			if v.String("isolate") == "true" && v.Int("nodes") < 2 {
 				return errors.New("isolate=true: needs nodes=2 or more (the busy node and a mesh node)")
 			}
 			if v.Int("hosts") > v.Int("serviceEntries") {
 				return fmt.Errorf("hosts=%d: at most serviceEntries (%d)", v.Int("hosts"), v.Int("serviceEntries"))
 			}
 			if need := v.Duration("steady") + v.Duration("baseline") + v.Duration("window") + 5*time.Second; v.Duration("duration") < need {
-				return fmt.Errorf("duration=%s: at least steady + baseline + window + 5s (%s), so traffic covers the window and the recovery", v["duration"], need)
+				return fmt.Errorf("duration=%s: at least steady + baseline + window + 5s (%s), so traffic covers the window and the recovery", v.String("duration"), need)
 			}
 			return nil
 		},
@@ -138,28 +138,28 @@ const busyNode = 1
 func starveMesh(v params.Values) mesh.Spec {
 	nodes := v.Int("nodes")
 	meshNode := busyNode
-	if v["isolate"] == "true" {
+	if v.String("isolate") == "true" {
 		meshNode = nodes
 	}
 	cp := subject.Placement{Node: meshNode, Replicas: v.Int("cpReplicas")}
-	switch v["cpQoS"] {
+	switch v.String("cpQoS") {
 	case "besteffort":
 		cp.QoS = subject.QoSBestEffort
 	case "guaranteed":
-		cp.QoS, cp.CPULimit, cp.MemoryLimit = subject.QoSGuaranteed, v["cpCPULimit"], v["cpMemoryLimit"]
+		cp.QoS, cp.CPULimit, cp.MemoryLimit = subject.QoSGuaranteed, v.String("cpCPULimit"), v.String("cpMemoryLimit")
 	default:
-		cp.MemoryLimit = v["cpMemoryLimit"]
+		cp.MemoryLimit = v.String("cpMemoryLimit")
 	}
 	if cp.Replicas > 1 {
 		// More replicas may use every node the placement allows, one per node where they can.
 		cp.Nodes = []int{meshNode}
 		for k := 1; k <= nodes; k++ {
-			if k != meshNode && (v["isolate"] != "true" || k != busyNode) {
+			if k != meshNode && (v.String("isolate") != "true" || k != busyNode) {
 				cp.Nodes = append(cp.Nodes, k)
 			}
 		}
 	}
-	if v["cpPriority"] == "true" {
+	if v.String("cpPriority") == "true" {
 		cp.PriorityClass = "meshchaos-control-plane"
 	}
 	return mesh.Spec{
@@ -201,8 +201,8 @@ func starveChaos(ctx context.Context, s *experiment.State) error {
 	// of a CPU; the load is on the timeline). The proof that matters is relative: the check
 	// on how the busy node's CPU was split.
 	hog := &chaos.NoisyNeighbour{Cluster: m.Cluster, Client: m.Client, Node: busyNode, CPUs: v.Float("neighbourCPUs"), MinShare: 0.05,
-		Shape: v["neighbour"], Streams: v.Int("downloadStreams")}
-	if v["isolate"] == "true" {
+		Shape: v.String("neighbour"), Streams: v.Int("downloadStreams")}
+	if v.String("isolate") == "true" {
 		// The last node is the mesh's own: the downloads' client stays on the busy node.
 		hog.ClientNode = busyNode
 	}
@@ -581,7 +581,7 @@ func figures(s *results.Summary) (starveFigures, error) {
 		return f, errors.New("no config change was timed")
 	}
 	sort.Float64s(stale)
-	f.StalenessP99 = stale[int(math.Ceil(0.99*float64(len(stale))))-1]
+	f.StalenessP99 = stats.Percentile(stale, 0.99)
 
 	// Time lying: each failed xDS probe stands for the probe interval; the control plane's
 	// status is the nearest status sample.
@@ -677,14 +677,14 @@ func nearest(ss []results.ProbeSample, t float64) results.ProbeSample {
 
 // p99 is the P99 of the durations of the samples in the window, in ms.
 func p99(ss []results.ProbeSample, in func(results.ProbeSample) bool) float64 {
-	var ds []time.Duration
+	var ms []float64
 	for _, x := range ss {
 		if in(x) {
-			ds = append(ds, time.Duration(x.Ms*float64(time.Millisecond)))
+			ms = append(ms, x.Ms)
 		}
 	}
-	slices.Sort(ds)
-	return float64(traffic.Percentile(ds, 0.99)) / float64(time.Millisecond)
+	slices.Sort(ms)
+	return stats.Percentile(ms, 0.99)
 }
 
 func meanIn(ss []results.ProbeSample, in func(results.ProbeSample) bool) float64 {

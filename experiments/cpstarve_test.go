@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/meshchaos/meshchaos/harness/params"
 	"github.com/meshchaos/meshchaos/harness/suite"
 	"github.com/meshchaos/meshchaos/results"
 )
@@ -150,8 +149,12 @@ func TestStarvationFigures(t *testing.T) {
 	for i := range p.Series[seriesXDS][:20] {
 		p.Series[seriesXDS][i].OK = i%5 != 0
 	}
+	d, ok := Lookup("cp-cpu-starvation")
+	require.True(t, ok)
+	v, err := d.Resolve([]string{"minAvailability=99", "maxStalenessP99=5s", "maxRecovery=10s"})
+	require.NoError(t, err)
 	checks := map[string]results.Check{}
-	for _, c := range starveChecks(params.Values{"minAvailability": "99", "maxStalenessP99": "5s", "maxRecovery": "10s"})[:2] {
+	for _, c := range starveChecks(v)[:2] {
 		r, err := c(s)
 		require.NoError(t, err)
 		checks[r.Name] = r
@@ -162,7 +165,7 @@ func TestStarvationFigures(t *testing.T) {
 	for i := range p.Series[seriesXDS][:20] {
 		p.Series[seriesXDS][i].OK = false
 	}
-	_, err = starveChecks(params.Values{"minAvailability": "99", "maxStalenessP99": "5s", "maxRecovery": "10s"})[0](s)
+	_, err = starveChecks(v)[0](s)
 	assert.ErrorContains(t, err, "no probe succeeded before the window")
 	for i := range p.Series[seriesXDS][:20] {
 		p.Series[seriesXDS][i].OK = true

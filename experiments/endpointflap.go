@@ -47,7 +47,7 @@ func init() {
 			}
 			// The traffic covers the flapping and the last change's convergence.
 			if need := v.Duration(params.Steady.Name) + v.Duration("flapFor") + 15*time.Second; v.Duration(params.Length.Name) < need {
-				return fmt.Errorf("duration=%s: at least steady + flapFor + 15s (%s)", v[params.Length.Name], need)
+				return fmt.Errorf("duration=%s: at least steady + flapFor + 15s (%s)", v.String(params.Length.Name), need)
 			}
 			return nil
 		},
@@ -55,7 +55,7 @@ func init() {
 			dp := v.Int("nodes") // the data plane on the last node, the control plane on the first
 			return mesh.Spec{
 				Nodes: v.Int("nodes"),
-				CP:    subject.Placement{Node: 1, MemoryLimit: v["cpMemoryLimit"], CPULimit: v["cpCPULimit"]},
+				CP:    subject.Placement{Node: 1, MemoryLimit: v.String("cpMemoryLimit"), CPULimit: v.String("cpCPULimit")},
 				Backends: []mesh.Backend{
 					{Name: "echo", Replicas: 2, Node: dp},
 					{Name: flapService, Replicas: 1, Node: dp},

@@ -51,10 +51,10 @@ func init() {
 				return errors.New("cpMemoryLimit: the OOM kill needs a memory limit")
 			}
 			if v.Duration("faultFor") >= v.Duration("faultEvery") {
-				return fmt.Errorf("faultFor=%s: shorter than faultEvery (%s)", v["faultFor"], v["faultEvery"])
+				return fmt.Errorf("faultFor=%s: shorter than faultEvery (%s)", v.String("faultFor"), v.String("faultEvery"))
 			}
 			if soakFaults(v) < 2 {
-				return fmt.Errorf("duration=%s: room for at least two faults of the cycle after steady=%s (one every %s)", v[params.Length.Name], v[params.Steady.Name], v["faultEvery"])
+				return fmt.Errorf("duration=%s: room for at least two faults of the cycle after steady=%s (one every %s)", v.String(params.Length.Name), v.String(params.Steady.Name), v.String("faultEvery"))
 			}
 			return nil
 		},
@@ -62,7 +62,7 @@ func init() {
 			dp := v.Int("nodes")
 			return mesh.Spec{
 				Nodes: v.Int("nodes"),
-				CP:    subject.Placement{Node: 1, MemoryLimit: v["cpMemoryLimit"], CPULimit: v["cpCPULimit"], Ballast: true},
+				CP:    subject.Placement{Node: 1, MemoryLimit: v.String("cpMemoryLimit"), CPULimit: v.String("cpCPULimit"), Ballast: true},
 				Backends: []mesh.Backend{
 					{Name: "echo", Replicas: 2, Node: dp},
 					{Name: flapService, Replicas: 1, Node: dp},

@@ -69,7 +69,7 @@ func init() {
 		},
 		Validate: func(v params.Values) error {
 			if v.Duration("retryMaxInterval") < v.Duration("retryInterval") {
-				return fmt.Errorf("retryMaxInterval=%s: at least retryInterval (%s)", v["retryMaxInterval"], v["retryInterval"])
+				return fmt.Errorf("retryMaxInterval=%s: at least retryInterval (%s)", v.String("retryMaxInterval"), v.String("retryInterval"))
 			}
 			return nil
 		},
@@ -78,7 +78,7 @@ func init() {
 			apps := v.Int("nodes")
 			return mesh.Spec{
 				Nodes:    v.Int("nodes"),
-				CP:       subject.Placement{Node: 1, MemoryLimit: v["cpMemoryLimit"], CPULimit: v["cpCPULimit"]},
+				CP:       subject.Placement{Node: 1, MemoryLimit: v.String("cpMemoryLimit"), CPULimit: v.String("cpCPULimit")},
 				Backends: []mesh.Backend{{Name: "echo", Replicas: 1, Node: apps}},
 				// The apps of each mode's namespace call them (istiod honours exportTo).
 				ServiceEntries: mesh.ServiceEntries{Count: v.Int("serviceEntries"), Backend: "echo", ExportTo: modeNamespaces(v)},
@@ -105,10 +105,10 @@ func modeNamespace(mode string) string { return "startup-" + mode }
 
 // modesOf expands the mode parameter.
 func modesOf(v params.Values) []string {
-	if v["mode"] == "all" {
+	if v.String("mode") == "all" {
 		return startupModes
 	}
-	return []string{v["mode"]}
+	return []string{v.String("mode")}
 }
 
 func startupChecks(v params.Values) []runner.Check {

@@ -18,7 +18,7 @@ func TestSidecarStartupParams(t *testing.T) {
 	require.True(t, ok)
 	v, err := d.Resolve(nil)
 	require.NoError(t, err)
-	assert.Equal(t, "all", v["mode"])
+	assert.Equal(t, "all", v.String("mode"))
 	assert.Equal(t, 20, v.Int("replicas"))
 	assert.Equal(t, []string{"none", "hold", "native", "resilient"}, modesOf(v))
 	for bad, want := range map[string]string{

@@ -14,7 +14,8 @@ func sample() *Summary {
 	}
 	return &Summary{
 		Schema: SchemaVersion, Experiment: "cp-oom", Substrate: "local", ControlPlane: "reference",
-		Params:    map[string]string{"rate": "100"},
+		Params:         map[string]string{"rate": "100"},
+		HarnessVersion: "v0.4.0-3-g248835d-dirty", HarnessCommit: "248835d732d4b01647831fd771466f9d133049c4",
 		StartedAt: start, FinishedAt: &end,
 		Phases: []Phase{{Name: "load", StartedAt: start, FinishedAt: &end}},
 		Traffic: &Traffic{

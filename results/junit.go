@@ -55,7 +55,7 @@ func JUnit(s *Summary) ([]byte, error) {
 	if s.FinishedAt != nil {
 		suite.Time = s.FinishedAt.Sub(s.StartedAt).Seconds()
 	}
-	for _, k := range []struct{ n, v string }{{"substrate", s.Substrate}, {"controlPlane", s.ControlPlane}, {"verdict", string(s.Verdict)}} {
+	for _, k := range []struct{ n, v string }{{"substrate", s.Substrate}, {"controlPlane", s.ControlPlane}, {"harnessVersion", s.HarnessVersion}, {"harnessCommit", s.HarnessCommit}, {"verdict", string(s.Verdict)}} {
 		if k.v != "" {
 			suite.Props = append(suite.Props, junitProp{k.n, k.v})
 		}

@@ -41,6 +41,7 @@ func TestJUnit(t *testing.T) {
 	require.NotNil(t, su.Cases[0].Failure)
 	assert.Equal(t, "observed 3.75 %, threshold ≤ 0 %", su.Cases[0].Failure.Message)
 	assert.Nil(t, su.Cases[1].Failure)
+	assert.Contains(t, string(b), `<property name="harnessCommit" value="248835d732d4b01647831fd771466f9d133049c4">`, "which harness produced the CI result")
 
 	s.Verdict, s.Error = VerdictError, "setup: no cluster"
 	b, err = JUnit(s)
@@ -73,12 +74,14 @@ func TestRenderWritesReports(t *testing.T) {
 		"**1** chaos.injected cp (+2.0 s)",
 		"| +3.0s | 2 | pod.oomkilled | ns/cp-0/discovery | a \\| b |",
 		"`main.grow`",
+		"| Harness | v0.4.0-3-g248835d-dirty (248835d732d4b01647831fd771466f9d133049c4) |",
 	} {
 		assert.Contains(t, string(md), want)
 	}
 	html, err := os.ReadFile(filepath.Join(dir, HTMLFile))
 	require.NoError(t, err)
-	for _, want := range []string{`<span class="verdict fail">fail</span>`, `<img class="chart" src="charts/errors.svg"`, `<img class="chart" src="charts/memory.svg"`, "<code>main.grow</code>"} {
+	for _, want := range []string{`<span class="verdict fail">fail</span>`, `<img class="chart" src="charts/errors.svg"`, `<img class="chart" src="charts/memory.svg"`, "<code>main.grow</code>",
+		"<tr><th>Harness</th><td colspan=\"3\">v0.4.0-3-g248835d-dirty (248835d732d4b01647831fd771466f9d133049c4)</td></tr>"} {
 		assert.Contains(t, string(html), want)
 	}
 	svg, err := os.ReadFile(filepath.Join(dir, "charts/errors.svg"))

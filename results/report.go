@@ -126,6 +126,9 @@ const markdownTmpl = `# meshchaos: {{.S.Experiment}} — {{.S.Verdict}}
 | Experiment | {{.S.Experiment}} |
 | Control plane | {{.S.ControlPlane}} |
 | Substrate | {{.S.Substrate}} |
+{{- with .S.HarnessVersion}}
+| Harness | {{.}}{{with $.S.HarnessCommit}} ({{.}}){{end}} |
+{{- end}}
 | Started | {{time .S.StartedAt}} |
 | Duration | {{.Duration}} |
 {{- range .Params}}
@@ -269,6 +272,7 @@ code{font-size:.85em}
 <table>
 <tr><th>Control plane</th><td>{{.S.ControlPlane}}</td><th>Substrate</th><td>{{.S.Substrate}}</td></tr>
 <tr><th>Started</th><td>{{time .S.StartedAt}}</td><th>Duration</th><td>{{.Duration}}</td></tr>
+{{with .S.HarnessVersion}}<tr><th>Harness</th><td colspan="3">{{.}}{{with $.S.HarnessCommit}} ({{.}}){{end}}</td></tr>{{end}}
 {{range .Params}}<tr><th>param {{index . 0}}</th><td colspan="3">{{index . 1}}</td></tr>{{end}}
 </table>
 <h2>Checks</h2>

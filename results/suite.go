@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/meshchaos/meshchaos/results/stats"
 )
 
 // Files a suite's output directory holds besides each run's directory.
@@ -422,7 +424,7 @@ func Trends(nights []SuiteResult) []Trend {
 				}
 			}
 			if len(vs) > 0 {
-				t.Points = append(t.Points, TrendPoint{At: n.StartedAt, Value: median(vs)})
+				t.Points = append(t.Points, TrendPoint{At: n.StartedAt, Value: stats.Median(vs)})
 			}
 		}
 		if len(t.Points) > TrendMinNights {
@@ -430,12 +432,12 @@ func Trends(nights []SuiteResult) []Trend {
 			for _, p := range t.Points[:len(t.Points)-1] {
 				earlier = append(earlier, p.Value)
 			}
-			t.Median = median(earlier)
+			t.Median = stats.Median(earlier)
 			dev := make([]float64, len(earlier))
 			for i, v := range earlier {
 				dev[i] = math.Abs(v - t.Median)
 			}
-			t.Band = math.Max(TrendK*1.4826*median(dev), TrendFloorPct/100*math.Abs(t.Median))
+			t.Band = math.Max(TrendK*1.4826*stats.Median(dev), TrendFloorPct/100*math.Abs(t.Median))
 			t.Judged = true
 			t.Changed = math.Abs(t.Points[len(t.Points)-1].Value-t.Median) > t.Band
 		}
@@ -474,20 +476,8 @@ func (s *SuiteResult) Spreads() map[int][]Spread {
 		for _, m := range SortedKeys(vals) {
 			vs := vals[m]
 			sort.Float64s(vs)
-			out[e] = append(out[e], Spread{Measure: m, Unit: units[m], N: len(vs), Min: vs[0], Median: median(vs), Max: vs[len(vs)-1]})
+			out[e] = append(out[e], Spread{Measure: m, Unit: units[m], N: len(vs), Min: vs[0], Median: stats.Median(vs), Max: vs[len(vs)-1]})
 		}
 	}
 	return out
-}
-
-func median(vs []float64) float64 {
-	if len(vs) == 0 {
-		return math.NaN()
-	}
-	s := append([]float64(nil), vs...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

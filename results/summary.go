@@ -62,7 +62,13 @@ type Summary struct {
 	Substrate    string            `json:"substrate,omitempty"`
 	ControlPlane string            `json:"controlPlane,omitempty"`
 	Params       map[string]string `json:"params,omitempty"`
-	StartedAt    time.Time         `json:"startedAt"`
+	// HarnessVersion and HarnessCommit say which build of meshchaos measured the run (its
+	// version and commit, as `meshchaos version` prints them): two runs compare only when one
+	// knows whether the harness changed between them. HarnessCommit is empty when the build
+	// recorded no revision (go test, go run).
+	HarnessVersion string    `json:"harnessVersion,omitempty"`
+	HarnessCommit  string    `json:"harnessCommit,omitempty"`
+	StartedAt      time.Time `json:"startedAt"`
 	// FinishedAt is nil while the run is in progress or when it never finished.
 	FinishedAt *time.Time `json:"finishedAt,omitempty"`
 	Phases     []Phase    `json:"phases,omitempty"`

@@ -22,9 +22,11 @@ var CRDs []byte
 var controlPlaneTemplate string
 
 // MemoryRequest is the control plane container's memory request. A memory limit below it is
-// not a valid Deployment (the API server refuses limits below requests), so it is also the
-// least memory limit the harness accepts (params.CPMemory).
+// not a valid Deployment (the API server refuses limits below requests).
 const MemoryRequest = "128Mi"
+
+// DefaultMemoryLimit is the container's memory limit when Params.MemoryLimit is empty.
+const DefaultMemoryLimit = "1Gi"
 
 // Params fill the control plane's manifests.
 type Params struct {
@@ -33,7 +35,7 @@ type Params struct {
 	PullPolicy  string   // default Never (images are imported, there is no registry)
 	SyncGate    bool     // --sync-gate
 	Regress     []string // --regress switches
-	MemoryLimit string   // default 1Gi
+	MemoryLimit string   // default DefaultMemoryLimit
 	ProxyImage  string   // the injected sidecar; default images.Ref("xdsproxy")
 	// BallastMaxMiB allows the admin port's memory ballast up to this size (--ballast-max);
 	// 0, the default, leaves it off: only a run that OOM-kills the control plane sets it.
@@ -69,7 +71,7 @@ func ControlPlane(p Params) ([]byte, error) {
 		p.ProxyImage = images.Ref("xdsproxy")
 	}
 	if p.MemoryLimit == "" {
-		p.MemoryLimit = "1Gi"
+		p.MemoryLimit = DefaultMemoryLimit
 	}
 	if p.RootCertNamespaces == "" {
 		p.RootCertNamespaces = DefaultRootCertNamespaces

@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshchaos/meshchaos/controlplane/internal/adsclient"
 	"github.com/meshchaos/meshchaos/controlplane/model"
+	"github.com/meshchaos/meshchaos/results/stats"
 )
 
 // ackFunc sees one EDS response a client has ACKed: how many CLAs it carried, whether it carried
@@ -73,9 +74,10 @@ func connectEDSFleet(b *testing.B, addr string, n int, delta bool, names []strin
 	}
 }
 
-// percentileMs is the q-quantile of sorted durations, in milliseconds.
+// percentileMs is the q-quantile of sorted durations (stats.Percentile, as the harness's
+// figures), in milliseconds.
 func percentileMs(sorted []time.Duration, q float64) float64 {
-	return float64(sorted[int(q*float64(len(sorted)-1))].Microseconds()) / 1000
+	return float64(stats.Percentile(sorted, q).Microseconds()) / 1000
 }
 
 // endpointChangeLatencies connects clients ADS clients (SotW, or Delta) to a control plane with

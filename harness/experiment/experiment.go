@@ -84,21 +84,21 @@ type Env struct {
 func (d Definition) Resolve(sets []string) (params.Values, error) {
 	v, err := d.Params.Resolve(sets)
 	if err != nil {
-		return nil, err
+		return params.Values{}, err
 	}
 	if d.Validate != nil {
 		if err := d.Validate(v); err != nil {
-			return nil, fmt.Errorf("--set: %w", err)
+			return params.Values{}, fmt.Errorf("--set: %w", err)
 		}
 	}
 	if _, ok := d.Params.Lookup(params.Steady.Name); ok && v.Duration(params.Steady.Name) >= v.Duration(params.Length.Name) {
-		return nil, fmt.Errorf("--set steady=%s must be shorter than duration=%s", v[params.Steady.Name], v[params.Length.Name])
+		return params.Values{}, fmt.Errorf("--set steady=%s must be shorter than duration=%s", v.String(params.Steady.Name), v.String(params.Length.Name))
 	}
 	if d.Mesh != nil {
 		spec := d.Mesh(v)
 		spec.ControlPlane = placeholder{}
 		if err := spec.Validate(); err != nil {
-			return nil, fmt.Errorf("--set: %w", err)
+			return params.Values{}, fmt.Errorf("--set: %w", err)
 		}
 	}
 	return v, nil

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/meshchaos/meshchaos/harness/subject"
-	"github.com/meshchaos/meshchaos/harness/traffic"
 	"github.com/meshchaos/meshchaos/results"
+	"github.com/meshchaos/meshchaos/results/stats"
 )
 
 // HistogramIncrease is how much a Prometheus histogram (in seconds) grew over the run, summed
@@ -89,7 +89,7 @@ func ExactHistogram(ds []time.Duration, bounds []float64) results.Histogram {
 		return h
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	h.P50Ms, h.P99Ms, h.MaxMs = ms(traffic.Percentile(sorted, 0.5)), ms(traffic.Percentile(sorted, 0.99)), ms(sorted[len(sorted)-1])
+	h.P50Ms, h.P99Ms, h.MaxMs = ms(stats.Percentile(sorted, 0.5)), ms(stats.Percentile(sorted, 0.99)), ms(sorted[len(sorted)-1])
 	for _, b := range append(append([]float64{}, bounds...), -1) {
 		n := sort.Search(len(sorted), func(i int) bool { return ms(sorted[i]) > b })
 		if b < 0 {

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
-
-	"github.com/meshchaos/meshchaos/controlplane/manifests"
 )
 
 // Kind is a parameter's type.
@@ -46,6 +44,9 @@ type Param struct {
 	Values []string
 	// Optional allows the empty value (e.g. "no CPU limit").
 	Optional bool
+	// Empty says what the empty value does ("none" when not set): the help must not promise
+	// "none" where "" keeps someone else's default.
+	Empty string
 }
 
 // IntParam is a whole number in [min, max].
@@ -83,6 +84,9 @@ func EnumParam(name, def string, values []string, help string) Param {
 // OrNone allows the empty value (for "no limit").
 func (p Param) OrNone() Param { p.Optional = true; return p }
 
+// OrEmpty allows the empty value, which does what means says (e.g. "the control plane's own").
+func (p Param) OrEmpty(means string) Param { p.Optional, p.Empty = true, means; return p }
+
 // WithDefault returns p with another default (experiments share common parameters with their
 // own defaults).
 func (p Param) WithDefault(def string) Param { p.Default = def; return p }
@@ -95,7 +99,11 @@ func (p Param) Range() string {
 	}
 	none := ""
 	if p.Optional {
-		none = `, or "" for none`
+		empty := p.Empty
+		if empty == "" {
+			empty = "none"
+		}
+		none = `, or "" for ` + empty
 	}
 	switch p.Kind {
 	case Int:
@@ -197,30 +205,30 @@ func (s Set) Lookup(name string) (Param, bool) {
 // Resolve applies `name=value` assignments over the defaults and validates every value; errors
 // name the allowed range, or the known parameters for an unknown name.
 func (s Set) Resolve(sets []string) (Values, error) {
-	v := Values{}
+	v := map[string]string{}
 	for _, p := range s {
 		v[p.Name] = p.Default
 	}
 	for _, a := range sets {
 		k, val, ok := strings.Cut(a, "=")
 		if !ok || k == "" {
-			return nil, fmt.Errorf("--set %q: use name=value; %s", a, s.Names())
+			return Values{}, fmt.Errorf("--set %q: use name=value; %s", a, s.Names())
 		}
 		p, known := s.Lookup(k)
 		if !known {
-			return nil, fmt.Errorf("--set %s: unknown parameter; %s", k, s.Names())
+			return Values{}, fmt.Errorf("--set %s: unknown parameter; %s", k, s.Names())
 		}
 		if err := p.Check(val); err != nil {
-			return nil, fmt.Errorf("--set %w", err)
+			return Values{}, fmt.Errorf("--set %w", err)
 		}
 		v[k] = val
 	}
 	for _, p := range s {
 		if err := p.Check(v[p.Name]); err != nil {
-			return nil, fmt.Errorf("default of %w (a bug in the experiment)", err)
+			return Values{}, fmt.Errorf("default of %w (a bug in the experiment)", err)
 		}
 	}
-	return v, nil
+	return Values{m: v}, nil
 }
 
 // Names lists the known parameters with their defaults.
@@ -233,36 +241,95 @@ func (s Set) Names() string {
 	return b.String()
 }
 
-// Values are resolved parameters (validated by Resolve, so the getters do not fail).
-type Values map[string]string
+// Values are an experiment's resolved parameters: every declared name with its value,
+// validated by Resolve, so the getters do not fail on bad input. Reading a name that is not
+// declared, or a value as a kind it is not (Int of a duration), is a bug in the experiment and
+// panics with the name and the declared set: a misspelt name would otherwise read as 0 or "",
+// and the panic shows in the first unit test that resolves the experiment. A struct rather than
+// a map, so that nothing indexes around the check.
+type Values struct{ m map[string]string }
 
-// Int returns an Int parameter.
-func (v Values) Int(name string) int { n, _ := strconv.Atoi(v[name]); return n }
+// get returns name's value; it panics when name is not declared.
+func (v Values) get(name string) string {
+	val, ok := v.m[name]
+	if !ok {
+		panic(fmt.Sprintf("params: %q is not a declared parameter (declared: %s)", name, strings.Join(v.Sorted(), ", ")))
+	}
+	return val
+}
 
-// Float returns a Float parameter.
-func (v Values) Float(name string) float64 { f, _ := strconv.ParseFloat(v[name], 64); return f }
+// wrongKind panics: a resolved value that does not parse was read as the wrong kind.
+func wrongKind(name, val, kind string, err error) {
+	panic(fmt.Sprintf("params: %s=%q read as %s: %v (a bug in the experiment: use the getter of its kind)", name, val, kind, err))
+}
 
-// Ints reads an IntList parameter.
+// Int returns an Int parameter (0 when an optional one is empty).
+func (v Values) Int(name string) int {
+	val := v.get(name)
+	if val == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(val)
+	if err != nil {
+		wrongKind(name, val, "an int", err)
+	}
+	return n
+}
+
+// Float returns a Float parameter (0 when an optional one is empty).
+func (v Values) Float(name string) float64 {
+	val := v.get(name)
+	if val == "" {
+		return 0
+	}
+	f, err := strconv.ParseFloat(val, 64)
+	if err != nil {
+		wrongKind(name, val, "a float", err)
+	}
+	return f
+}
+
+// Ints reads an IntList parameter (nil when an optional one is empty).
 func (v Values) Ints(name string) []int {
+	val := v.get(name)
+	if val == "" {
+		return nil
+	}
 	var out []int
-	for _, f := range strings.Split(v[name], ",") {
-		if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil {
-			out = append(out, n)
+	for _, f := range strings.Split(val, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			wrongKind(name, val, "a list of ints", err)
 		}
+		out = append(out, n)
 	}
 	return out
 }
 
-// Duration returns a Duration parameter.
-func (v Values) Duration(name string) time.Duration { d, _ := time.ParseDuration(v[name]); return d }
+// Duration returns a Duration parameter (0 when an optional one is empty).
+func (v Values) Duration(name string) time.Duration {
+	val := v.get(name)
+	if val == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(val)
+	if err != nil {
+		wrongKind(name, val, "a duration", err)
+	}
+	return d
+}
 
 // Quantity returns a Quantity parameter; ok is false when it is empty (none).
 func (v Values) Quantity(name string) (q resource.Quantity, ok bool) {
-	if v[name] == "" {
+	val := v.get(name)
+	if val == "" {
 		return q, false
 	}
-	q, err := resource.ParseQuantity(v[name])
-	return q, err == nil
+	q, err := resource.ParseQuantity(val)
+	if err != nil {
+		wrongKind(name, val, "a quantity", err)
+	}
+	return q, true
 }
 
 // Bytes returns a memory Quantity parameter in bytes (0 when none).
@@ -272,12 +339,12 @@ func (v Values) Bytes(name string) int64 {
 }
 
 // String returns a parameter as given.
-func (v Values) String(name string) string { return v[name] }
+func (v Values) String(name string) string { return v.get(name) }
 
 // Map is a copy for the summary.
 func (v Values) Map() map[string]string {
-	out := make(map[string]string, len(v))
-	for k, val := range v {
+	out := make(map[string]string, len(v.m))
+	for k, val := range v.m {
 		out[k] = val
 	}
 	return out
@@ -285,8 +352,8 @@ func (v Values) Map() map[string]string {
 
 // Sorted lists the names in order, for stable output.
 func (v Values) Sorted() []string {
-	out := make([]string, 0, len(v))
-	for k := range v {
+	out := make([]string, 0, len(v.m))
+	for k := range v.m {
 		out = append(out, k)
 	}
 	sort.Strings(out)
@@ -300,9 +367,20 @@ var (
 	Length = DurationParam("duration", 60*time.Second, 5*time.Second, 2*time.Hour, "traffic duration (steady state, chaos, recovery)")
 	Steady = DurationParam("steady", 10*time.Second, 0, time.Hour, "clean traffic before the chaos")
 	Nodes  = IntParam("nodes", 2, 1, 8, "", "cluster nodes")
-	// CPMemory's least value is the control plane's memory request: a limit below it makes a
-	// Deployment the API server refuses, which would show only once the cluster is up.
-	CPMemory = QuantityParam("cpMemoryLimit", "1Gi", manifests.MemoryRequest, "64Gi",
-		"the control plane's memory limit (not below its "+manifests.MemoryRequest+" memory request)").OrNone()
-	CPCPU = QuantityParam("cpCPULimit", "", "10m", "64", "the control plane's CPU limit").OrNone()
+	// CPMemory's least value is CPMemoryFloor. "" applies no limit of the harness's: the control
+	// plane keeps its own (the reference's manifests default to 1Gi).
+	CPMemory = QuantityParam("cpMemoryLimit", "1Gi", CPMemoryFloor, "64Gi",
+		"the control plane's memory limit (at least "+CPMemoryFloor+", the reference's and istiod's memory request)").
+		OrEmpty("the control plane's own limit (the reference's: 1Gi)")
+	// CPCPU: "" likewise keeps the control plane's own CPU limit.
+	CPCPU = QuantityParam("cpCPULimit", "", "10m", "64", "the control plane's CPU limit").
+		OrEmpty("the control plane's own limit (the reference has none)")
 )
+
+// CPMemoryFloor is the least cpMemoryLimit: a limit below the container's memory request makes
+// a Deployment the API server refuses, which would show only once the cluster is up. The
+// control plane under test owns its request (the reference's is controlplane/manifests'
+// MemoryRequest, istiod's hack/istiod/values.yaml's): this floor is not below either, and
+// harness/subject's tests hold the reference's request and default limit to it and to CPMemory's
+// help, so that parameters stay a leaf that depends on no control plane.
+const CPMemoryFloor = "128Mi"

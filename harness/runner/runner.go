@@ -16,6 +16,7 @@ import (
 
 	"github.com/meshchaos/meshchaos/harness/observe"
 	"github.com/meshchaos/meshchaos/harness/traffic"
+	"github.com/meshchaos/meshchaos/internal/version"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -93,8 +94,10 @@ func Execute(ctx context.Context, exp Experiment, o Options) (results.Summary, e
 		o.FlushInterval = 5 * time.Second
 	}
 	defer o.Progress.Done()
+	build := version.Get()
 	rec, err := results.NewRecorder(o.Dir, results.Summary{
 		Experiment: exp.Name, Substrate: exp.Substrate, ControlPlane: exp.ControlPlane, Params: exp.Params,
+		HarnessVersion: build.Version, HarnessCommit: build.Revision,
 	})
 	if err != nil {
 		return results.Summary{}, err

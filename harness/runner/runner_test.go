@@ -26,6 +26,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/subject"
 	"github.com/meshchaos/meshchaos/harness/traffic"
 	"github.com/meshchaos/meshchaos/internal/prereq"
+	"github.com/meshchaos/meshchaos/internal/version"
 	"github.com/meshchaos/meshchaos/results"
 	"github.com/meshchaos/meshchaos/results/respflags"
 )
@@ -352,6 +353,29 @@ func TestExecuteSetupFailureSkipsPhasesButTearsDown(t *testing.T) {
 	assert.True(t, tornDown)
 	assert.Equal(t, results.VerdictError, s.Verdict)
 	assert.Equal(t, "phase setup: no cluster", s.Error)
+}
+
+// TestExecuteRecordsTheHarnessBuild: summary.json says which build of meshchaos measured the run
+// from its first write, so even a crashed run's summary can be matched to a harness.
+func TestExecuteRecordsTheHarnessBuild(t *testing.T) {
+	dir := t.TempDir()
+	build := version.Get()
+	var midRun *results.Summary
+	s, err := Execute(context.Background(), quickExperiment(Phase{Name: "p", Do: func(context.Context, *Run) error {
+		var err error
+		midRun, err = results.Read(dir)
+		return err
+	}}), Options{Dir: dir, Progress: NewProgress(&bytes.Buffer{})})
+	require.NoError(t, err)
+	assert.Equal(t, results.VerdictPass, s.Verdict, s.Error)
+	require.NotNil(t, midRun)
+	assert.NotEmpty(t, midRun.HarnessVersion)
+	assert.Equal(t, build.Version, midRun.HarnessVersion, "in the summary before the run finished")
+	assert.Equal(t, build.Revision, midRun.HarnessCommit)
+	final, err := results.Read(dir)
+	require.NoError(t, err)
+	assert.Equal(t, build.Version, final.HarnessVersion)
+	assert.Equal(t, build.Revision, final.HarnessCommit)
 }
 
 func TestExecutePanicIsAnError(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshchaos/meshchaos/results"
 	"github.com/meshchaos/meshchaos/results/respflags"
+	"github.com/meshchaos/meshchaos/results/stats"
 )
 
 // IsError reports whether a Vegeta result counts as an error: no response (transport error,
@@ -202,17 +203,8 @@ func Window(errSeconds []int) *results.ErrorWindow {
 	return w
 }
 
-// Percentile returns the nearest-rank p-quantile (0 < p ≤ 1) of sorted durations.
-func Percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(p*float64(len(sorted)))) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-// Quantiles are the nearest-rank P50/P90/P99/max of ds in milliseconds (any durations, not only
-// request latencies).
+// Quantiles are the P50/P90/P99/max of ds in milliseconds (any durations, not only request
+// latencies), by stats.Percentile's nearest rank.
 func Quantiles(ds []time.Duration) results.Latency { return latency(ds) }
 
 func latency(ds []time.Duration) results.Latency {
@@ -222,7 +214,7 @@ func latency(ds []time.Duration) results.Latency {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	ms := func(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
-	return results.Latency{P50: ms(Percentile(s, 0.5)), P90: ms(Percentile(s, 0.9)), P99: ms(Percentile(s, 0.99)), Max: ms(s[len(s)-1])}
+	return results.Latency{P50: ms(stats.Percentile(s, 0.5)), P90: ms(stats.Percentile(s, 0.9)), P99: ms(stats.Percentile(s, 0.99)), Max: ms(s[len(s)-1])}
 }
 
 func roundMs(d time.Duration) float64 { return math.Round(d.Seconds()*1000) / 1000 }

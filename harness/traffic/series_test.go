@@ -23,17 +23,15 @@ func TestWindow(t *testing.T) {
 		Window([]int{0, 1, 3, 4}))
 }
 
-func TestPercentileNearestRank(t *testing.T) {
+func TestQuantilesAreNearestRank(t *testing.T) {
 	var ds []time.Duration
-	for i := 1; i <= 100; i++ {
+	for i := 100; i >= 1; i-- { // unsorted: Quantiles sorts a copy
 		ds = append(ds, time.Duration(i)*time.Millisecond)
 	}
-	assert.Equal(t, 50*time.Millisecond, Percentile(ds, 0.5))
-	assert.Equal(t, 90*time.Millisecond, Percentile(ds, 0.9))
-	assert.Equal(t, 99*time.Millisecond, Percentile(ds, 0.99))
-	assert.Equal(t, 100*time.Millisecond, Percentile(ds, 1))
-	assert.Equal(t, time.Duration(0), Percentile(nil, 0.5))
-	assert.Equal(t, 7*time.Millisecond, Percentile([]time.Duration{7 * time.Millisecond}, 0.99))
+	assert.Equal(t, results.Latency{P50: 50, P90: 90, P99: 99, Max: 100}, Quantiles(ds))
+	assert.Equal(t, 100*time.Millisecond, ds[0], "the caller's slice is left as it was")
+	assert.Equal(t, results.Latency{}, Quantiles(nil))
+	assert.Equal(t, results.Latency{P50: 7, P90: 7, P99: 7, Max: 7}, Quantiles([]time.Duration{7 * time.Millisecond}))
 }
 
 func TestFlags(t *testing.T) {

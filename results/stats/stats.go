@@ -2,10 +2,12 @@
 // an upgrade gate needs: both distributions, the difference with a bootstrap confidence interval,
 // a Mann-Whitney U test, and a verdict (regression, improvement or no evidence) that takes the
 // measure's direction and a minimum practical effect, so run-to-run noise does not alarm.
-// It is plain arithmetic on float64 samples and knows nothing of runs or summaries.
+// It also holds the one percentile definition every figure uses (Percentile). It is plain
+// arithmetic on samples and knows nothing of runs or summaries.
 package stats
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -228,27 +230,32 @@ func bootstrap(base, cand []float64, o Options) (Interval, *Interval) {
 		}
 	}
 	tail := (1 - o.Confidence) / 2
-	diff.Low, diff.High = Quantile(ds, tail), Quantile(ds, 1-tail)
+	slices.Sort(ds)
+	diff.Low, diff.High = Percentile(ds, tail), Percentile(ds, 1-tail)
 	if positive {
-		ratio.Low, ratio.High = Quantile(rs, tail), Quantile(rs, 1-tail)
+		slices.Sort(rs)
+		ratio.Low, ratio.High = Percentile(rs, tail), Percentile(rs, 1-tail)
 	}
 	return diff, ratio
 }
 
-// Quantile is the q-quantile of xs by linear interpolation between order statistics (type 7,
-// the default of R and NumPy).
-func Quantile(xs []float64, q float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return math.NaN()
+// Percentile is the nearest-rank p-quantile of sorted (ascending): the smallest value with at
+// least a share p of the sample at or below it, sorted[⌈p·n⌉−1]. It is meshchaos's one
+// percentile definition — the traffic's latencies (latencyMs p50/p90/p99), startup times,
+// convergence, probes' P99s, benchmarks' p99-ms and the bootstrap intervals' bounds — because a
+// percentile so defined is always a value that was measured, never one between two. p is clamped
+// to [0, 1]: 0 (or less, or NaN) gives the smallest value, 1 the largest. An empty sample gives
+// T's zero value: callers report 0 when nothing was measured.
+func Percentile[T cmp.Ordered](sorted []T, p float64) T {
+	if len(sorted) == 0 {
+		var zero T
+		return zero
 	}
-	h := q * float64(len(s)-1)
-	lo := math.Floor(h)
-	if int(lo) >= len(s)-1 {
-		return s[len(s)-1]
+	if !(p > 0) {
+		return sorted[0]
 	}
-	return s[int(lo)] + (h-lo)*(s[int(lo)+1]-s[int(lo)])
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
 // binomial is n choose k as a float64.

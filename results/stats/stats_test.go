@@ -1,8 +1,10 @@
 package stats
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -211,10 +213,38 @@ func TestBootstrapIntervals(t *testing.T) {
 	assert.Nil(t, z.Ratio)
 }
 
-func TestMedianQuantile(t *testing.T) {
+func TestMedian(t *testing.T) {
 	assert.Equal(t, 2.0, Median([]float64{3, 1, 2}))
-	assert.Equal(t, 2.5, Median([]float64{4, 1, 2, 3}))
-	// R: quantile(c(1, 2, 3, 4), 0.1) = 1.3 (type 7).
-	assert.InDelta(t, 1.3, Quantile([]float64{4, 3, 2, 1}, 0.1), 1e-12)
-	assert.Equal(t, 4.0, Quantile([]float64{4, 3, 2, 1}, 1))
+	assert.Equal(t, 2.5, Median([]float64{4, 1, 2, 3}), "the mean of the middle two, unlike Percentile(0.5)")
+	assert.True(t, math.IsNaN(Median(nil)))
+}
+
+// TestPercentileNearestRank: sorted[⌈p·n⌉−1], always a measured value.
+func TestPercentileNearestRank(t *testing.T) {
+	var xs []float64
+	for i := 1; i <= 100; i++ {
+		xs = append(xs, float64(i))
+	}
+	for p, want := range map[float64]float64{0.5: 50, 0.9: 90, 0.99: 99, 0.991: 100, 0.01: 1, 0.011: 2, 1: 100} {
+		assert.Equal(t, want, Percentile(xs, p), "p=%g", p)
+	}
+	// Between two values: the higher rank, not an interpolation (type 7 would give 1.3 and 2.5).
+	four := []float64{1, 2, 3, 4}
+	assert.Equal(t, 1.0, Percentile(four, 0.1))
+	assert.Equal(t, 2.0, Percentile(four, 0.5))
+	assert.Equal(t, 3.0, Percentile(four, 0.51))
+
+	// Edges: p0 is the smallest, p100 the largest; p outside [0, 1] is clamped.
+	assert.Equal(t, 1.0, Percentile(four, 0))
+	assert.Equal(t, 4.0, Percentile(four, 1))
+	assert.Equal(t, 1.0, Percentile(four, -0.5))
+	assert.Equal(t, 4.0, Percentile(four, 1.5))
+	assert.Equal(t, 1.0, Percentile(four, math.NaN()))
+
+	// One value is every percentile; an empty sample gives the zero value.
+	for _, p := range []float64{0, 0.5, 0.99, 1} {
+		assert.Equal(t, 7*time.Millisecond, Percentile([]time.Duration{7 * time.Millisecond}, p), "p=%g", p)
+		assert.Zero(t, Percentile([]time.Duration(nil), p), "p=%g", p)
+		assert.Zero(t, Percentile([]float64{}, p), "p=%g", p)
+	}
 }

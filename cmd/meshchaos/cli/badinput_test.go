@@ -111,6 +111,7 @@ func TestBadInputMatrix(t *testing.T) {
 		input{[]string{"upgrade-check", "--base", "reference", "--candidate", "reference:ungated", "--repeats", "-1"}, "repeats"},
 		input{[]string{"upgrade-check", "--base", "reference", "--candidate", "reference:ungated", "--alpha", "NaN"}, "alpha"},
 		input{[]string{"upgrade-check", "--base", "reference", "--candidate", "reference:ungated", "--max-regression", "Inf"}, "max-regression"},
+		input{[]string{"version", "-o", "yaml"}, "yaml"},
 		input{[]string{"compare"}, "accepts 2 arg"},
 		input{[]string{"compare", filepath.Join(cwd, "absent-a"), filepath.Join(cwd, "absent-b")}, "absent-a"},
 		input{[]string{"compare", "a", "b", "--max-regression", "NaN"}, "max-regression"},

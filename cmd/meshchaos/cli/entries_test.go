@@ -28,7 +28,7 @@ func TestResolveEntriesSets(t *testing.T) {
 	def, _ := experiments.Lookup("cp-oom-restart")
 	v, err := def.Resolve(got[0].Sets)
 	require.NoError(t, err)
-	assert.Equal(t, "20", v["rate"])
+	assert.Equal(t, "20", v.String("rate"))
 	assert.Equal(t, []string{"rate=100"}, s.Entries[0].Set, "the suite itself is not changed")
 
 	for set, want := range map[string]string{
