@@ -22,8 +22,12 @@ var testScale = map[string][]string{
 	// Four faults 100 s apart (a clean minute before each), the last the control plane's OOM
 	// kill (under a kube-proxy throttle, as incident 1's), 55 s before the end: the minute
 	// before the end holds its aftermath. The control plane at 100m CPU, as cp-oom-restart's,
-	// so that an ungated restart takes seconds to load 3000 ServiceEntries.
-	"soak": {"duration=375s", "steady=20s", "faultEvery=100s", "faultFor=15s", "serviceEntries=3000", "cpCPULimit=100m"},
+	// so that an ungated restart takes seconds to load 3000 ServiceEntries. Its control plane's
+	// heap trend is judged against what six minutes can resolve: four or five settled samples of
+	// a control plane at 100m CPU fitted 7.4 ± 8.5 MiB/h (2026-11-26), too coarse for the hour's
+	// 4 MiB/h, so the check was an error on the pass side; 32 MiB/h (3.3 MiB over the run) is a
+	// leak a six-minute soak shows. The hour-long soak keeps its 4.
+	"soak": {"duration=375s", "steady=20s", "faultEvery=100s", "faultFor=15s", "serviceEntries=3000", "cpCPULimit=100m", "maxCPHeapGrowth=32Mi"},
 }
 
 // TestScale is experiment's test scale (nil for an unknown experiment).
