@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"image/color"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -40,7 +41,8 @@ const xdsPushesMetric = "pilot_xds_pushes"
 // (chaos, pod lifecycle, gates), not the harness's own bookkeeping.
 var markerKinds = []string{"chaos.", "pod.", "gate.", "cp."}
 
-func isMarker(kind string) bool {
+// IsMarker says whether an event of this kind is drawn as a marker on the charts.
+func IsMarker(kind string) bool {
 	for _, p := range markerKinds {
 		if strings.HasPrefix(kind, p) {
 			return true
@@ -85,11 +87,14 @@ type Marker struct {
 	Event  Event
 }
 
-// Markers numbers the run's marker events in time order.
+// Markers numbers the run's marker events in time order (events are recorded as seen, and one
+// taken from the API may be older than one recorded before it).
 func Markers(s *Summary) []Marker {
+	events := append([]Event(nil), s.Events...)
+	sort.SliceStable(events, func(i, j int) bool { return events[i].At.Before(events[j].At) })
 	var out []Marker
-	for _, e := range s.Events {
-		if isMarker(e.Kind) {
+	for _, e := range events {
+		if IsMarker(e.Kind) {
 			out = append(out, Marker{N: len(out) + 1, Offset: e.At.Sub(s.StartedAt).Seconds(), Event: e})
 		}
 	}

@@ -253,3 +253,8 @@ func ComparisonIn(dir string) []string {
 	}
 	return found
 }
+
+// cell makes a string safe for one Markdown table cell.
+func cell(s string) string {
+	return strings.ReplaceAll(strings.Join(strings.Fields(s), " "), "|", "\\|")
+}

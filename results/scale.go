@@ -183,84 +183,8 @@ type Mismatch struct {
 	Got      string `json:"got"`
 }
 
-// Markdown renders the scale section of report.md: the per-step table, a log-log text chart of
-// heap against endpoints with the fit, the projection and the first mismatches.
-func (s *Scale) Markdown() string {
-	var b strings.Builder
-	b.WriteString("\n## Scale\n\n")
-	fmt.Fprintf(&b, "Baseline (no generated config): heap %s, RSS %s.\n\n", mibs(s.Baseline.HeapBytes), mibs(s.Baseline.RSSBytes))
-	b.WriteString("| ServiceEntries | Endpoints | Apply | Full pushes (CP time) | Client complete after | Heap | RSS | Bytes/endpoint | apiserver RSS | etcd DB | Mismatches | Top allocation site |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, st := range s.Steps {
-		conv := fmt.Sprintf("%.1f s", st.ConvergeSeconds)
-		if !st.Converged {
-			conv = fmt.Sprintf("**not within %.0f s**", st.ConvergeSeconds)
-		}
-		top := ""
-		if len(st.Top) > 0 {
-			top = fmt.Sprintf("%s `%s`", mibs(st.Top[0].InUseBytes), cell(st.Top[0].Function))
-		}
-		pushes := "not measured"
-		if st.PushMeasured {
-			pushes = fmt.Sprintf("%d (%.2f s)", st.PushCount, st.PushSeconds)
-		}
-		verify := ""
-		if st.Verify {
-			verify = " (verify)"
-		}
-		fmt.Fprintf(&b, "| %d%s | %d | %.1f s (%.0f/s) | %s | %s | %s | %s | %.0f | %s | %s | %d | %s |\n",
-			st.ServiceEntries, verify, st.Endpoints, st.ApplySeconds, st.ApplyPerSecond, pushes, conv,
-			mibs(st.HeapBytes), mibs(st.RSSBytes), st.BytesPerEndpoint, mibs(st.APIServerRSSBytes), mibs(st.EtcdDBBytes), st.Mismatches, top)
-	}
-	if f := s.Fit; f != nil {
-		fmt.Fprintf(&b, "\nGrowth: heap above the baseline ∝ endpoints^**%.3f** ± %.3f (%d points, log-log least squares", f.Exponent, f.StdErr, f.Points)
-		if f.Resolution > 0 {
-			fmt.Fprintf(&b, "; the heap's jitter alone could move it by %.2f", f.Resolution)
-		}
-		b.WriteString(").")
-		if r := s.RSSFit; r != nil {
-			fmt.Fprintf(&b, " RSS above its baseline ∝ endpoints^%.3f ± %.3f.", r.Exponent, r.StdErr)
-		}
-		b.WriteString("\n")
-		b.WriteString("\n```\n" + s.chart(60, 16) + "```\n")
-	}
-	if p := s.Projection; p != nil {
-		fmt.Fprintf(&b, "\nCapacity under %s: about **%d endpoints** (%d ServiceEntries)", mibs(p.BudgetBytes), p.Endpoints, p.ServiceEntries)
-		if p.Capped {
-			b.WriteString(", capped at the largest step allowed")
-		}
-		if p.Verified {
-			fmt.Fprintf(&b, "; verified with a step at that size: heap %s, RSS %s, within budget: %v", mibs(p.VerifiedHeapBytes), mibs(p.VerifiedRSSBytes), p.WithinBudget)
-		} else {
-			b.WriteString("; not verified")
-		}
-		b.WriteString(".\n")
-	}
-	fmt.Fprintf(&b, "\nOracle mismatches by scenario: %s.\n", countsLine(s.MismatchCount))
-	if len(s.Mismatches) > 0 {
-		b.WriteString("\n| Step (SEs) | Scenario | Cluster | Want | Got |\n|---|---|---|---|---|\n")
-		for _, m := range s.Mismatches {
-			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s |\n", m.Step, m.Scenario, cell(m.Cluster), cell(m.Want), cell(m.Got))
-		}
-	}
-	return b.String()
-}
-
-func countsLine(m map[string]int) string {
-	if len(m) == 0 {
-		return "none"
-	}
-	var parts []string
-	for _, k := range SortedKeys(m) {
-		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
-	}
-	return strings.Join(parts, ", ")
-}
-
-func mibs(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-
-// chart draws heap above the baseline (*) and the fit (.) against endpoints on log-log axes.
-func (s *Scale) chart(w, h int) string {
+// Chart draws heap above the baseline (*) and the fit (.) against endpoints on log-log axes.
+func (s *Scale) Chart(w, h int) string {
 	var xs, ys []float64
 	for _, st := range s.Steps {
 		if y := float64(st.HeapBytes - s.Baseline.HeapBytes); st.Endpoints > 0 && y > 0 {

@@ -169,62 +169,9 @@ type StackCount struct {
 	Delta int    `json:"delta"`
 }
 
-// Markdown renders the soak section of report.md: the faults, the trends and goroutine counts,
-// and a text chart of memory and goroutines over time.
-func (s *Soak) Markdown() string {
-	var sb strings.Builder
-	recovered := 0
-	for _, f := range s.Faults {
-		if f.Recovered {
-			recovered++
-		}
-	}
-	fmt.Fprintf(&sb, "%d faults, one every %s; %d recovered.\n\n", len(s.Faults), time.Duration(s.FaultEverySeconds*float64(time.Second)), recovered)
-	sb.WriteString("| # | fault | injected | recovered after | error |\n|---|---|---|---|---|\n")
-	for i, f := range s.Faults {
-		rec := "—"
-		if f.Recovered {
-			rec = fmt.Sprintf("%.1f s", f.RecoverySeconds)
-		}
-		fmt.Fprintf(&sb, "| %d | %s | %s | %s | %s |\n", i+1, f.Name, f.InjectedAt.UTC().Format("15:04:05"), rec, cell(f.Error))
-	}
-	sb.WriteString("\n")
-	trend := func(name string, t *Growth) {
-		if t == nil {
-			fmt.Fprintf(&sb, "- %s: no trend (too few settled points)\n", name)
-			return
-		}
-		fmt.Fprintf(&sb, "- %s: %+.2f ± %.2f MiB/hour (mean %.1f MiB, %d points, %d process lifetime(s))\n",
-			name, t.SlopePerHour/(1<<20), t.StdErr/(1<<20), t.Mean/(1<<20), t.Points, t.Segments)
-	}
-	trend("control-plane live heap", s.ControlPlaneHeap)
-	trend("harness live heap", s.HarnessHeap)
-	gor := func(name string, d *GoroutineDelta) {
-		if d == nil {
-			fmt.Fprintf(&sb, "- %s goroutines: no profiles\n", name)
-			return
-		}
-		note := ""
-		if d.Restarted {
-			note = " (the process restarted in between)"
-		}
-		fmt.Fprintf(&sb, "- %s goroutines: %d at the start, %d at the end%s (`%s`, `%s`)\n", name, d.Start, d.End, note, d.StartFile, d.EndFile)
-		for _, g := range d.Grown[:min(len(d.Grown), 5)] {
-			fmt.Fprintf(&sb, "  - %+d %s\n", g.Delta, g.Stack)
-		}
-	}
-	gor("control-plane", s.ControlPlaneGoroutines)
-	gor("harness", s.HarnessGoroutines)
-	if c := s.chart(); c != "" {
-		sb.WriteString("\nMemory (heap, MiB) and goroutines over time, one line per sample (`C` control plane heap, `H` harness heap; `!` a fault injected in that interval):\n\n```\n")
-		sb.WriteString(c)
-		sb.WriteString("```\n")
-	}
-	return sb.String()
-}
-
-// chart is one line per sample: time, both heaps as bars on one scale, both goroutine counts.
-func (s *Soak) chart() string {
+// Chart is a text chart, one line per sample: time, both heaps as bars on one scale, both
+// goroutine counts; "" without samples.
+func (s *Soak) Chart() string {
 	if len(s.Samples) == 0 {
 		return ""
 	}

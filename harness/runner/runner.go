@@ -18,6 +18,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/traffic"
 	"github.com/meshchaos/meshchaos/internal/version"
 	"github.com/meshchaos/meshchaos/results"
+	"github.com/meshchaos/meshchaos/results/render"
 )
 
 // Timeline event kinds the runner itself records. Chaos injectors use "chaos.<what>"
@@ -168,7 +169,7 @@ func Execute(ctx context.Context, exp Experiment, o Options) (results.Summary, e
 		// error carries the verdict so that the caller can say what was lost.
 		return s, fmt.Errorf("%w: the verdict was %s", err, s.Verdict)
 	}
-	if err := results.Render(o.Dir, &s); err != nil {
+	if err := render.Render(o.Dir, &s); err != nil {
 		return s, fmt.Errorf("write the run's reports: %w: the verdict was %s", err, s.Verdict)
 	}
 	r.Logf("verdict %s — %s", s.Verdict, filepath.Join(o.Dir, results.HTMLFile))

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshchaos/meshchaos/results"
+	"github.com/meshchaos/meshchaos/results/render"
 )
 
 func init() { register(newReportCmd) }
@@ -28,7 +29,7 @@ Exit code mirrors the run: 0 pass, 1 a check failed, 2 the run could not be carr
 			if err != nil {
 				return Usagef("%v", err)
 			}
-			err = results.Render(dir, s)
+			err = render.Render(dir, s)
 			// Only what it wrote: the run directory may be someone else's.
 			handOver(cmd.ErrOrStderr(), filepath.Join(dir, results.JUnitFile), filepath.Join(dir, results.MarkdownFile),
 				filepath.Join(dir, results.HTMLFile), filepath.Join(dir, results.ChartsDir))
