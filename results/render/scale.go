@@ -129,7 +129,10 @@ func soak(s *results.Summary) *Section {
 		if d.Restarted {
 			note = " (the process restarted in between)"
 		}
-		g := Text{txt(fmt.Sprintf("%s goroutines: %d at the start, %d at the end%s (", name, d.Start, d.End, note)), code(d.StartFile), txt(", "), code(d.EndFile), txt(")")}
+		g := Text{txt(fmt.Sprintf("%s goroutines: %d at the start, %d at the end%s", name, d.Start, d.End, note))}
+		if d.StartFile != "" && d.EndFile != "" { // no empty code spans for profiles not kept
+			g = append(g, txt(" ("), code(d.StartFile), txt(", "), code(d.EndFile), txt(")"))
+		}
 		for _, st := range d.Grown[:min(len(d.Grown), 5)] {
 			g = append(g, Span{Break: true}, txt(fmt.Sprintf("%+d %s", st.Delta, st.Stack)))
 		}
