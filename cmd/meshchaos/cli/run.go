@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,41 +28,21 @@ import (
 
 func init() {
 	register(newRunCmd)
-	register(newListCmd)
-}
-
-func newListCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "list",
-		Short: "List the experiments with their parameters",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			printCatalog(cmd.OutOrStdout(), true)
-			return nil
-		},
-	}
-}
-
-func printCatalog(out io.Writer, params bool) {
-	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	for _, d := range experiments.List() {
-		fmt.Fprintf(w, "%s\t%s\n", d.Name, d.Summary)
-		if params {
-			for _, p := range d.Params {
-				fmt.Fprintf(w, "\t  --set %s=%s\t%s (%s)\n", p.Name, p.Default, p.Help, p.Range())
-			}
-		}
-	}
-	w.Flush()
 }
 
 func newRunCmd() *cobra.Command {
-	var j job
+	var (
+		j      job
+		output string
+	)
 	cmd := &cobra.Command{
-		Use:   "run EXPERIMENT [--substrate local] [--cp reference|reference:<switch>|istiod[@PIN]|istiod:installed|external:FILE] [--set k=v]… [--out DIR]",
+		Use:   "run EXPERIMENT [--substrate local] [--cp reference|reference:<switch>|istiod[@PIN]|istiod:installed|external:FILE] [--set k=v]… [--out DIR] [-o text|json]",
 		Short: "Run an experiment and write its run directory (exit 0 pass, 1 a check failed, 2 could not run or its results could not be written)",
 		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
 			if len(args) != 1 {
 				fmt.Fprintln(cmd.ErrOrStderr(), "experiments:")
 				printCatalog(cmd.ErrOrStderr(), false)
@@ -84,12 +63,13 @@ func newRunCmd() *cobra.Command {
 			}
 			ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), newActivity("run "+j.Experiment))
 			defer stop()
-			return p.run(ctx, &made, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return p.run(ctx, &made, output, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	j.flags(cmd)
 	cmd.Flags().StringArrayVar(&j.Sets, "set", nil, "experiment parameter name=value (repeatable; see 'meshchaos list')")
 	cmd.Flags().StringVar(&j.Out, "out", "", "run directory (default runs/EXPERIMENT-CP-TIME)")
+	outputFlag(cmd, &output)
 	return cmd
 }
 
@@ -244,8 +224,8 @@ func (j job) imagesDir() (string, error) {
 // the verdict as the exit code — but exit 2 when the run directory does not hold the verdict
 // (its final summary or reports could not be written), whatever the verdict in memory: a pass
 // nobody can read back is no pass. made is what the command created; what the run wrote is
-// handed to the user who ran it through sudo.
-func (p *prepared) run(ctx context.Context, made *results.Created, stdout, stderr io.Writer) error {
+// handed to the user who ran it through sudo. format is -o: text or json.
+func (p *prepared) run(ctx context.Context, made *results.Created, format string, stdout, stderr io.Writer) error {
 	s, err := p.execute(ctx, runner.NewProgress(stderr))
 	if err != nil && s.Verdict == "" {
 		// Nothing was written: the run directory goes again if it is empty.
@@ -254,20 +234,59 @@ func (p *prepared) run(ctx context.Context, made *results.Created, stdout, stder
 		return WithExitCode(2, fmt.Errorf("run %s: %w", p.Experiment, err))
 	}
 	handOver(stderr, append(made.Paths(), p.Dir)...)
-	fmt.Fprintf(stdout, "%s (%s, %s): %s\n", p.Experiment, p.Substrate, p.CP, strings.ToUpper(string(s.Verdict)))
-	for _, c := range s.Checks {
-		status := "FAIL"
-		if c.Pass {
-			status = "ok"
-		}
-		fmt.Fprintf(stdout, "  %-4s  %s\n", status, c.String())
+	if perr := printVerdict(stdout, format, newRunResult(p.job, p.Dir, &s, err == nil)); perr != nil {
+		return WithExitCode(2, perr)
 	}
 	teardownNote(stderr, &s)
 	if err != nil {
 		return WithExitCode(2, fmt.Errorf("run %s: %w", p.Experiment, err))
 	}
-	fmt.Fprintf(stdout, "report: %s\n", filepath.Join(p.Dir, results.MarkdownFile))
 	return verdictError(&s)
+}
+
+// runResult is what `meshchaos run -o json` prints: summary.json's verdict, error and checks,
+// and where the run's files are. Summary and Report are empty when the run could not write
+// them (exit code 2 whatever the verdict).
+type runResult struct {
+	Experiment   string          `json:"experiment"`
+	Substrate    string          `json:"substrate"`
+	ControlPlane string          `json:"controlPlane"`
+	Verdict      results.Verdict `json:"verdict"`
+	Error        string          `json:"error,omitempty"`
+	Checks       []results.Check `json:"checks"`
+	RunDir       string          `json:"runDir"`
+	Summary      string          `json:"summary,omitempty"`
+	Report       string          `json:"report,omitempty"`
+}
+
+// newRunResult is the verdict of the run of j into dir; written says whether its summary and
+// reports are on disk.
+func newRunResult(j job, dir string, s *results.Summary, written bool) runResult {
+	r := runResult{Experiment: j.Experiment, Substrate: j.Substrate, ControlPlane: j.CP,
+		Verdict: s.Verdict, Error: s.Error, Checks: append([]results.Check{}, s.Checks...), RunDir: dir}
+	if written {
+		r.Summary, r.Report = filepath.Join(dir, results.SummaryFile), filepath.Join(dir, results.MarkdownFile)
+	}
+	return r
+}
+
+// printVerdict prints a run's verdict on w: its checks and report in text, the document in json.
+func printVerdict(w io.Writer, format string, r runResult) error {
+	if format == outputJSON {
+		return writeJSON(w, r)
+	}
+	fmt.Fprintf(w, "%s (%s, %s): %s\n", r.Experiment, r.Substrate, r.ControlPlane, strings.ToUpper(string(r.Verdict)))
+	for _, c := range r.Checks {
+		status := "FAIL"
+		if c.Pass {
+			status = "ok"
+		}
+		fmt.Fprintf(w, "  %-4s  %s\n", status, c.String())
+	}
+	if r.Report != "" {
+		fmt.Fprintf(w, "report: %s\n", r.Report)
+	}
+	return nil
 }
 
 // handOver gives paths (and what is under them) to the user who ran meshchaos through sudo. A
