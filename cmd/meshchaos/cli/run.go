@@ -20,6 +20,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 	"github.com/meshchaos/meshchaos/harness/experiment"
 	"github.com/meshchaos/meshchaos/harness/mesh"
+	"github.com/meshchaos/meshchaos/harness/params"
 	"github.com/meshchaos/meshchaos/harness/runner"
 	"github.com/meshchaos/meshchaos/harness/subject"
 	imgs "github.com/meshchaos/meshchaos/images"
@@ -34,9 +35,10 @@ func newRunCmd() *cobra.Command {
 	var (
 		j      job
 		output string
+		dryRun bool
 	)
 	cmd := &cobra.Command{
-		Use:   "run EXPERIMENT [--substrate local] [--cp reference|reference:<switch>|istiod[@PIN]|istiod:installed|external:FILE] [--set k=v]… [--out DIR] [-o text|json]",
+		Use:   "run EXPERIMENT [--substrate local] [--cp reference|reference:<switch>|istiod[@PIN]|istiod:installed|external:FILE] [--set k=v]… [--out DIR] [--dry-run] [-o text|json]",
 		Short: "Run an experiment and write its run directory (exit 0 pass, 1 a check failed, 2 could not run or its results could not be written)",
 		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -54,6 +56,9 @@ func newRunCmd() *cobra.Command {
 				return Usagef("unknown experiment %q: choose one listed above", args[0])
 			}
 			j.Experiment = args[0]
+			if dryRun {
+				return j.dryRun(cmd.OutOrStdout(), output)
+			}
 			var made results.Created
 			p, err := j.prepare(&made)
 			if err != nil {
@@ -69,8 +74,26 @@ func newRunCmd() *cobra.Command {
 	j.flags(cmd)
 	cmd.Flags().StringArrayVar(&j.Sets, "set", nil, "experiment parameter name=value (repeatable; see 'meshchaos list')")
 	cmd.Flags().StringVar(&j.Out, "out", "", "run directory (default runs/EXPERIMENT-CP-TIME)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "check every input as the run does and print its plan (as 'meshchaos describe'), creating nothing")
 	outputFlag(cmd, &output)
 	return cmd
+}
+
+// dryRun checks every input as a run does and prints the run's plan; it creates nothing (no run
+// directory: an --out holding a run is refused as the run refuses it, but none is made).
+func (j job) dryRun(w io.Writer, format string) error {
+	c, err := j.check()
+	if err != nil {
+		return err
+	}
+	if j.Out != "" {
+		if err := checkRunDirFree(j.Out); err != nil {
+			return WithExitCode(2, err)
+		}
+	}
+	p := newPlan(j, c.def, c.vals, c.sut)
+	p.DryRun = true
+	return printPlan(w, format, p)
 }
 
 // job is one experiment run as the CLI asks for it: what `run` executes, and what commands that
@@ -118,9 +141,17 @@ type prepared struct {
 	exp runner.Experiment
 }
 
-// prepare checks everything a run needs before anything starts (bad input is exit 2 with a line
-// saying what to do) and claims the run directory, recording in made the directories it creates.
-func (j job) prepare(made *results.Created) (*prepared, error) {
+// checked is a job whose every input was checked: what a run and a dry run share.
+type checked struct {
+	def  experiment.Definition
+	vals params.Values
+	sut  subject.ControlPlane
+	exp  runner.Experiment
+}
+
+// check checks everything a run needs before anything starts (bad input is exit 2 with a line
+// saying what to do); it creates nothing.
+func (j job) check() (*checked, error) {
 	if err := j.checkSubstrate(); err != nil {
 		return nil, err
 	}
@@ -154,11 +185,21 @@ func (j job) prepare(made *results.Created) (*prepared, error) {
 	if err := checkInstalled(sub, sut, def, vals); err != nil {
 		return nil, err
 	}
-	dir, err := claimRunDir(made, j.Out, def.Name, j.CP)
+	return &checked{def: def, vals: vals, sut: sut, exp: exp}, nil
+}
+
+// prepare checks everything a run needs before anything starts (check) and claims the run
+// directory, recording in made the directories it creates.
+func (j job) prepare(made *results.Created) (*prepared, error) {
+	c, err := j.check()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := claimRunDir(made, j.Out, c.def.Name, j.CP)
 	if err != nil {
 		return nil, WithExitCode(2, err)
 	}
-	return &prepared{job: j, Dir: dir, exp: exp}, nil
+	return &prepared{job: j, Dir: dir, exp: c.exp}, nil
 }
 
 // checkSubstrate refuses an unknown --substrate and flags of another substrate than the one
@@ -311,8 +352,8 @@ func (p *prepared) execute(ctx context.Context, progress runner.Progress) (resul
 // whatever the umask.
 func claimRunDir(made *results.Created, out, experiment, cp string) (string, error) {
 	if out != "" {
-		if _, err := os.Stat(filepath.Join(out, results.SummaryFile)); err == nil {
-			return "", fmt.Errorf("--out %s already holds a run (%s): choose another directory or remove it", out, results.SummaryFile)
+		if err := checkRunDirFree(out); err != nil {
+			return "", err
 		}
 		if err := made.MkdirAll(out); err != nil {
 			return "", fmt.Errorf("create run directory: %w", err)
@@ -337,6 +378,14 @@ func claimRunDir(made *results.Created, out, experiment, cp string) (string, err
 			return "", fmt.Errorf("create run directory: %w", err)
 		}
 	}
+}
+
+// checkRunDirFree refuses an --out that already holds a run: its evidence would be overwritten.
+func checkRunDirFree(out string) error {
+	if _, err := os.Stat(filepath.Join(out, results.SummaryFile)); err == nil {
+		return fmt.Errorf("--out %s already holds a run (%s): choose another directory or remove it", out, results.SummaryFile)
+	}
+	return nil
 }
 
 // writable proves the run directory takes a file, so a full disk or a read-only mount is
