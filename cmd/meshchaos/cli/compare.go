@@ -50,10 +50,10 @@ func (f *statsFlags) options(cmd *cobra.Command) (results.CompareOptions, error)
 
 func newCompareCmd() *cobra.Command {
 	var sf statsFlags
-	var out string
+	var out, output string
 	var force bool
 	cmd := &cobra.Command{
-		Use:   "compare BASE CAND",
+		Use:   "compare BASE CAND [--out DIR] [-o text|json]",
 		Short: "Compare candidate runs with base runs, measure by measure, and fail on a regression",
 		Long: `BASE and CAND are run directories, or directories whose subdirectories are run directories
 (repeat runs, several experiments: runs are grouped by experiment and parameters).
@@ -66,10 +66,16 @@ effect and the test is significant at --alpha — or, with too few runs for the 
 --alpha (fewer than 3 a side), when every candidate run is worse than every base run by more than
 that effect. A check that passed in every base run and fails in a candidate run is a regression.
 
+With -o json, stdout holds the comparison as one JSON document (what --out writes as
+comparison.json) instead of the table.
+
 Exit code: 0 no regression, 1 a regression, 2 bad input (missing or invalid run directory, an
 experiment on one side only, a run with verdict error).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
 			o, err := sf.options(cmd)
 			if err != nil {
 				return err
@@ -91,12 +97,13 @@ experiment on one side only, a run with verdict error).`,
 			}
 			c.Base, c.Candidate = args[0], args[1]
 			var made results.Created
-			return finishComparison(cmd.OutOrStdout(), cmd.ErrOrStderr(), &made, c, out, force)
+			return finishComparison(cmd.OutOrStdout(), cmd.ErrOrStderr(), output, &made, c, out, force)
 		},
 	}
 	sf.register(cmd)
 	cmd.Flags().StringVar(&out, "out", "", "also write comparison.md and comparison.json into this directory (one that holds a comparison is refused without --force)")
 	cmd.Flags().BoolVar(&force, "force", false, "with --out: replace the comparison the directory holds")
+	outputFlag(cmd, &output)
 	return cmd
 }
 
@@ -121,9 +128,15 @@ func checkComparisonOut(dir string, force bool, hint string) error {
 // comparison was interrupted (no verdict, whatever it shows), a group could not be compared or
 // the comparison could not be written. made records what the command
 // created; it and the comparison's files are handed to the user who ran it through sudo.
-func finishComparison(w, stderr io.Writer, made *results.Created, c *results.Comparison, dir string, force bool) error {
-	if err := c.WriteTable(w); err != nil {
+// format is -o: the table (text) or comparison.json's document (json) on w.
+func finishComparison(w, stderr io.Writer, format string, made *results.Created, c *results.Comparison, dir string, force bool) error {
+	if err := printComparison(w, format, c); err != nil {
 		return err
+	}
+	// With json, stdout holds the document alone: where the report is goes to stderr.
+	reportTo := w
+	if format == outputJSON {
+		reportTo = stderr
 	}
 	if dir != "" {
 		// Again: a long upgrade-check gives another process time to write one.
@@ -141,7 +154,7 @@ func finishComparison(w, stderr io.Writer, made *results.Created, c *results.Com
 			// The outcome printed above is not on disk: the exit code must not pretend it is.
 			return WithExitCode(2, fmt.Errorf("%w: the outcome was %s", err, c.Outcome()))
 		}
-		fmt.Fprintf(w, "report: %s\n", filepath.Join(dir, results.ComparisonMarkdownFile))
+		fmt.Fprintf(reportTo, "report: %s\n", filepath.Join(dir, results.ComparisonMarkdownFile))
 	}
 	if c.Interrupted != nil {
 		// Before the regression: what the runs made show is no verdict on the candidate.
@@ -154,6 +167,14 @@ func finishComparison(w, stderr io.Writer, made *results.Created, c *results.Com
 		return Usagef("not every experiment could be compared (%s): give both sides runs of the same experiments and parameters", inc[0])
 	}
 	return nil
+}
+
+// printComparison prints c on w: its table (text), or the document comparison.json holds (json).
+func printComparison(w io.Writer, format string, c *results.Comparison) error {
+	if format == outputJSON {
+		return writeJSON(w, c)
+	}
+	return c.WriteTable(w)
 }
 
 // loadRuns reads one run directory, or every run directory directly under path.

@@ -59,7 +59,7 @@ func exitCode(err error) int {
 func TestRunExitsTwoWhenItsVerdictIsNotWritten(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
 	var stdout, stderr bytes.Buffer
-	err := quickRun(dir, "reference", true).run(context.Background(), nil, &stdout, &stderr)
+	err := quickRun(dir, "reference", true).run(context.Background(), nil, outputText, &stdout, &stderr)
 	assert.Equal(t, 2, exitCode(err), "%v\n%s", err, stderr.String())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "run quick: write the run's summary: ")
@@ -70,7 +70,7 @@ func TestRunExitsTwoWhenItsVerdictIsNotWritten(t *testing.T) {
 	// The same run written whole is a pass.
 	stdout.Reset()
 	dir = filepath.Join(t.TempDir(), "run")
-	assert.NoError(t, quickRun(dir, "reference", false).run(context.Background(), nil, &stdout, &stderr))
+	assert.NoError(t, quickRun(dir, "reference", false).run(context.Background(), nil, outputText, &stdout, &stderr))
 	assert.Contains(t, stdout.String(), "report: "+filepath.Join(dir, results.MarkdownFile))
 }
 
@@ -248,7 +248,7 @@ func TestRunUnderSudoBelongsToTheUser(t *testing.T) {
 	dir, err := claimRunDir(&made, out, "quick", "reference")
 	require.NoError(t, err)
 	var stdout, stderr bytes.Buffer
-	require.NoError(t, quickRun(dir, "reference", false).run(context.Background(), &made, &stdout, &stderr))
+	require.NoError(t, quickRun(dir, "reference", false).run(context.Background(), &made, outputText, &stdout, &stderr))
 	assert.NotContains(t, stderr.String(), "warning")
 	ownedBy(t, filepath.Join(parent, "a"), uid, gid)
 	fi, err := os.Stat(parent)

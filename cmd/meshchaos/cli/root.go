@@ -58,6 +58,7 @@ func NewRoot() *cobra.Command {
 	for _, c := range commands {
 		root.AddCommand(c())
 	}
+	addCompletions(root)
 	return root
 }
 

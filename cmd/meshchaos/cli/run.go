@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,6 +20,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
 	"github.com/meshchaos/meshchaos/harness/experiment"
 	"github.com/meshchaos/meshchaos/harness/mesh"
+	"github.com/meshchaos/meshchaos/harness/params"
 	"github.com/meshchaos/meshchaos/harness/runner"
 	"github.com/meshchaos/meshchaos/harness/subject"
 	imgs "github.com/meshchaos/meshchaos/images"
@@ -29,41 +29,22 @@ import (
 
 func init() {
 	register(newRunCmd)
-	register(newListCmd)
-}
-
-func newListCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "list",
-		Short: "List the experiments with their parameters",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			printCatalog(cmd.OutOrStdout(), true)
-			return nil
-		},
-	}
-}
-
-func printCatalog(out io.Writer, params bool) {
-	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	for _, d := range experiments.List() {
-		fmt.Fprintf(w, "%s\t%s\n", d.Name, d.Summary)
-		if params {
-			for _, p := range d.Params {
-				fmt.Fprintf(w, "\t  --set %s=%s\t%s (%s)\n", p.Name, p.Default, p.Help, p.Range())
-			}
-		}
-	}
-	w.Flush()
 }
 
 func newRunCmd() *cobra.Command {
-	var j job
+	var (
+		j      job
+		output string
+		dryRun bool
+	)
 	cmd := &cobra.Command{
-		Use:   "run EXPERIMENT [--substrate local] [--cp reference|reference:<switch>|istiod[@PIN]|istiod:installed|external:FILE] [--set k=v]… [--out DIR]",
+		Use:   "run EXPERIMENT [--substrate local] [--cp reference|reference:<switch>|istiod[@PIN]|istiod:installed|external:FILE] [--set k=v]… [--out DIR] [--dry-run] [-o text|json]",
 		Short: "Run an experiment and write its run directory (exit 0 pass, 1 a check failed, 2 could not run or its results could not be written)",
 		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
 			if len(args) != 1 {
 				fmt.Fprintln(cmd.ErrOrStderr(), "experiments:")
 				printCatalog(cmd.ErrOrStderr(), false)
@@ -75,6 +56,9 @@ func newRunCmd() *cobra.Command {
 				return Usagef("unknown experiment %q: choose one listed above", args[0])
 			}
 			j.Experiment = args[0]
+			if dryRun {
+				return j.dryRun(cmd.OutOrStdout(), output)
+			}
 			var made results.Created
 			p, err := j.prepare(&made)
 			if err != nil {
@@ -84,13 +68,32 @@ func newRunCmd() *cobra.Command {
 			}
 			ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), newActivity("run "+j.Experiment))
 			defer stop()
-			return p.run(ctx, &made, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return p.run(ctx, &made, output, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	j.flags(cmd)
 	cmd.Flags().StringArrayVar(&j.Sets, "set", nil, "experiment parameter name=value (repeatable; see 'meshchaos list')")
 	cmd.Flags().StringVar(&j.Out, "out", "", "run directory (default runs/EXPERIMENT-CP-TIME)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "check every input as the run does and print its plan (as 'meshchaos describe'), creating nothing")
+	outputFlag(cmd, &output)
 	return cmd
+}
+
+// dryRun checks every input as a run does and prints the run's plan; it creates nothing (no run
+// directory: an --out holding a run is refused as the run refuses it, but none is made).
+func (j job) dryRun(w io.Writer, format string) error {
+	c, err := j.check()
+	if err != nil {
+		return err
+	}
+	if j.Out != "" {
+		if err := checkRunDirFree(j.Out); err != nil {
+			return WithExitCode(2, err)
+		}
+	}
+	p := newPlan(j, c.def, c.vals, c.sut)
+	p.DryRun = true
+	return printPlan(w, format, p)
 }
 
 // job is one experiment run as the CLI asks for it: what `run` executes, and what commands that
@@ -138,9 +141,17 @@ type prepared struct {
 	exp runner.Experiment
 }
 
-// prepare checks everything a run needs before anything starts (bad input is exit 2 with a line
-// saying what to do) and claims the run directory, recording in made the directories it creates.
-func (j job) prepare(made *results.Created) (*prepared, error) {
+// checked is a job whose every input was checked: what a run and a dry run share.
+type checked struct {
+	def  experiment.Definition
+	vals params.Values
+	sut  subject.ControlPlane
+	exp  runner.Experiment
+}
+
+// check checks everything a run needs before anything starts (bad input is exit 2 with a line
+// saying what to do); it creates nothing.
+func (j job) check() (*checked, error) {
 	if err := j.checkSubstrate(); err != nil {
 		return nil, err
 	}
@@ -174,11 +185,21 @@ func (j job) prepare(made *results.Created) (*prepared, error) {
 	if err := checkInstalled(sub, sut, def, vals); err != nil {
 		return nil, err
 	}
-	dir, err := claimRunDir(made, j.Out, def.Name, j.CP)
+	return &checked{def: def, vals: vals, sut: sut, exp: exp}, nil
+}
+
+// prepare checks everything a run needs before anything starts (check) and claims the run
+// directory, recording in made the directories it creates.
+func (j job) prepare(made *results.Created) (*prepared, error) {
+	c, err := j.check()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := claimRunDir(made, j.Out, c.def.Name, j.CP)
 	if err != nil {
 		return nil, WithExitCode(2, err)
 	}
-	return &prepared{job: j, Dir: dir, exp: exp}, nil
+	return &prepared{job: j, Dir: dir, exp: c.exp}, nil
 }
 
 // checkSubstrate refuses an unknown --substrate and flags of another substrate than the one
@@ -244,8 +265,8 @@ func (j job) imagesDir() (string, error) {
 // the verdict as the exit code — but exit 2 when the run directory does not hold the verdict
 // (its final summary or reports could not be written), whatever the verdict in memory: a pass
 // nobody can read back is no pass. made is what the command created; what the run wrote is
-// handed to the user who ran it through sudo.
-func (p *prepared) run(ctx context.Context, made *results.Created, stdout, stderr io.Writer) error {
+// handed to the user who ran it through sudo. format is -o: text or json.
+func (p *prepared) run(ctx context.Context, made *results.Created, format string, stdout, stderr io.Writer) error {
 	s, err := p.execute(ctx, runner.NewProgress(stderr))
 	if err != nil && s.Verdict == "" {
 		// Nothing was written: the run directory goes again if it is empty.
@@ -254,20 +275,59 @@ func (p *prepared) run(ctx context.Context, made *results.Created, stdout, stder
 		return WithExitCode(2, fmt.Errorf("run %s: %w", p.Experiment, err))
 	}
 	handOver(stderr, append(made.Paths(), p.Dir)...)
-	fmt.Fprintf(stdout, "%s (%s, %s): %s\n", p.Experiment, p.Substrate, p.CP, strings.ToUpper(string(s.Verdict)))
-	for _, c := range s.Checks {
-		status := "FAIL"
-		if c.Pass {
-			status = "ok"
-		}
-		fmt.Fprintf(stdout, "  %-4s  %s\n", status, c.String())
+	if perr := printVerdict(stdout, format, newRunResult(p.job, p.Dir, &s, err == nil)); perr != nil {
+		return WithExitCode(2, perr)
 	}
 	teardownNote(stderr, &s)
 	if err != nil {
 		return WithExitCode(2, fmt.Errorf("run %s: %w", p.Experiment, err))
 	}
-	fmt.Fprintf(stdout, "report: %s\n", filepath.Join(p.Dir, results.MarkdownFile))
 	return verdictError(&s)
+}
+
+// runResult is what `meshchaos run -o json` prints: summary.json's verdict, error and checks,
+// and where the run's files are. Summary and Report are empty when the run could not write
+// them (exit code 2 whatever the verdict).
+type runResult struct {
+	Experiment   string          `json:"experiment"`
+	Substrate    string          `json:"substrate"`
+	ControlPlane string          `json:"controlPlane"`
+	Verdict      results.Verdict `json:"verdict"`
+	Error        string          `json:"error,omitempty"`
+	Checks       []results.Check `json:"checks"`
+	RunDir       string          `json:"runDir"`
+	Summary      string          `json:"summary,omitempty"`
+	Report       string          `json:"report,omitempty"`
+}
+
+// newRunResult is the verdict of the run of j into dir; written says whether its summary and
+// reports are on disk.
+func newRunResult(j job, dir string, s *results.Summary, written bool) runResult {
+	r := runResult{Experiment: j.Experiment, Substrate: j.Substrate, ControlPlane: j.CP,
+		Verdict: s.Verdict, Error: s.Error, Checks: append([]results.Check{}, s.Checks...), RunDir: dir}
+	if written {
+		r.Summary, r.Report = filepath.Join(dir, results.SummaryFile), filepath.Join(dir, results.MarkdownFile)
+	}
+	return r
+}
+
+// printVerdict prints a run's verdict on w: its checks and report in text, the document in json.
+func printVerdict(w io.Writer, format string, r runResult) error {
+	if format == outputJSON {
+		return writeJSON(w, r)
+	}
+	fmt.Fprintf(w, "%s (%s, %s): %s\n", r.Experiment, r.Substrate, r.ControlPlane, strings.ToUpper(string(r.Verdict)))
+	for _, c := range r.Checks {
+		status := "FAIL"
+		if c.Pass {
+			status = "ok"
+		}
+		fmt.Fprintf(w, "  %-4s  %s\n", status, c.String())
+	}
+	if r.Report != "" {
+		fmt.Fprintf(w, "report: %s\n", r.Report)
+	}
+	return nil
 }
 
 // handOver gives paths (and what is under them) to the user who ran meshchaos through sudo. A
@@ -292,8 +352,8 @@ func (p *prepared) execute(ctx context.Context, progress runner.Progress) (resul
 // whatever the umask.
 func claimRunDir(made *results.Created, out, experiment, cp string) (string, error) {
 	if out != "" {
-		if _, err := os.Stat(filepath.Join(out, results.SummaryFile)); err == nil {
-			return "", fmt.Errorf("--out %s already holds a run (%s): choose another directory or remove it", out, results.SummaryFile)
+		if err := checkRunDirFree(out); err != nil {
+			return "", err
 		}
 		if err := made.MkdirAll(out); err != nil {
 			return "", fmt.Errorf("create run directory: %w", err)
@@ -318,6 +378,14 @@ func claimRunDir(made *results.Created, out, experiment, cp string) (string, err
 			return "", fmt.Errorf("create run directory: %w", err)
 		}
 	}
+}
+
+// checkRunDirFree refuses an --out that already holds a run: its evidence would be overwritten.
+func checkRunDirFree(out string) error {
+	if _, err := os.Stat(filepath.Join(out, results.SummaryFile)); err == nil {
+		return fmt.Errorf("--out %s already holds a run (%s): choose another directory or remove it", out, results.SummaryFile)
+	}
+	return nil
 }
 
 // writable proves the run directory takes a file, so a full disk or a read-only mount is

@@ -26,6 +26,8 @@ type suiteOpts struct {
 	History string
 	Nights  int
 	Sets    []string
+	// Output is -o: text or json.
+	Output string
 }
 
 func newSuiteCmd() *cobra.Command {
@@ -34,7 +36,7 @@ func newSuiteCmd() *cobra.Command {
 		o suiteOpts
 	)
 	cmd := &cobra.Command{
-		Use:   "suite NAME|FILE [--out DIR] [--history DIR] [--set k=v]… [--substrate local]",
+		Use:   "suite NAME|FILE [--out DIR] [--history DIR] [--set k=v]… [--substrate local] [-o text|json]",
 		Short: "Run a suite of experiments one after another: combined junit.xml and index.html (exit 0 every run gave its expected verdict, 1 not, 2 bad input, interrupted, or results that could not be written)",
 		Long: `Run a suite: experiments × control planes × parameters × repeats, one run after another on this
 machine, each with the verdict it is expected to give. NAME is a built-in suite (see below) or FILE a
@@ -53,7 +55,8 @@ YAML file:
 Every entry is checked before the first run starts. The output directory holds each run's
 directory, a combined junit.xml, suite.json and index.html. With --history DIR the suite's result
 is appended to DIR/NAME.jsonl and index.html shows each main measure's trend over the last
---nights executions, flagging a change beyond the noise seen so far.
+--nights executions, flagging a change beyond the noise seen so far. With -o json, stdout holds
+the suite's result as one JSON document (what suite.json holds) instead of the table.
 
 SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the suite: the run in progress records the signal
 (verdict error) and tears its cluster down, no further run starts, suite.json, junit.xml and
@@ -62,6 +65,9 @@ index.html say which signal came during which run, the execution is not appended
 says which run is still being torn down.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(o.Output); err != nil {
+				return err
+			}
 			if len(args) != 1 {
 				printSuites(cmd.ErrOrStderr())
 				return Usagef("give one suite: a built-in name or a YAML file")
@@ -81,6 +87,7 @@ says which run is still being torn down.`,
 	cmd.Flags().StringVar(&o.Out, "out", "", "output directory (default runs/suite-NAME-TIME)")
 	cmd.Flags().StringVar(&o.History, "history", "", "history directory: append this execution and show trends across nights")
 	cmd.Flags().IntVar(&o.Nights, "nights", 30, "how many executions of the history the trends show")
+	outputFlag(cmd, &o.Output)
 	cmd.Flags().StringArrayVar(&o.Sets, "set", nil, "[EXPERIMENT.]name=value for every entry whose experiment has the parameter (after the entry's own; EXPERIMENT. limits it to that experiment's entries)")
 	return cmd
 }
@@ -318,8 +325,41 @@ func (x *suiteExec) execute(ctx context.Context, stdout, stderr io.Writer) error
 		return WithExitCode(2, fmt.Errorf("suite %s: %w: %s", s.Name, historyErr, suiteOutcome(res)))
 	}
 
+	if err := printSuiteResult(stdout, stderr, x.opts.Output, res, out); err != nil {
+		return WithExitCode(2, fmt.Errorf("suite %s: %w: %s", s.Name, err, suiteOutcome(res)))
+	}
 	bad := 0
-	fmt.Fprintf(stdout, "suite %s (%s, %s):\n", s.Name, x.substrate, res.FinishedAt.Sub(res.StartedAt).Round(time.Second))
+	for _, r := range res.Runs {
+		if !r.AsExpected() {
+			bad++
+		}
+	}
+	if res.Interrupted != nil {
+		return WithExitCode(2, fmt.Errorf("suite %s: %s: no verdict (%d of %d runs made, %d as expected)", s.Name, res.Interrupted, len(res.Runs), res.Planned, len(res.Runs)-bad))
+	}
+	if len(unsaved) > 0 {
+		return WithExitCode(2, fmt.Errorf("suite %s: the results of %d of %d runs could not be written, the first: %s", s.Name, len(unsaved), res.Planned, unsaved[0]))
+	}
+	if res.OK() {
+		return nil
+	}
+	missing := res.Planned - len(res.Runs)
+	return WithExitCode(1, fmt.Errorf("suite %s: %d of %d runs did not give their expected verdict, %d did not run", s.Name, bad, res.Planned, missing))
+}
+
+// printSuiteResult prints the suite's outcome on stdout: each run against its expectation and
+// where the junit and index are (text), or the document suite.json holds (json; the paths then
+// go to stderr, so stdout holds the document alone). out is the suite's directory.
+func printSuiteResult(stdout, stderr io.Writer, format string, res *results.SuiteResult, out string) error {
+	paths := fmt.Sprintf("junit: %s\nindex: %s\n", filepath.Join(out, results.JUnitFile), filepath.Join(out, results.SuiteIndexFile))
+	if format == outputJSON {
+		if err := writeJSON(stdout, res); err != nil {
+			return err
+		}
+		_, err := fmt.Fprint(stderr, paths)
+		return err
+	}
+	fmt.Fprintf(stdout, "suite %s (%s, %s):\n", res.Suite, res.Substrate, res.FinishedAt.Sub(res.StartedAt).Round(time.Second))
 	for i, r := range res.Runs {
 		status := "ok"
 		switch {
@@ -328,9 +368,6 @@ func (x *suiteExec) execute(ctx context.Context, stdout, stderr io.Writer) error
 			status = "cut" // the signal cut it short: not a failure of its own
 		default:
 			status = "FAIL"
-		}
-		if !r.AsExpected() {
-			bad++
 		}
 		fmt.Fprintf(stdout, "  %-4s  %s #%d: %s (expected %s)\n", status, r.Key(), r.Repeat, r.Verdict,
 			expectText(results.Expect{Verdict: r.Expect, Failing: r.ExpectFailing}))
@@ -344,18 +381,8 @@ func (x *suiteExec) execute(ctx context.Context, stdout, stderr io.Writer) error
 	if res.Interrupted != nil {
 		fmt.Fprintf(stdout, "  %s: no verdict; %d of %d runs did not run\n", res.Interrupted, res.Planned-len(res.Runs), res.Planned)
 	}
-	fmt.Fprintf(stdout, "junit: %s\nindex: %s\n", filepath.Join(out, results.JUnitFile), filepath.Join(out, results.SuiteIndexFile))
-	if res.Interrupted != nil {
-		return WithExitCode(2, fmt.Errorf("suite %s: %s: no verdict (%d of %d runs made, %d as expected)", s.Name, res.Interrupted, len(res.Runs), res.Planned, len(res.Runs)-bad))
-	}
-	if len(unsaved) > 0 {
-		return WithExitCode(2, fmt.Errorf("suite %s: the results of %d of %d runs could not be written, the first: %s", s.Name, len(unsaved), res.Planned, unsaved[0]))
-	}
-	if res.OK() {
-		return nil
-	}
-	missing := res.Planned - len(res.Runs)
-	return WithExitCode(1, fmt.Errorf("suite %s: %d of %d runs did not give their expected verdict, %d did not run", s.Name, bad, res.Planned, missing))
+	_, err := fmt.Fprint(stdout, paths)
+	return err
 }
 
 // cutShort reports whether ctx ended while the run that returned s was on its way: the run

@@ -265,7 +265,7 @@ func (u *upgradeCheck) execute(ctx context.Context, stdout, stderr io.Writer) er
 	c.Base, c.Candidate, c.Suite, c.StartedAt, c.FinishedAt = u.base, u.cand, u.suite, &u.startedAt, &finished
 	c.Interrupted = interrupted
 	fmt.Fprintln(stdout)
-	err = finishComparison(stdout, stderr, &u.made, c, u.out, false)
+	err = finishComparison(stdout, stderr, outputText, &u.made, c, u.out, false)
 	if err == nil && len(errored) > 0 {
 		err = WithExitCode(2, fmt.Errorf("no regression among the runs made, but %d could not be carried out (%s): the comparison rests on fewer runs; re-run", len(errored), errored[0]))
 	}

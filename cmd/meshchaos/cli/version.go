@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -29,37 +28,31 @@ go test never do.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			in := version.Get()
 			out := cmd.OutOrStdout()
-			switch output {
-			case "json":
-				b, err := json.MarshalIndent(in, "", "  ")
-				if err != nil {
-					return fmt.Errorf("encode version: %w", err)
-				}
-				_, err = fmt.Fprintf(out, "%s\n", b)
+			if err := checkOutput(output); err != nil {
 				return err
-			case "text":
-				w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-				fmt.Fprintf(w, "version\t%s\n", in.Version)
-				revision, when, modified := "unknown (not recorded by this build)", "unknown", "unknown"
-				if in.Revision != "" {
-					revision = in.Revision
-				}
-				if in.Time != nil {
-					when = in.Time.UTC().Format(time.RFC3339)
-				}
-				if in.Modified != nil {
-					modified = fmt.Sprint(*in.Modified)
-				}
-				fmt.Fprintf(w, "revision\t%s\n", revision)
-				fmt.Fprintf(w, "time\t%s\n", when)
-				fmt.Fprintf(w, "modified\t%s\n", modified)
-				fmt.Fprintf(w, "go\t%s\n", in.GoVersion)
-				return w.Flush()
-			default:
-				return Usagef("--output %q: want text or json", output)
 			}
+			if output == outputJSON {
+				return writeJSON(out, in)
+			}
+			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(w, "version\t%s\n", in.Version)
+			revision, when, modified := "unknown (not recorded by this build)", "unknown", "unknown"
+			if in.Revision != "" {
+				revision = in.Revision
+			}
+			if in.Time != nil {
+				when = in.Time.UTC().Format(time.RFC3339)
+			}
+			if in.Modified != nil {
+				modified = fmt.Sprint(*in.Modified)
+			}
+			fmt.Fprintf(w, "revision\t%s\n", revision)
+			fmt.Fprintf(w, "time\t%s\n", when)
+			fmt.Fprintf(w, "modified\t%s\n", modified)
+			fmt.Fprintf(w, "go\t%s\n", in.GoVersion)
+			return w.Flush()
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	outputFlag(cmd, &output)
 	return cmd
 }
