@@ -60,6 +60,8 @@ type Server struct {
 	api     *proc.Process
 	url     string
 	kubecfg string
+	// kubeletCert and kubeletKey are the apiserver's client certificate for kubelets.
+	kubeletCert, kubeletKey string
 }
 
 // Start starts etcd and kube-apiserver and returns once /readyz answers ok.
@@ -96,6 +98,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	dns := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
 	if s.pki, err = pki.Write(filepath.Join(s.opts.Dir, "pki"), ips, dns); err != nil {
 		return nil, fmt.Errorf("write PKI: %w", err)
+	}
+	if err := s.writeKubeletClient(); err != nil {
+		return nil, err
 	}
 	s.url = "https://" + net.JoinHostPort(s.opts.BindIP.String(), strconv.Itoa(s.opts.Port))
 	ok := false
@@ -219,6 +224,9 @@ func (s *Server) startAPIServer(ctx context.Context, path string) error {
 		"--secure-port=" + strconv.Itoa(s.opts.Port),
 		"--tls-cert-file=" + s.pki.ServingCert, "--tls-private-key-file=" + s.pki.ServingKey,
 		"--client-ca-file=" + s.pki.CACert,
+		// Kubelets authenticate and authorize who calls them (pod logs, exec, port-forward):
+		// the apiserver calls them with this certificate.
+		"--kubelet-client-certificate=" + s.kubeletCert, "--kubelet-client-key=" + s.kubeletKey,
 		// Node and RBAC, as every real cluster: a kubelet (a client certificate as
 		// system:node:NAME, see WriteClientKubeconfig) reaches only its own Node and the
 		// Secrets, ConfigMaps and tokens of the pods bound to it, and NodeRestriction keeps
@@ -246,6 +254,26 @@ func (s *Server) startAPIServer(ctx context.Context, path string) error {
 		return err
 	}
 	return s.waitHTTP(ctx, s.api, s.url+"/readyz", s.tlsConfig(), 120*time.Second)
+}
+
+// writeKubeletClient writes the client certificate the apiserver presents to kubelets, in the
+// PKI directory, the key readable by its owner only. It is in system:masters because the
+// apiserver proxies logs, exec and port-forward for users it has already authorized: the
+// kubelet's own authorization (a SubjectAccessReview) must then allow whatever they asked.
+func (s *Server) writeKubeletClient() error {
+	cert, key, err := s.pki.IssueClient("kube-apiserver-kubelet-client", "system:masters")
+	if err != nil {
+		return fmt.Errorf("kubelet client certificate: %w", err)
+	}
+	dir := filepath.Dir(s.pki.CACert)
+	s.kubeletCert = filepath.Join(dir, "apiserver-kubelet-client.crt")
+	s.kubeletKey = filepath.Join(dir, "apiserver-kubelet-client.key")
+	for path, b := range map[string][]byte{s.kubeletCert: cert, s.kubeletKey: key} {
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			return fmt.Errorf("kubelet client certificate: %w", err)
+		}
+	}
+	return nil
 }
 
 func (s *Server) tlsConfig() *tls.Config {
