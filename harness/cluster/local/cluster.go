@@ -262,7 +262,7 @@ func (c *Cluster) startControllers(paths map[string]string) error {
 }
 
 func (c *Cluster) startNode(ctx context.Context, n *node, containerdPath string, paths map[string]string, imgs []string) error {
-	if err := n.writeConfigs(); err != nil {
+	if err := n.writeConfigs(c.api.CACertPath()); err != nil {
 		return err
 	}
 	// Each node's components authenticate as themselves, as on a real cluster: kubelet as

@@ -31,7 +31,8 @@ func (n *node) sock() string { return filepath.Join(n.dir(), "containerd.sock") 
 const cniBinDir = "/usr/lib/cni"
 
 // writeConfigs writes containerd's, the CNI's, kubelet's and kube-proxy's configuration.
-func (n *node) writeConfigs() error {
+// clientCA is the cluster CA, which signed the certificate the apiserver calls kubelets with.
+func (n *node) writeConfigs(clientCA string) error {
 	d := n.dir()
 	for _, sub := range []string{"cni.d", "kubelet", "pod-logs", "runc", "opt", "cni-ipam"} {
 		if err := os.MkdirAll(filepath.Join(d, sub), 0o755); err != nil {
@@ -81,8 +82,11 @@ failCgroupV1: false
 failSwapOn: false
 cgroupDriver: cgroupfs
 cgroupRoot: %[1]s
-authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
-authorization: {mode: AlwaysAllow}
+# Port 10250 runs commands in pods and reads their logs: whoever reaches the node's address
+# (a pod may) must be the apiserver (a client certificate from the cluster CA) or someone the
+# apiserver vouches for (TokenReview) and authorizes (SubjectAccessReview, nodes/proxy…).
+authentication: {anonymous: {enabled: false}, webhook: {enabled: true}, x509: {clientCAFile: %[7]q}}
+authorization: {mode: Webhook}
 address: %[2]s
 port: 10250
 readOnlyPort: 0
@@ -99,7 +103,7 @@ clusterDomain: cluster.local
 resolvConf: %[5]s
 podLogsDir: %[6]s
 nodeStatusUpdateFrequency: 5s
-`, n.l.nodeCgroup(n.k), nodeIP(n.k), n.sock(), DNSServiceIP, filepath.Join(d, "resolv.conf"), filepath.Join(d, "pod-logs"))
+`, n.l.nodeCgroup(n.k), nodeIP(n.k), n.sock(), DNSServiceIP, filepath.Join(d, "resolv.conf"), filepath.Join(d, "pod-logs"), clientCA)
 
 	kubeProxy := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
