@@ -1,7 +1,9 @@
 package local
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -25,11 +27,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/kube"
+	"github.com/meshchaos/meshchaos/harness/netns"
 	"github.com/meshchaos/meshchaos/images"
 	"github.com/meshchaos/meshchaos/internal/prereq"
 	"github.com/meshchaos/meshchaos/workloads/echo"
@@ -262,6 +267,61 @@ func TestLocalCluster(t *testing.T) {
 			r := getJSON[echo.LookupReply](t, client, fmt.Sprintf("http://%s:8080/lookup?host=%s", pods.Items[0].Status.PodIP, host))
 			assert.Equal(t, []string{svc.Spec.ClusterIP}, r.Addrs, "pod resolves %s through CoreDNS", host)
 		}
+	})
+
+	t.Run("kubelets answer the apiserver and whom it authorizes, not whoever reaches them", func(t *testing.T) {
+		// Port 10250 lists pods, reads logs and runs commands in them. A pod reaches every
+		// node's address, its own node's too: it must get nothing there without credentials,
+		// and no more with its ServiceAccount's than the apiserver's authorization grants.
+		pods, err := filepath.Glob(filepath.Join(c.l.nodeDir(2), "ctr-state", "io.containerd.grpc.v1.cri", "netns", "cni-*"))
+		require.NoError(t, err)
+		require.NotEmpty(t, pods, "node 2 runs pods (echo, CoreDNS)")
+		fromPod, fromHub := netns.Dialer(pods[0]), netns.Dialer(c.l.hubNetnsPath())
+		kubeletGet := func(t *testing.T, dial func(context.Context, string, string) (net.Conn, error), node int, token string) int {
+			t.Helper()
+			// Kubelets serve a self-signed certificate; what is tested is whom they answer.
+			tr := &http.Transport{DialContext: dial, TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec
+			defer tr.CloseIdleConnections()
+			url := "https://" + net.JoinHostPort(nodeIP(node).String(), "10250") + "/pods"
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			require.NoError(t, err)
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+			require.NoError(t, err, "GET %s", url)
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		assert.Equal(t, http.StatusUnauthorized, kubeletGet(t, fromHub, 1, ""), "anonymous, from the hub")
+		assert.Equal(t, http.StatusUnauthorized, kubeletGet(t, fromPod, 1, ""), "anonymous, from a pod on another node")
+		assert.Equal(t, http.StatusUnauthorized, kubeletGet(t, fromPod, 2, ""), "anonymous, from a pod on the same node")
+		// A pod's token authenticates (TokenReview) and is denied (SubjectAccessReview for
+		// nodes/proxy, which RBAC does not grant it); the admin's is allowed, so the kubelet
+		// does ask the apiserver rather than refuse everyone.
+		tok, err := cs.CoreV1().ServiceAccounts("default").CreateToken(ctx, "default", &authv1.TokenRequest{}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusForbidden, kubeletGet(t, fromPod, 2, tok.Status.Token), "a pod's ServiceAccount token")
+		assert.Equal(t, http.StatusOK, kubeletGet(t, fromHub, 1, c.RESTConfig().BearerToken), "the admin's token")
+
+		// The apiserver still reaches them with its own client certificate, for the users it
+		// has authorized: a pod's logs and an exec, as the harness uses them.
+		echoPods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=echo"})
+		require.NoError(t, err)
+		require.NotEmpty(t, echoPods.Items)
+		for _, p := range echoPods.Items {
+			_, err := cs.CoreV1().Pods("default").GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			assert.NoError(t, err, "pod %s's logs through the apiserver (node %s)", p.Name, p.Spec.NodeName)
+		}
+		p := echoPods.Items[0]
+		req := hostCS.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(p.Name).SubResource("exec").
+			VersionedParams(&corev1.PodExecOptions{Command: []string{"/meshchaos", "version"}, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+		ex, err := remotecommand.NewWebSocketExecutor(hostCfg, "GET", req.URL().String())
+		require.NoError(t, err)
+		var out, errOut bytes.Buffer
+		err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errOut})
+		require.NoError(t, err, "exec in pod %s through the apiserver: %s", p.Name, errOut.String())
+		assert.NotEmpty(t, out.String(), "the exec's output")
 	})
 
 	t.Run("kernel OOM kill and restart", func(t *testing.T) {
