@@ -9,8 +9,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/meshchaos/meshchaos/harness/cluster/internal/proc"
 )
 
 // devicePluginDir is where kubelet puts its device-plugin registration socket. kubelet hard-codes
@@ -196,4 +199,53 @@ func isZombie(pid int) bool {
 	}
 	i := bytes.LastIndexByte(b, ')')
 	return i > 0 && len(b) > i+2 && (b[i+2] == 'Z' || b[i+2] == 'X')
+}
+
+// kubeletSocketWait bounds how long a starting kubelet holds the other kubelets back.
+var kubeletSocketWait = time.Minute
+
+// startKubeletAlone starts a kubelet (start) while holding a host-wide lock on devicePluginDir
+// until that kubelet has bound its registration socket (or exited, or kubeletSocketWait passed).
+// A starting kubelet removes every socket in the directory, then listens on kubelet.sock: two
+// starting at once (the nodes of one cluster, or of two clusters) can both remove, then one
+// binds and the other dies of EADDRINUSE ("Failed to start ContainerManager"), which failed a
+// cluster's bring-up in make test. The lock is flock on the directory itself: it leaves no file
+// behind and holds across processes.
+func startKubeletAlone(start func() (*proc.Process, error)) (*proc.Process, error) {
+	d, err := os.Open(devicePluginDir)
+	if err != nil {
+		return nil, fmt.Errorf("open kubelet device-plugins directory: %w", err)
+	}
+	defer d.Close()
+	if err := unix.Flock(int(d.Fd()), unix.LOCK_EX); err != nil {
+		return nil, fmt.Errorf("lock kubelet device-plugins directory: %w", err)
+	}
+	defer unix.Flock(int(d.Fd()), unix.LOCK_UN)
+	sock := filepath.Join(devicePluginDir, kubeletSocketName)
+	before, _ := os.Lstat(sock)
+	p, err := start()
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.NewTimer(kubeletSocketWait)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		// Its own socket: not the one there before it started. The inode alone cannot tell: the
+		// sweep frees the old socket's and the new one may get it (the wait then ran out).
+		if st, err := os.Lstat(sock); err == nil && st.Mode()&fs.ModeSocket != 0 &&
+			(before == nil || !os.SameFile(before, st) || st.ModTime().After(before.ModTime())) {
+			return p, nil
+		}
+		select {
+		case <-p.Done():
+			// Its exit is the caller's to report (bring-up watches every process).
+			return p, nil
+		case <-deadline.C:
+			// A slow kubelet: the next may start; the race is then only possible, not certain.
+			return p, nil
+		case <-tick.C:
+		}
+	}
 }

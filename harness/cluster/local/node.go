@@ -172,18 +172,20 @@ func (n *node) importImage(ctx context.Context, tarPath string) error {
 
 func (n *node) startKubelet(path string) error {
 	var err error
-	n.kubelet, err = proc.Start(proc.Spec{
-		Name: fmt.Sprintf("n%d-kubelet", n.k), Path: path, Dir: n.l.logDir(), Netns: n.l.nodeNetnsPath(n.k),
-		Args: []string{
-			"--config=" + filepath.Join(n.dir(), "kubelet.yaml"),
-			"--kubeconfig=" + n.l.nodeKubeconfig(n.k),
-			"--node-ip=" + nodeIP(n.k).String(),
-			"--hostname-override=" + n.l.nodeName(n.k),
-			"--root-dir=" + filepath.Join(n.dir(), "kubelet"),
-			"--cert-dir=" + filepath.Join(n.dir(), "kubelet", "pki"),
-			"--node-labels=" + NodeLabel + "=" + fmt.Sprint(n.k),
-			"--v=1",
-		},
+	n.kubelet, err = startKubeletAlone(func() (*proc.Process, error) {
+		return proc.Start(proc.Spec{
+			Name: fmt.Sprintf("n%d-kubelet", n.k), Path: path, Dir: n.l.logDir(), Netns: n.l.nodeNetnsPath(n.k),
+			Args: []string{
+				"--config=" + filepath.Join(n.dir(), "kubelet.yaml"),
+				"--kubeconfig=" + n.l.nodeKubeconfig(n.k),
+				"--node-ip=" + nodeIP(n.k).String(),
+				"--hostname-override=" + n.l.nodeName(n.k),
+				"--root-dir=" + filepath.Join(n.dir(), "kubelet"),
+				"--cert-dir=" + filepath.Join(n.dir(), "kubelet", "pki"),
+				"--node-labels=" + NodeLabel + "=" + fmt.Sprint(n.k),
+				"--v=1",
+			},
+		})
 	})
 	return err
 }
