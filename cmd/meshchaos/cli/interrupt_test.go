@@ -270,7 +270,12 @@ func TestInterruptAnywhere(t *testing.T) {
 		delay := time.Duration(rng.Int64N(int64(maxDelay)))
 		t.Run(p.name(i), func(t *testing.T) {
 			name := fmt.Sprintf("%s%d", prefix, i)
-			dir := t.TempDir()
+			// Not under t.TempDir(): its path holds the subtest's name, and so the marker
+			// ("traffic.start", "cluster.up"), which the command's first line (naming its --out)
+			// then matched before the run began.
+			dir, err := os.MkdirTemp("", "intr")
+			require.NoError(t, err)
+			t.Cleanup(func() { os.RemoveAll(dir) })
 			out := filepath.Join(dir, "out")
 			switch p.command {
 			case cmdRun:
