@@ -42,12 +42,11 @@ Docker, a reachable cluster): 'meshchaos run --dry-run' checks everything a run 
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			if len(args) != 1 {
-				fmt.Fprintln(cmd.ErrOrStderr(), "experiments:")
-				printCatalog(cmd.ErrOrStderr(), false)
-				return Usagef("give one experiment to describe")
+			x, err := experimentArg(cmd.ErrOrStderr(), args, "describe")
+			if err != nil {
+				return err
 			}
-			j.Experiment = args[0]
+			j.Experiment = x
 			p, err := j.describe()
 			if err != nil {
 				return err

@@ -45,17 +45,11 @@ func newRunCmd() *cobra.Command {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			if len(args) != 1 {
-				fmt.Fprintln(cmd.ErrOrStderr(), "experiments:")
-				printCatalog(cmd.ErrOrStderr(), false)
-				return Usagef("give one experiment to run")
+			x, err := experimentArg(cmd.ErrOrStderr(), args, "run")
+			if err != nil {
+				return err
 			}
-			if _, ok := experiments.Lookup(args[0]); !ok {
-				fmt.Fprintln(cmd.ErrOrStderr(), "experiments:")
-				printCatalog(cmd.ErrOrStderr(), false)
-				return Usagef("unknown experiment %q: choose one listed above", args[0])
-			}
-			j.Experiment = args[0]
+			j.Experiment = x
 			if dryRun {
 				return j.dryRun(cmd.OutOrStdout(), output)
 			}
@@ -413,4 +407,20 @@ func teardownNote(w io.Writer, s *results.Summary) {
 			fmt.Fprintf(w, "meshchaos: the run's teardown did not finish: %s\n", ph.Error)
 		}
 	}
+}
+
+// experimentArg is the one experiment a command takes (run, describe): anything else is exit 2
+// with the catalog on w.
+func experimentArg(w io.Writer, args []string, verb string) (string, error) {
+	if len(args) != 1 {
+		fmt.Fprintln(w, "experiments:")
+		printCatalog(w, false)
+		return "", Usagef("give one experiment to %s", verb)
+	}
+	if _, ok := experiments.Lookup(args[0]); !ok {
+		fmt.Fprintln(w, "experiments:")
+		printCatalog(w, false)
+		return "", Usagef("unknown experiment %q: choose one listed above", args[0])
+	}
+	return args[0], nil
 }
