@@ -178,10 +178,6 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	}
 
 	c.step("nodes: containerd, image import, kubelet, kube-proxy")
-	// Before any kubelet does, so teardown knows whether the directories are ours to remove.
-	if err := prepareDevicePluginDir(); err != nil {
-		return c, err
-	}
 	g, gctx := errgroup.WithContext(ctx)
 	for k := 1; k <= l.nodes; k++ {
 		n := &node{k: k, l: l}

@@ -204,23 +204,58 @@ func isZombie(pid int) bool {
 // kubeletSocketWait bounds how long a starting kubelet holds the other kubelets back.
 var kubeletSocketWait = time.Minute
 
-// startKubeletAlone starts a kubelet (start) while holding a host-wide lock on devicePluginDir
-// until that kubelet has bound its registration socket (or exited, or kubeletSocketWait passed).
-// A starting kubelet removes every socket in the directory, then listens on kubelet.sock: two
-// starting at once (the nodes of one cluster, or of two clusters) can both remove, then one
-// binds and the other dies of EADDRINUSE ("Failed to start ContainerManager"), which failed a
-// cluster's bring-up in make test. The lock is flock on the directory itself: it leaves no file
-// behind and holds across processes.
-func startKubeletAlone(start func() (*proc.Process, error)) (*proc.Process, error) {
-	d, err := os.Open(devicePluginDir)
+// lockDevicePlugins takes the host-wide lock that orders the kubelets' starts and the
+// directory's release (teardown) of every local cluster on the host, and returns its release.
+// It is flock on the directory two levels above devicePluginDir (/var/lib), which is always there
+// and which nobody removes: the device-plugins directory itself cannot carry the lock, since a
+// teardown removes it (once another cluster's bring-up had created it and before that cluster's
+// first kubelet started, which then found no directory to open), and a lock file would be left
+// on the host.
+func lockDevicePlugins() (unlock func(), err error) {
+	lockDir := filepath.Dir(filepath.Dir(devicePluginDir))
+	d, err := os.Open(lockDir)
 	if err != nil {
-		return nil, fmt.Errorf("open kubelet device-plugins directory: %w", err)
+		return nil, fmt.Errorf("open %s to lock kubelet device-plugins: %w", lockDir, err)
 	}
-	defer d.Close()
 	if err := unix.Flock(int(d.Fd()), unix.LOCK_EX); err != nil {
-		return nil, fmt.Errorf("lock kubelet device-plugins directory: %w", err)
+		d.Close()
+		return nil, fmt.Errorf("lock %s for kubelet device-plugins: %w", lockDir, err)
 	}
-	defer unix.Flock(int(d.Fd()), unix.LOCK_UN)
+	return func() {
+		_ = unix.Flock(int(d.Fd()), unix.LOCK_UN)
+		d.Close()
+	}, nil
+}
+
+// releaseDevicePluginDirLocked is releaseDevicePluginDir under lockDevicePlugins, so that no
+// cluster's kubelet starts while the directory may be going.
+func releaseDevicePluginDirLocked(list func() ([]int, error)) (running []int, err error) {
+	unlock, err := lockDevicePlugins()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return releaseDevicePluginDir(list)
+}
+
+// startKubeletAlone starts a kubelet (start) while holding lockDevicePlugins until that kubelet
+// has bound its registration socket (or exited, or kubeletSocketWait passed), and first creates
+// the device-plugins directory (prepareDevicePluginDir) if a teardown removed it. A starting
+// kubelet removes every socket in the directory, then listens on kubelet.sock: two starting at
+// once (the nodes of one cluster, or of two clusters) can both remove, then one binds and the
+// other dies of EADDRINUSE ("Failed to start ContainerManager"), which failed a cluster's
+// bring-up in make test.
+func startKubeletAlone(start func() (*proc.Process, error)) (*proc.Process, error) {
+	unlock, err := lockDevicePlugins()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	// Before the kubelet does (it would create them too), so teardown knows whether the
+	// directories are ours to remove.
+	if err := prepareDevicePluginDir(); err != nil {
+		return nil, err
+	}
 	sock := filepath.Join(devicePluginDir, kubeletSocketName)
 	before, _ := os.Lstat(sock)
 	p, err := start()

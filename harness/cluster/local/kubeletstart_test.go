@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/meshchaos/meshchaos/harness/cluster/internal/proc"
 )
@@ -118,4 +119,61 @@ func TestKubeletStartGivesWayToAnExitedKubelet(t *testing.T) {
 	}
 	_, err := os.Lstat(filepath.Join(dir, kubeletSocketName))
 	assert.True(t, errors.Is(err, fs.ErrNotExist))
+}
+
+// Another cluster's teardown may remove the device-plugins directory (no kubelet ran) after this
+// cluster's bring-up began and before its first kubelet starts: make test's TestBothWays failed
+// on that ("open kubelet device-plugins directory: no such file or directory"). The kubelet's
+// start creates the directory again, records it as ours, and the kubelet binds there.
+func TestKubeletStartsAfterATeardownRemovedTheDirectory(t *testing.T) {
+	dir, parent := fakeDevicePluginDir(t)
+	require.NoError(t, prepareDevicePluginDir())
+	running, err := releaseDevicePluginDirLocked(kubelets())
+	require.NoError(t, err)
+	require.Empty(t, running)
+	require.NoDirExists(t, parent, "the other cluster's teardown removed what meshchaos had created")
+
+	self, err := os.Executable()
+	require.NoError(t, err)
+	p, err := startKubeletAlone(func() (*proc.Process, error) {
+		return proc.Start(proc.Spec{Name: "kubelet", Path: self, Args: []string{"-test.run=^$"}, Dir: t.TempDir(), Env: []string{fakeKubeletEnv + "=" + dir}})
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Stop(time.Second) })
+	st, err := os.Lstat(filepath.Join(dir, kubeletSocketName))
+	require.NoError(t, err, "the kubelet bound its socket before the lock was let go")
+	assert.NotZero(t, st.Mode()&fs.ModeSocket)
+	require.NoError(t, p.Stop(time.Second))
+	// Recorded again: the next teardown removes both directories.
+	_, err = releaseDevicePluginDirLocked(kubelets())
+	require.NoError(t, err)
+	assert.NoDirExists(t, parent)
+}
+
+// While a kubelet starts, the host-wide lock that a teardown's release takes is held: the
+// release then waits, and afterwards sees that kubelet, instead of removing the directory from
+// under its start.
+func TestReleaseWaitsForAStartingKubelet(t *testing.T) {
+	dir, _ := fakeDevicePluginDir(t)
+	started := make(chan struct{})
+	proceed := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := startKubeletAlone(func() (*proc.Process, error) {
+			close(started)
+			<-proceed
+			return proc.Start(proc.Spec{Name: "false", Path: "false", Dir: t.TempDir()})
+		})
+		done <- err
+	}()
+	<-started
+	d, err := os.Open(filepath.Dir(filepath.Dir(dir)))
+	require.NoError(t, err)
+	defer d.Close()
+	assert.ErrorIs(t, unix.Flock(int(d.Fd()), unix.LOCK_EX|unix.LOCK_NB), unix.EWOULDBLOCK, "a release would have to wait")
+	assert.DirExists(t, dir)
+	close(proceed)
+	require.NoError(t, <-done)
+	require.NoError(t, unix.Flock(int(d.Fd()), unix.LOCK_EX|unix.LOCK_NB), "let go once the kubelet exited")
+	require.NoError(t, unix.Flock(int(d.Fd()), unix.LOCK_UN))
 }

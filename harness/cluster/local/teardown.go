@@ -317,7 +317,7 @@ func teardownSteps(ctx context.Context, l layout, logf func(string, ...any)) []s
 		{"stop strays", func() error { return proc.KillPids(proc.FindByMarker(l.marker()), 2*time.Second) }},
 		// 5. What every kubelet on the host shares: their kubelets are gone, maybe all of them.
 		{"release kubelet device-plugins socket", func() error {
-			running, err := releaseDevicePluginDir(listKubelets)
+			running, err := releaseDevicePluginDirLocked(listKubelets)
 			if len(running) > 0 {
 				logf("[down] kept %s: kubelet pid(s) %v still use it", filepath.Join(devicePluginDir, kubeletSocketName), running)
 			}
