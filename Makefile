@@ -10,7 +10,7 @@ CONTROLPLANE := $(BIN)/meshchaos-controlplane
 TEST_TIMEOUT ?= 40m
 NIGHTLY_TIMEOUT ?= 150m
 
-.PHONY: all build deps bins images istiod kind-node-image docker test test-nightly unit integration bench bench-run bench-other run soak interrupt cluster-up clean fmt vet
+.PHONY: all build deps bins images istiod kind-node-image docker test test-nightly unit integration bench bench-run bench-other run report-png soak interrupt cluster-up clean fmt vet
 
 all: build
 
@@ -108,6 +108,11 @@ bench-other: bins
 ## run: the headline experiment, cp-oom-restart, against the reference control plane
 run: deps bins images
 	MESHCHAOS_BIN_DIR=$(BIN) $(MESHCHAOS) run cp-oom-restart --images $(BIN)/images $(RUN_ARGS)
+
+## report-png: a run's report.html as a PNG, for docs/ (RUN=the run directory, OUT=the PNG;
+## needs Chromium: apt-get install chromium)
+report-png:
+	$(GO) run ./hack/reportpng -o $(OUT) $(RUN)/report.html
 
 ## soak: an hour of steady traffic with a fault every 5 minutes against the reference control
 ## plane (memory and goroutine trends in the run's report); not part of `make test`
