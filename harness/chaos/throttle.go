@@ -88,7 +88,7 @@ type ProxyRules struct {
 
 // Endpoints returns the set of "IP:PORT" DNAT targets in the nat table's KUBE-SEP chains.
 func (r ProxyRules) Endpoints(ctx context.Context) (map[string]bool, error) {
-	out, err := r.Cluster.NodeExec(ctx, r.Node, "iptables-save", "-t", "nat")
+	out, err := cluster.Query(ctx, r.Cluster, r.Node, "iptables-save", "-t", "nat")
 	if err != nil {
 		return nil, fmt.Errorf("read kube-proxy's rules: %w", err)
 	}

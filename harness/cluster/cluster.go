@@ -70,6 +70,23 @@ type NodePaths interface {
 	NodePath(path string) string
 }
 
+// NodeQuerier is a cluster on which a NodeExec costs much (the existing substrate: a pod exec
+// through the API server, kubelet and the runtime) and that can run a short command cheaply
+// instead: Query answers within tens of seconds at most, so it is for reads that callers
+// poll (kube-proxy's rules), never for a command that runs on (a memory hog).
+type NodeQuerier interface {
+	// NodeQuery runs a short command as NodeExec would and returns its standard output.
+	NodeQuery(ctx context.Context, k int, argv ...string) ([]byte, error)
+}
+
+// Query runs a short command on node k: through NodeQuery when c has it, else NodeExec.
+func Query(ctx context.Context, c Cluster, k int, argv ...string) ([]byte, error) {
+	if q, ok := c.(NodeQuerier); ok {
+		return q.NodeQuery(ctx, k, argv...)
+	}
+	return c.NodeExec(ctx, k, argv...)
+}
+
 // Cluster is a running cluster.
 type Cluster interface {
 	// Name is the cluster's name.

@@ -244,6 +244,12 @@ func (s *session) WriteFile(name string, data []byte) error {
 	return err
 }
 
+// run runs a node command (agent.Exec) in the session and returns its stdout.
+func (s *session) run(argv []string) ([]byte, error) {
+	r, err := s.do(agent.Request{Op: "exec", Argv: argv})
+	return r.Data, err
+}
+
 // group finds a cgroup on the node (op kube-proxy, pods or pod) and opens it on the node's files.
 func (s *session) group(op, uid string) (*cgroup.Group, error) {
 	hs, err := s.do(agent.Request{Op: "mounts"})

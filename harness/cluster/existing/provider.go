@@ -576,6 +576,41 @@ func (c *existingCluster) NodeExec(ctx context.Context, k int, argv ...string) (
 	return c.exec.run(ctx, pod, append([]string{"/" + agentBinary, "agent", "exec", "--"}, argv...)...)
 }
 
+var _ cluster.NodeQuerier = (*existingCluster)(nil)
+
+// NodeQuery implements cluster.NodeQuerier: the command runs in node k's agent session (as a
+// child of its long-running `agent serve`), not in a pod exec of its own: a poll of kube-proxy's
+// rules every 50 ms through pod exec started 20 runc execs a second on the very node whose
+// kube-proxy the experiment throttles.
+func (c *existingCluster) NodeQuery(ctx context.Context, k int, argv ...string) ([]byte, error) {
+	if !c.allow {
+		return nil, ErrNodeChaosNotAllowed
+	}
+	if k < 1 || k > len(c.nodes) {
+		return nil, fmt.Errorf("node %d: the cluster has %d node(s)", k, len(c.nodes))
+	}
+	s, err := c.session(c.nodes[k-1])
+	if err != nil {
+		return nil, err
+	}
+	type result struct {
+		out []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := s.run(argv)
+		done <- result{out, err}
+	}()
+	select {
+	case r := <-done:
+		return r.out, r.err
+	case <-ctx.Done():
+		// The session answers within its own bound; that answer is dropped.
+		return nil, ctx.Err()
+	}
+}
+
 func (c *existingCluster) session(node string) (*session, error) {
 	if !c.allow {
 		return nil, ErrNodeChaosNotAllowed

@@ -35,12 +35,13 @@ const HostRoot = "/host"
 // Request is one line the harness writes to `meshchaos agent serve`.
 type Request struct {
 	// Op is read, write (a cgroup file), mounts (the node's cgroup hierarchies), kube-proxy,
-	// pods (kubelet's pods cgroup) or pod (a pod's cgroup, by UID): the last three answer a
-	// cgroup path.
-	Op   string `json:"op"`
-	Path string `json:"path,omitempty"`
-	Data []byte `json:"data,omitempty"`
-	UID  string `json:"uid,omitempty"`
+	// pods (kubelet's pods cgroup) or pod (a pod's cgroup, by UID): those three answer a
+	// cgroup path; or exec (Argv run as Exec runs it, its stdout answered as Data).
+	Op   string   `json:"op"`
+	Path string   `json:"path,omitempty"`
+	Data []byte   `json:"data,omitempty"`
+	UID  string   `json:"uid,omitempty"`
+	Argv []string `json:"argv,omitempty"`
 }
 
 // Response answers a Request; Err is set when it failed.
@@ -87,6 +88,11 @@ func Dial(ctx context.Context, addr string, stdin io.Reader, stdout io.Writer) e
 // Exec runs argv in the node's root file system and this pod's network namespace (the node's):
 // node tools such as iptables-save, whatever this image lacks.
 func Exec(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	return execIn(ctx, HostRoot, argv, stdin, stdout, stderr)
+}
+
+// execIn is Exec in the root file system at root.
+func execIn(ctx context.Context, root string, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(argv) == 0 {
 		return errors.New("agent exec: no command")
 	}
@@ -97,7 +103,7 @@ func Exec(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io
 		for _, dir := range nodePath {
 			// Lstat: node tools are often absolute symlinks (/etc/alternatives), which resolve
 			// only after the chroot.
-			if fi, err := os.Lstat(filepath.Join(HostRoot, dir, name)); err == nil && !fi.IsDir() {
+			if fi, err := os.Lstat(filepath.Join(root, dir, name)); err == nil && !fi.IsDir() {
 				name = filepath.Join(dir, name)
 				break
 			}
@@ -109,7 +115,7 @@ func Exec(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io
 	cmd := exec.CommandContext(ctx, name, argv[1:]...)
 	// The lookup Command made in this image fails; the path is the node's, valid after chroot.
 	cmd.Path, cmd.Err = name, nil
-	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: HostRoot}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=" + strings.Join(nodePath, ":")}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
@@ -164,6 +170,8 @@ func (n node) answer(req Request) Response {
 		r.Path, err = n.pods()
 	case "pod":
 		r.Path, err = n.pod(req.UID)
+	case "exec":
+		r.Data, err = n.exec(req.Argv)
 	default:
 		err = fmt.Errorf("unknown op %q", req.Op)
 	}
@@ -171,6 +179,59 @@ func (n node) answer(req Request) Response {
 		r.Err = err.Error()
 	}
 	return r
+}
+
+// execTimeout bounds a node command run for a session (the harness gives up on an answer after
+// 30 s and reopens the session).
+const execTimeout = 25 * time.Second
+
+// maxExecOutput bounds a node command's stdout carried back in one answer.
+const maxExecOutput = 16 << 20
+
+// exec runs argv in the node's root as Exec does, as a child of this long-running session
+// instead of one pod exec per command (the harness's NodeQuery, for polled reads). Bounded by
+// execTimeout: a command that runs on (a memory hog) is not for a session, which it would hold.
+func (n node) exec(argv []string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), execTimeout)
+	defer cancel()
+	var out boundedBuffer
+	var errOut strings.Builder
+	out.max = maxExecOutput
+	err := execIn(ctx, n.root, argv, nil, &out, &errOut)
+	if err == nil && out.cut {
+		err = fmt.Errorf("%s: output longer than %d bytes", argv[0], maxExecOutput)
+	}
+	if err != nil {
+		if msg := strings.TrimSpace(errOut.String()); msg != "" {
+			err = fmt.Errorf("%w: %s", err, lastLine(msg))
+		}
+		return nil, err
+	}
+	return out.b, nil
+}
+
+// boundedBuffer keeps the first max bytes written to it and notes that more came.
+type boundedBuffer struct {
+	b   []byte
+	max int
+	cut bool
+}
+
+func (w *boundedBuffer) Write(p []byte) (int, error) {
+	if room := w.max - len(w.b); room < len(p) {
+		w.b = append(w.b, p[:max(room, 0)]...)
+		w.cut = true
+		return len(p), nil
+	}
+	w.b = append(w.b, p...)
+	return len(p), nil
+}
+
+func lastLine(s string) string {
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
 }
 
 // hierarchies are the node's cgroup hierarchies, their directories as this pod reaches them.
