@@ -25,24 +25,14 @@ type SuiteShard struct {
 // String is "I/N".
 func (s *SuiteShard) String() string { return fmt.Sprintf("%d/%d", s.Index, s.Count) }
 
-// planRun is the identity of one planned run: what the suite asked for, not what the run gave.
-type planRun struct {
-	Entry         int      `json:"entry"`
-	Repeat        int      `json:"repeat"`
-	Experiment    string   `json:"experiment"`
-	ControlPlane  string   `json:"controlPlane"`
-	Set           []string `json:"set,omitempty"`
-	Expect        Verdict  `json:"expect"`
-	ExpectFailing []string `json:"expectFailing,omitempty"`
-}
-
 // SuitePlanDigest fingerprints a suite's plan: every run's entry, repeat, experiment, control
 // plane, parameters and expectation, in order (a run's outcome is not part of it). Shards with
 // the same digest were cut from the same plan; the merged shards' runs must give it back.
 func SuitePlanDigest(runs []SuiteRun) string {
-	plan := make([]planRun, len(runs))
+	plan := make([]SuiteRun, len(runs))
 	for i, r := range runs {
-		plan[i] = planRun{Entry: r.Entry, Repeat: r.Repeat, Experiment: r.Experiment, ControlPlane: r.ControlPlane,
+		// The identity alone: the outcome's fields stay zero.
+		plan[i] = SuiteRun{Entry: r.Entry, Repeat: r.Repeat, Experiment: r.Experiment, ControlPlane: r.ControlPlane,
 			Set: r.Set, Expect: r.Expect, ExpectFailing: r.ExpectFailing}
 	}
 	b, err := json.Marshal(plan)
