@@ -111,6 +111,19 @@ func SuiteJUnit(s *SuiteResult) ([]byte, error) {
 		Time:      s.FinishedAt.Sub(s.StartedAt).Seconds(),
 		Props:     []junitProp{{"substrate", s.Substrate}},
 	}
+	// Which build ran it, and which share of the suite it is (or how many shares it merges).
+	extra := []struct{ n, v string }{{"harnessVersion", s.HarnessVersion}, {"harnessCommit", s.HarnessCommit}}
+	if s.Shard != nil {
+		extra = append(extra, struct{ n, v string }{"shard", fmt.Sprintf("%s of %d runs", s.Shard, s.Shard.Of)})
+	}
+	if s.MergedShards > 0 {
+		extra = append(extra, struct{ n, v string }{"mergedShards", fmt.Sprint(s.MergedShards)})
+	}
+	for _, k := range extra {
+		if k.v != "" {
+			suite.Props = append(suite.Props, junitProp{k.n, k.v})
+		}
+	}
 	repeats := s.repeats()
 	for _, r := range s.Runs {
 		tc := junitCase{Name: r.Name(repeats[r.Entry]), ClassName: "meshchaos." + r.Experiment,

@@ -40,6 +40,15 @@ type SuiteResult struct {
 	Planned int `json:"planned"`
 	// Interrupted says a signal stopped the suite: it gave no verdict, whatever its runs gave.
 	Interrupted *SuiteInterruption `json:"interrupted,omitempty"`
+	// HarnessVersion and HarnessCommit are the build of meshchaos that ran the suite (as
+	// summary.json's): shards of different builds are not merged.
+	HarnessVersion string `json:"harnessVersion,omitempty"`
+	HarnessCommit  string `json:"harnessCommit,omitempty"`
+	// Shard says this is one share of the suite's runs (--shard I/N); nil for a whole suite.
+	Shard *SuiteShard `json:"shard,omitempty"`
+	// MergedShards is how many shards `meshchaos suite merge` combined into this result; 0 for
+	// a suite that ran on one machine.
+	MergedShards int `json:"mergedShards,omitempty"`
 }
 
 // SuiteInterruption is the signal that stopped a suite or an upgrade-check (suite.json,

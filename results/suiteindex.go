@@ -283,8 +283,10 @@ th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums
 </style></head><body>
 <h1>Suite {{.S.Suite}}</h1>
 <p class="sub">{{.S.Summary}}</p>
-<p>Substrate {{.S.Substrate}} · started {{.S.StartedAt.UTC.Format "2006-01-02 15:04:05"}} UTC · {{.WallTime}} · {{len .S.Runs}} of {{.S.Planned}} runs</p>
-<p>{{if .Stopped}}<span class="banner notok">Interrupted — no verdict: {{.Stopped}}; {{.AsExpected}} of {{len .S.Runs}} runs made gave their expected verdict{{if .NotRun}}, {{.NotRun}} of {{.S.Planned}} did not run{{end}}</span>
+<p>Substrate {{.S.Substrate}} · started {{.S.StartedAt.UTC.Format "2006-01-02 15:04:05"}} UTC · {{.WallTime}} · {{len .S.Runs}} of {{.S.Planned}} runs{{if .S.HarnessVersion}} · meshchaos {{.S.HarnessVersion}}{{end}}</p>
+{{with .S.Shard}}<p><span class="banner">Shard {{.Index}} of {{.Count}}: this machine's share of the suite's {{.Of}} runs; <code>meshchaos suite merge</code> combines the {{.Count}} shards</span></p>
+{{end}}{{if .S.MergedShards}}<p>Merged from {{.S.MergedShards}} shards run on as many machines: started is the first shard's start, the time the span until the last shard's end.</p>
+{{end}}<p>{{if .Stopped}}<span class="banner notok">Interrupted — no verdict: {{.Stopped}}; {{.AsExpected}} of {{len .S.Runs}} runs made gave their expected verdict{{if .NotRun}}, {{.NotRun}} of {{.S.Planned}} did not run{{end}}</span>
 {{else}}<span class="banner {{if .OK}}ok{{else}}notok{{end}}">{{if .OK}}Every run gave its expected verdict{{else}}{{.AsExpected}} of {{.S.Planned}} runs gave their expected verdict{{if .NotRun}}; {{.NotRun}} did not run{{end}}{{end}}</span>{{end}}
 {{if .HistoryShown}} {{if .Judged}}<span class="banner {{if .Changed}}notok{{else}}ok{{end}}">{{.Changed}} of {{.Judged}} measures changed beyond the noise ({{.Nights}} night{{if ne .Nights 1}}s{{end}} of history)</span>{{else}}<span class="banner">{{.Nights}} night{{if ne .Nights 1}}s{{end}} of history: changes are judged from {{inc .MinNights}} nights</span>{{end}}{{end}}</p>
 

@@ -86,7 +86,7 @@ func TestCompleteSuitesAndSubstrates(t *testing.T) {
 		names = append(names, s.Name)
 	}
 	got, dir := complete(t, "suite", "")
-	assert.Equal(t, names, got)
+	assert.Equal(t, append([]string{"merge"}, names...), got, "suite's subcommand, then the suites")
 	assert.Equal(t, ":0", dir, "a suite YAML file completes too")
 	got, _ = complete(t, "upgrade-check", "--suite", "")
 	assert.Equal(t, names, got)

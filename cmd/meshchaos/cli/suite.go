@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshchaos/meshchaos/harness/runner"
 	"github.com/meshchaos/meshchaos/harness/suite"
+	"github.com/meshchaos/meshchaos/internal/version"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -28,6 +29,8 @@ type suiteOpts struct {
 	Sets    []string
 	// Output is -o: text or json.
 	Output string
+	// Shard is --shard I/N as given ("": the whole suite).
+	Shard string
 }
 
 func newSuiteCmd() *cobra.Command {
@@ -36,7 +39,7 @@ func newSuiteCmd() *cobra.Command {
 		o suiteOpts
 	)
 	cmd := &cobra.Command{
-		Use:   "suite NAME|FILE [--out DIR] [--history DIR] [--set k=v]… [--substrate local] [-o text|json]",
+		Use:   "suite NAME|FILE [--shard I/N] [--out DIR] [--history DIR] [--set k=v]… [--substrate local] [-o text|json]",
 		Short: "Run a suite of experiments one after another: combined junit.xml and index.html (exit 0 every run gave its expected verdict, 1 not, 2 bad input, interrupted, or results that could not be written)",
 		Long: `Run a suite: experiments × control planes × parameters × repeats, one run after another on this
 machine, each with the verdict it is expected to give. NAME is a built-in suite (see below) or FILE a
@@ -57,6 +60,11 @@ directory, a combined junit.xml, suite.json and index.html. With --history DIR t
 is appended to DIR/NAME.jsonl and index.html shows each main measure's trend over the last
 --nights executions, flagging a change beyond the noise seen so far. With -o json, stdout holds
 the suite's result as one JSON document (what suite.json holds) instead of the table.
+
+With --shard I/N this machine makes share I of N of the suite's runs (dealt round-robin in the
+suite's order: the same split on every machine, every run in exactly one share); suite.json
+records the share, and 'meshchaos suite merge' combines the N shards' directories into the
+result the whole suite gives (and appends it to --history, which a shard refuses).
 
 SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the suite: the run in progress records the signal
 (verdict error) and tears its cluster down, no further run starts, suite.json, junit.xml and
@@ -86,8 +94,10 @@ says which run is still being torn down.`,
 	j.flags(cmd)
 	cmd.Flags().StringVar(&o.Out, "out", "", "output directory (default runs/suite-NAME-TIME)")
 	cmd.Flags().StringVar(&o.History, "history", "", "history directory: append this execution and show trends across nights")
+	cmd.Flags().StringVar(&o.Shard, "shard", "", "run share I of N of the suite's runs (1/3, 2/3, 3/3 on three machines; then 'suite merge')")
 	cmd.Flags().IntVar(&o.Nights, "nights", 30, "how many executions of the history the trends show")
 	outputFlag(cmd, &o.Output)
+	cmd.AddCommand(newSuiteMergeCmd())
 	cmd.Flags().StringArrayVar(&o.Sets, "set", nil, "[EXPERIMENT.]name=value for every entry whose experiment has the parameter (after the entry's own; EXPERIMENT. limits it to that experiment's entries)")
 	return cmd
 }
@@ -107,14 +117,17 @@ type plannedRun struct {
 	p                      *prepared
 }
 
-// planSuite checks every entry and prepares every run before anything starts, recording in made
-// the directories it creates; on bad input it returns an exit-2 error naming the entry.
-func planSuite(made *results.Created, s suite.Suite, j job, o suiteOpts, out string) ([]plannedRun, error) {
+// planSuite checks every entry and prepares every run of the shard sh (the whole suite when it is
+// the zero Shard) before anything starts, recording in made the directories it creates; on bad
+// input it returns an exit-2 error naming the entry. Every run is checked, the shard's or not, so
+// that every shard of a bad suite refuses it alike. It returns the shard's record (nil unsharded).
+func planSuite(made *results.Created, s suite.Suite, j job, o suiteOpts, out string, sh suite.Shard) ([]plannedRun, *results.SuiteShard, error) {
 	entries, err := resolveEntries(s, o.Sets, j.CP)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var runs []plannedRun
+	var plan []results.SuiteRun
 	for i, e := range entries {
 		sets, cp := e.Sets, e.CP
 		expect := e.Expectation()
@@ -123,20 +136,30 @@ func planSuite(made *results.Created, s suite.Suite, j job, o suiteOpts, out str
 			rj := j
 			rj.Experiment, rj.Sets, rj.CP = e.Experiment, sets, cp
 			if rj.Out, err = runDirIn(out, suiteRunName(i, e.Experiment, cp, r, n)); err != nil {
-				return nil, Usagef("suite %s entry %d (%s, %s): %v", s.Name, i+1, e.Experiment, cp, err)
+				return nil, nil, Usagef("suite %s entry %d (%s, %s): %v", s.Name, i+1, e.Experiment, cp, err)
 			}
-			p, err := rj.prepare(made)
+			mine := sh.Has(len(plan))
+			plan = append(plan, results.SuiteRun{Entry: i, Repeat: r, Experiment: e.Experiment, ControlPlane: cp, Set: sets,
+				Expect: expect.Verdict, ExpectFailing: expect.Failing})
+			var p *prepared
+			if mine {
+				p, err = rj.prepare(made)
+			} else {
+				_, err = rj.check() // another machine's run: checked, its directory not claimed
+			}
 			if err != nil {
 				var ec ExitCoder
 				if errors.As(err, &ec) && ec.ExitCode() == 2 {
-					return nil, Usagef("suite %s entry %d (%s, %s): %v", s.Name, i+1, e.Experiment, cp, err)
+					return nil, nil, Usagef("suite %s entry %d (%s, %s): %v", s.Name, i+1, e.Experiment, cp, err)
 				}
-				return nil, err
+				return nil, nil, err
 			}
-			runs = append(runs, plannedRun{entry: i, repeat: r, repeats: n, expect: expect, set: sets, p: p})
+			if mine {
+				runs = append(runs, plannedRun{entry: i, repeat: r, repeats: n, expect: expect, set: sets, p: p})
+			}
 		}
 	}
-	return runs, nil
+	return runs, sh.Record(plan), nil
 }
 
 // suiteRunName names the run directory of entry i's repeat r of n: the entry's number, its
@@ -181,20 +204,27 @@ func runSuite(ctx context.Context, s suite.Suite, j job, o suiteOpts, doing *act
 	if o.Nights < 2 {
 		return Usagef("--nights %d: at least 2 (a trend needs two nights)", o.Nights)
 	}
+	var sh suite.Shard
+	if o.Shard != "" {
+		var err error
+		if sh, err = suite.ParseShard(o.Shard); err != nil {
+			return Usagef("%v", err)
+		}
+		if o.History != "" {
+			// A shard is part of a night: the merge appends the whole night once.
+			return Usagef("--history with --shard: a shard is not a night of the trends; give --history to 'meshchaos suite merge', which appends the merged result once")
+		}
+	}
 	if err := j.checkSubstrate(); err != nil {
 		return err
 	}
-	var past []results.SuiteResult
-	if o.History != "" {
-		var err error
-		if past, err = results.ReadHistory(o.History, s.Name, o.Nights-1, stderr); err != nil {
-			return Usagef("%v", err)
-		}
+	past, err := readPast(o, s.Name, stderr)
+	if err != nil {
+		return err
 	}
 	x := &suiteExec{suite: s, substrate: j.Substrate, opts: o, past: past, doing: doing}
-	var err error
-	if x.out, err = claimSuiteDir(&x.made, o.Out, s.Name); err == nil {
-		x.runs, err = planSuite(&x.made, s, j, o, x.out)
+	if x.out, err = claimSuiteDir(&x.made, o.Out, suiteDirName(s.Name, sh)); err == nil {
+		x.runs, x.shard, err = planSuite(&x.made, s, j, o, x.out, sh)
 	}
 	if err != nil {
 		// Nothing ran: the directories this refusal made go again (only those, and only empty).
@@ -218,6 +248,43 @@ type suiteExec struct {
 	made results.Created
 	// doing is told which run is on its way (nil: nobody asks).
 	doing *activity
+	// shard is the share of the suite's runs this execution makes (nil: all of them).
+	shard *results.SuiteShard
+}
+
+// handOver gives everything the suite wrote to the user who ran it through sudo: what it created
+// (its directory, run directories, history) and the suite's own files, in an --out that may have
+// been there before.
+func (x *suiteExec) handOver(stderr io.Writer) {
+	paths := x.made.Paths()
+	for _, r := range x.runs {
+		paths = append(paths, r.p.Dir)
+	}
+	for _, f := range []string{results.JUnitFile, results.SuiteFile, results.SuiteIndexFile} {
+		paths = append(paths, filepath.Join(x.out, f))
+	}
+	handOver(stderr, paths...)
+}
+
+// readPast is the history before this execution, oldest first (none without --history).
+func readPast(o suiteOpts, name string, stderr io.Writer) ([]results.SuiteResult, error) {
+	if o.History == "" {
+		return nil, nil
+	}
+	past, err := results.ReadHistory(o.History, name, o.Nights-1, stderr)
+	if err != nil {
+		return nil, Usagef("%v", err)
+	}
+	return past, nil
+}
+
+// suiteDirName names the default output directory's suite: with its share, so that two shards
+// run on one machine do not collide.
+func suiteDirName(name string, sh suite.Shard) string {
+	if !sh.Sharded() {
+		return name
+	}
+	return fmt.Sprintf("%s-shard%dof%d", name, sh.Index, sh.Count)
 }
 
 // execute makes the suite's runs one after another and writes its output (and history line).
@@ -226,25 +293,20 @@ type suiteExec struct {
 // count as failures) or when a run's or the suite's results could not be written (a verdict
 // nobody can read back is no verdict).
 func (x *suiteExec) execute(ctx context.Context, stdout, stderr io.Writer) error {
-	s, out, runs, o := x.suite, x.out, x.runs, x.opts
-	defer func() {
-		// Everything the suite wrote: what it created (its directory, run directories, history)
-		// and the suite's own files, in an --out that may have been there before.
-		paths := x.made.Paths()
-		for _, r := range runs {
-			paths = append(paths, r.p.Dir)
-		}
-		for _, f := range []string{results.JUnitFile, results.SuiteFile, results.SuiteIndexFile} {
-			paths = append(paths, filepath.Join(out, f))
-		}
-		handOver(stderr, paths...)
-	}()
+	s, out, runs := x.suite, x.out, x.runs
+	defer x.handOver(stderr)
+	build := version.Get()
 	res := &results.SuiteResult{Schema: results.SuiteSchema, Suite: s.Name, Summary: s.Summary,
-		Substrate: x.substrate, StartedAt: time.Now().UTC(), Planned: len(runs)}
+		Substrate: x.substrate, StartedAt: time.Now().UTC(), Planned: len(runs),
+		HarnessVersion: build.Version, HarnessCommit: build.Revision, Shard: x.shard}
 	eta := newSuiteETA(x.past)
 	// unsaved are the runs whose verdict their run directory does not hold.
 	var unsaved []string
-	fmt.Fprintf(stderr, "suite %s: %d runs into %s\n", s.Name, len(runs), out)
+	if x.shard != nil {
+		fmt.Fprintf(stderr, "suite %s: shard %s: %d of the suite's %d runs into %s\n", s.Name, x.shard, len(runs), x.shard.Of, out)
+	} else {
+		fmt.Fprintf(stderr, "suite %s: %d runs into %s\n", s.Name, len(runs), out)
+	}
 	for i, r := range runs {
 		if ctx.Err() != nil {
 			// The signal came between two runs (the run before it had recorded its verdict).
@@ -304,6 +366,15 @@ func (x *suiteExec) execute(ctx context.Context, stdout, stderr io.Writer) error
 	} else if ctx.Err() != nil {
 		fmt.Fprintf(stderr, "suite %s: %v after its last run had given its verdict: nothing was cut short, the suite's verdict stands\n", s.Name, context.Cause(ctx))
 	}
+	return x.conclude(res, unsaved, stdout, stderr)
+}
+
+// conclude records a suite's result once its runs are over (made here, or merged from shards):
+// the history line (not for an interrupted suite), suite.json, junit.xml and index.html, the
+// outcome on stdout, and the exit code: 0 every run gave its expected verdict, 1 not, 2 an
+// interruption, runs whose results (unsaved) or the suite's own could not be written.
+func (x *suiteExec) conclude(res *results.SuiteResult, unsaved []string, stdout, stderr io.Writer) error {
+	s, out, o := x.suite, x.out, x.opts
 	var nights []results.SuiteResult
 	var historyErr error
 	switch {
@@ -359,7 +430,14 @@ func printSuiteResult(stdout, stderr io.Writer, format string, res *results.Suit
 		_, err := fmt.Fprint(stderr, paths)
 		return err
 	}
-	fmt.Fprintf(stdout, "suite %s (%s, %s):\n", res.Suite, res.Substrate, res.FinishedAt.Sub(res.StartedAt).Round(time.Second))
+	name := res.Suite
+	switch {
+	case res.Shard != nil:
+		name += fmt.Sprintf(" shard %s, %d of %d runs", res.Shard, res.Planned, res.Shard.Of)
+	case res.MergedShards > 0:
+		name += fmt.Sprintf(" merged from %d shards", res.MergedShards)
+	}
+	fmt.Fprintf(stdout, "suite %s (%s, %s):\n", name, res.Substrate, res.FinishedAt.Sub(res.StartedAt).Round(time.Second))
 	for i, r := range res.Runs {
 		status := "ok"
 		switch {
