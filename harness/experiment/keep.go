@@ -25,13 +25,13 @@ const (
 )
 
 // ParseKeep reads a keep policy: never, on-failure, always, or a boolean (true is always,
-// false never; an empty value is always, as a bare flag).
+// false never); empty is never.
 func ParseKeep(s string) (KeepPolicy, error) {
 	switch p := KeepPolicy(s); p {
 	case KeepNever, KeepOnFailure, KeepAlways:
 		return p, nil
 	case "":
-		return KeepAlways, nil
+		return KeepNever, nil
 	}
 	if b, err := strconv.ParseBool(s); err == nil {
 		if b {

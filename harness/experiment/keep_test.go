@@ -12,7 +12,7 @@ import (
 func TestParseKeep(t *testing.T) {
 	for in, want := range map[string]KeepPolicy{
 		"never": KeepNever, "on-failure": KeepOnFailure, "always": KeepAlways,
-		"": KeepAlways, "true": KeepAlways, "1": KeepAlways, "false": KeepNever, "0": KeepNever,
+		"": KeepNever, "true": KeepAlways, "1": KeepAlways, "false": KeepNever, "0": KeepNever,
 	} {
 		got, err := ParseKeep(in)
 		require.NoError(t, err, in)

@@ -486,9 +486,9 @@ func (r *Run) evaluate(checks []Check) error {
 			continue
 		}
 		out = append(out, res)
-		status := "pass"
+		status := results.VerdictPass
 		if !res.Pass {
-			status = "FAIL"
+			status = results.VerdictFail
 		}
 		r.Logf("check %s — %s", status, res.String())
 	}

@@ -255,7 +255,7 @@ func TestExecuteOOMIncidentRunDir(t *testing.T) {
 	require.NoError(t, xml.Unmarshal(b, &ju))
 	assert.Equal(t, 4, ju.Suites[0].Tests)
 	assert.Equal(t, 2, ju.Suites[0].Failures)
-	assert.Contains(t, out.String(), "check FAIL — error rate")
+	assert.Contains(t, out.String(), "check fail — error rate")
 }
 
 func quickExperiment(phases ...Phase) Experiment {

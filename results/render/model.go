@@ -155,7 +155,7 @@ func checks(s *results.Summary) *Section {
 	for _, c := range s.Checks {
 		res := Cell{Text: plain("pass"), Class: "pass"}
 		if !c.Pass {
-			res = Cell{Text: plain("FAIL"), Class: "fail"}
+			res = Cell{Text: Text{strong("fail")}, Class: "fail"}
 		}
 		row := []Cell{textCell(c.Name), res, numCell("%s", results.FormatValue(c.Observed, c.Unit)),
 			numCell("%s %s", c.Op.Symbol(), results.FormatValue(c.Threshold, c.Unit))}
