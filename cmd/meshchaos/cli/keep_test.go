@@ -54,6 +54,7 @@ func TestRunKeepsLogsAndItsCluster(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join(out, f.Path))
 		require.NoError(t, err)
 		assert.EqualValues(t, len(b), f.Bytes, f.Path)
+		t.Logf("%s: %d bytes", f.Path, len(b))
 		previous = previous || (f.Previous && len(b) > 0)
 		gateway = gateway || (strings.HasPrefix(f.Pod, "gateway") && len(b) > 0)
 	}
@@ -64,6 +65,12 @@ func TestRunKeepsLogsAndItsCluster(t *testing.T) {
 		require.NoError(t, err)
 		assert.Contains(t, string(b), "Logs", report)
 		assert.Contains(t, string(b), ".previous.log", report)
+	}
+
+	for _, p := range s.Phases {
+		if p.Name == "teardown" && p.FinishedAt != nil {
+			t.Logf("teardown (logs and keep) took %s", p.FinishedAt.Sub(p.StartedAt))
+		}
 	}
 
 	// The kept cluster: reachable after the run ended, with what it printed.
