@@ -72,3 +72,20 @@ func TestSaveLogsReadsOnlyTheRunsNamespaces(t *testing.T) {
 		assert.NotEqual(t, "theirs", a.GetNamespace(), "no request into another namespace: %v", a)
 	}
 }
+
+// TestSaveLogsSaysWhenItCut: a log longer than the bound keeps its end, and its file's first line
+// says so.
+func TestSaveLogsSaysWhenItCut(t *testing.T) {
+	cs := fake.NewSimpleClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "mine", Name: "cp-0"},
+		Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "discovery", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}})
+	dir := t.TempDir()
+	logs := SaveLogs(context.Background(), cs, dir, []string{"mine"}, 4) // the fake's log is "fake logs"
+	require.Len(t, logs.Files, 1)
+	f := logs.Files[0]
+	assert.True(t, f.Cut)
+	b, err := os.ReadFile(filepath.Join(dir, f.Path))
+	require.NoError(t, err)
+	first, rest, _ := strings.Cut(string(b), "\n")
+	assert.Contains(t, first, "the log was longer than 4 bytes")
+	assert.Equal(t, "logs", rest, "its end")
+}
