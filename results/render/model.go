@@ -80,8 +80,13 @@ func numCell(format string, a ...any) Cell {
 }
 func textCell(s string) Cell { return Cell{Text: Text{txt(s)}} }
 
-func mib(b int64) string       { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-func kib(b int64) string       { return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10)) }
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+func bytesText(b int64) string {
+	if b < 1<<20 {
+		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
+	}
+	return mib(b)
+}
 func pct(f float64) string     { return fmt.Sprintf("%.3f %%", 100*f) }
 func ms(f float64) string      { return fmt.Sprintf("%.1f ms", f) }
 func clock(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") }
@@ -424,7 +429,7 @@ func logs(s *results.Summary) *Section {
 			}
 			size := Cell{Class: "num"}
 			if f.Path != "" {
-				size.Text = plain("%s", kib(f.Bytes))
+				size.Text = plain("%s", bytesText(f.Bytes))
 			}
 			t.Rows = append(t.Rows, []Cell{textCell(f.Namespace), textCell(f.Pod), textCell(container), file, size, textCell(note)})
 		}

@@ -63,6 +63,7 @@ func TestLogsListedInBoth(t *testing.T) {
 			"export KUBECONFIG=/var/lib/meshchaos/clusters/cpoo4242/kubeconfig", "meshchaos cluster down cpoo4242"} {
 			assert.Contains(t, out, want)
 		}
+		assert.NotContains(t, out, "4096.0 KiB", "a size in the unit that reads")
 	}
 }
 
