@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/meshchaos/meshchaos/harness/observe"
 	"github.com/meshchaos/meshchaos/harness/runner"
@@ -68,7 +69,7 @@ func (s *State) saveLogs(ctx context.Context, r *runner.Run) {
 			failed++
 		}
 	}
-	r.Logf("logs: %d container logs of namespaces %v in %s/ (%d could not be read)", len(logs.Files)-failed, logs.Namespaces, results.LogsDir, failed)
+	r.Logf("logs: %d container logs of namespaces %s in %s/ (%d could not be read)", len(logs.Files)-failed, strings.Join(logs.Namespaces, ", "), results.LogsDir, failed)
 }
 
 // keep leaves the run's cluster up (policy p and verdict v decided it) and records how to
