@@ -28,6 +28,9 @@ const (
 	ChartsDir    = "charts"
 	PprofDir     = "pprof"
 	TrafficDir   = "traffic"
+	// LogsDir holds the containers' logs of the run's pods: LogsDir/NAMESPACE/POD/CONTAINER.log
+	// (CONTAINER.previous.log for the container before its last restart).
+	LogsDir = "logs"
 )
 
 // Verdict is the outcome of a run.
@@ -98,9 +101,14 @@ type Summary struct {
 	Faults []Fault `json:"faults,omitempty"`
 	// Measurements say how each measurement fared: a failed scrape is shown, not hidden.
 	Measurements []Measurement `json:"measurements,omitempty"`
-	Events       []Event       `json:"events"`
-	Checks       []Check       `json:"checks"`
-	Verdict      Verdict       `json:"verdict"`
+	// Logs lists the container logs of the run's pods kept in logs/, read at the teardown
+	// before the cluster goes; nil when the run had no cluster to read them from.
+	Logs *Logs `json:"logs,omitempty"`
+	// Kept says the run's cluster was left up (meshchaos run --keep-cluster) and how to reach it.
+	Kept    *KeptCluster `json:"keptCluster,omitempty"`
+	Events  []Event      `json:"events"`
+	Checks  []Check      `json:"checks"`
+	Verdict Verdict      `json:"verdict"`
 	// Error says why the verdict is error (setup failed, interrupted, still running).
 	Error string `json:"error,omitempty"`
 }
@@ -113,6 +121,47 @@ type Fault struct {
 	Implementation string `json:"implementation"`
 	// Fallback is true when a generic stand-in replaced the control plane's own hook.
 	Fallback bool `json:"fallback,omitempty"`
+}
+
+// Logs is what a run kept of its pods' container logs.
+type Logs struct {
+	// Namespaces are the namespaces whose pods were read: the run's own, never another's.
+	Namespaces []string `json:"namespaces"`
+	// MaxBytes bounds each file: a longer log keeps its last MaxBytes (Cut).
+	MaxBytes int64     `json:"maxBytes"`
+	Files    []LogFile `json:"files,omitempty"`
+	// Errors say what could not be listed (a namespace's pods) or skipped and why.
+	Errors []string `json:"errors,omitempty"`
+}
+
+// LogFile is one container's log.
+type LogFile struct {
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	Container string `json:"container"`
+	// Previous is the log of the container before its last restart (an OOM kill's last words).
+	Previous bool `json:"previous,omitempty"`
+	// Path is the file, relative to the run directory; empty when the log could not be read.
+	Path string `json:"path,omitempty"`
+	// Bytes is the file's size and Cut says the log was longer: the file holds its end only.
+	Bytes int64 `json:"bytes"`
+	Cut   bool  `json:"cut,omitempty"`
+	// Error says why the log could not be read (the verdict does not depend on it).
+	Error string `json:"error,omitempty"`
+}
+
+// KeptCluster is a cluster a run left up for debugging.
+type KeptCluster struct {
+	Name      string `json:"name"`
+	Substrate string `json:"substrate"`
+	// Kubeconfig reaches it from this host ("" on the existing substrate when the run used
+	// the default kubeconfig).
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	Context    string `json:"context,omitempty"`
+	// Namespaces are the run's namespaces left on it (existing substrate: they stay).
+	Namespaces []string `json:"namespaces,omitempty"`
+	// Why is the --keep-cluster policy and the verdict that decided it.
+	Why string `json:"why"`
 }
 
 // Interruption is a signal that stopped a run.

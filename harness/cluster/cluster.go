@@ -111,3 +111,18 @@ type Cluster interface {
 	// Down removes the cluster and everything it started. Safe to call twice.
 	Down(ctx context.Context) error
 }
+
+// Keeper is a cluster that can outlive the process that brought it up (meshchaos run
+// --keep-cluster, to debug a run): Keep, instead of Down, leaves it running and reachable, and
+// the substrate's own removal (meshchaos cluster down NAME) takes it away later.
+type Keeper interface {
+	// Keep releases what ties the cluster to this process and says how to reach it.
+	Keep(ctx context.Context) (Kept, error)
+}
+
+// Kept says how to reach a kept cluster from this host.
+type Kept struct {
+	// Kubeconfig is the file to use ("" for the kubeconfig kubectl finds by default); Context
+	// the context in it ("" for its current one).
+	Kubeconfig, Context string
+}

@@ -77,6 +77,9 @@ type Env struct {
 	// AllowCPChaos lets the experiment's CPFaults land on an installed control plane
 	// (--allow-cp-chaos).
 	AllowCPChaos bool
+	// Keep says when the run's cluster is left up at the end instead of torn down
+	// (--keep-cluster; default KeepNever).
+	Keep KeepPolicy
 }
 
 // Resolve validates --set assignments and the rules between parameters: all before anything
@@ -262,9 +265,19 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 		Setup:  setup,
 		Phases: phases,
 		Teardown: func(ctx context.Context, r *runner.Run) error {
-			if s.Mesh != nil && s.Mesh.Client != nil {
-				s.saveLogs(ctx, s.Mesh.Client, env.ControlPlane.Namespace(), env.ControlPlane.Selector())
-				s.saveLogs(ctx, s.Mesh.Client, s.Mesh.Namespace, "app=gateway")
+			if s.Mesh == nil || s.Mesh.Cluster == nil {
+				return nil
+			}
+			if s.Mesh.Client != nil {
+				s.saveLogs(ctx, r)
+			}
+			if v := r.VerdictSoFar(); env.Keep.Keeps(v) {
+				kept, err := s.keep(ctx, r, env.Keep, v)
+				if err == nil {
+					r.Event("cluster.kept", kept.Name, kept.Why)
+					return nil
+				}
+				r.Logf("keep the cluster %s: %v: tearing it down", s.Mesh.Cluster.Name(), err)
 			}
 			return s.Mesh.Down(ctx)
 		},

@@ -109,6 +109,12 @@ type Mesh struct {
 	// Namespace holds the mesh's workloads and generated config: "default" on a cluster of the
 	// run's own, a namespace the run creates on a shared one (cluster.Shared).
 	Namespace string
+	// Namespaces are the namespaces the run created or owns (its workloads' and its control
+	// plane's; not an installed control plane's): the only ones whose pods the run reads.
+	Namespaces []string
+	// Attached names the namespace of an installed control plane (subject.Attached): not the
+	// run's, so never read.
+	Attached string
 	// logf reports progress (the run's recorder).
 	logf func(format string, args ...any)
 	// crds is set once the mesh installed the Istio CRDs.
@@ -195,16 +201,19 @@ func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder)
 		ns = sh.WorkloadNamespace()
 	}
 	namespaces := []string{ns, spec.ControlPlane.Namespace()}
+	attached := ""
 	if _, ok := spec.ControlPlane.(subject.Attached); ok {
 		// The installed control plane's namespace is its own: the run neither claims nor
 		// deletes it.
+		namespaces, attached = namespaces[:1], spec.ControlPlane.Namespace()
+	} else if namespaces[1] == ns {
 		namespaces = namespaces[:1]
 	}
 	c, err := provider.Up(ctx, cluster.Spec{Name: name, Nodes: spec.Nodes, Logf: rec.Logf, Namespaces: namespaces})
 	if err != nil {
 		return nil, fmt.Errorf("bring the cluster up: %w", err)
 	}
-	m := &Mesh{Spec: spec, Cluster: c, BackendIPs: map[string][]string{}, Namespace: ns, logf: rec.Logf}
+	m := &Mesh{Spec: spec, Cluster: c, BackendIPs: map[string][]string{}, Namespace: ns, Namespaces: namespaces, Attached: attached, logf: rec.Logf}
 	rec.Event("cluster.up", name, fmt.Sprintf("%d node(s)", spec.Nodes))
 	if m.Client, err = kubernetes.NewForConfig(c.RESTConfig()); err != nil {
 		return m, err
@@ -409,6 +418,17 @@ func (m *Mesh) WaitRoutes(ctx context.Context, targets []traffic.Target, timeout
 		}
 	}
 	return nil
+}
+
+// Keep leaves the cluster and everything in it running past this process (the control plane
+// is not removed either) and says how to reach it; a substrate whose clusters cannot outlive
+// the process is an error, and the caller takes it down.
+func (m *Mesh) Keep(ctx context.Context) (cluster.Kept, error) {
+	k, ok := m.Cluster.(cluster.Keeper)
+	if !ok {
+		return cluster.Kept{}, fmt.Errorf("a cluster of this substrate cannot be kept")
+	}
+	return k.Keep(ctx)
 }
 
 // Down removes the cluster and everything in it.

@@ -77,6 +77,9 @@ type Run struct {
 	attackDone chan struct{} // closed when the attack has ended; attackErr is then set
 	attackErr  error
 	measures   []observe.Measurement
+	// soFar is the verdict the run would have if its teardown went well: set before the
+	// teardown, which may act on it (keep a failed run's cluster).
+	soFar results.Verdict
 }
 
 // Execute runs the experiment and writes its run directory. The returned summary's verdict is
@@ -141,6 +144,7 @@ func Execute(ctx context.Context, exp Experiment, o Options) (results.Summary, e
 	if runErr == nil {
 		runErr = r.evaluate(exp.Checks)
 	}
+	r.setVerdictSoFar(ctx, runErr)
 	tdCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.TeardownTimeout)
 	if err := r.phase(tdCtx, "teardown", exp.Teardown); err != nil {
 		if runErr == nil {
@@ -174,6 +178,43 @@ func Execute(ctx context.Context, exp Experiment, o Options) (results.Summary, e
 	}
 	r.Logf("verdict %s — %s", s.Verdict, filepath.Join(o.Dir, results.HTMLFile))
 	return s, nil
+}
+
+// setVerdictSoFar records the verdict the run has before its teardown: error when it could not
+// be carried out or was interrupted, else what its checks say.
+func (r *Run) setVerdictSoFar(ctx context.Context, runErr error) {
+	v := results.VerdictError
+	if _, interrupted := AsInterrupt(context.Cause(ctx)); runErr == nil && !interrupted {
+		v = results.DecideVerdict(r.rec.Snapshot().Checks)
+	}
+	r.mu.Lock()
+	r.soFar = v
+	r.mu.Unlock()
+}
+
+// VerdictSoFar is the verdict the run has when its teardown starts (before it, error): what a
+// teardown may act on. A teardown that fails still makes the final verdict error.
+func (r *Run) VerdictSoFar() results.Verdict {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.soFar == "" {
+		return results.VerdictError
+	}
+	return r.soFar
+}
+
+// RecordLogs lists the container logs the run kept in the summary.
+func (r *Run) RecordLogs(l *results.Logs) {
+	if err := r.rec.Update(func(s *results.Summary) { s.Logs = l }); err != nil {
+		r.Logf("%v", err)
+	}
+}
+
+// RecordKept records that the run's cluster was left up, and how to reach it.
+func (r *Run) RecordKept(k results.KeptCluster) {
+	if err := r.rec.Update(func(s *results.Summary) { s.Kept = &k }); err != nil {
+		r.Logf("%v", err)
+	}
 }
 
 // Interrupt is the cause a run's context is cancelled with when a signal stops it (the CLI's
@@ -445,9 +486,9 @@ func (r *Run) evaluate(checks []Check) error {
 			continue
 		}
 		out = append(out, res)
-		status := "pass"
+		status := results.VerdictPass
 		if !res.Pass {
-			status = "FAIL"
+			status = results.VerdictFail
 		}
 		r.Logf("check %s — %s", status, res.String())
 	}

@@ -255,7 +255,7 @@ func TestExecuteOOMIncidentRunDir(t *testing.T) {
 	require.NoError(t, xml.Unmarshal(b, &ju))
 	assert.Equal(t, 4, ju.Suites[0].Tests)
 	assert.Equal(t, 2, ju.Suites[0].Failures)
-	assert.Contains(t, out.String(), "check FAIL — error rate")
+	assert.Contains(t, out.String(), "check fail — error rate")
 }
 
 func quickExperiment(phases ...Phase) Experiment {
@@ -583,6 +583,40 @@ func TestExecuteFinalWriteFailureSaysTheVerdict(t *testing.T) {
 				assert.Equal(t, results.VerdictPass, got.Verdict, "the summary was written before the reports")
 				assert.NoFileExists(t, filepath.Join(dir, results.HTMLFile))
 			}
+		})
+	}
+}
+
+// TestTeardownSeesTheVerdictSoFar: the teardown knows the verdict it is about to make final (what
+// --keep-cluster on-failure decides on): the checks' when they ran, error when the run could
+// not be carried out.
+func TestTeardownSeesTheVerdictSoFar(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		pass  bool
+		setup error
+		want  results.Verdict
+	}{
+		{"pass", true, nil, results.VerdictPass},
+		{"fail", false, nil, results.VerdictFail},
+		{"error", true, errors.New("no cluster"), results.VerdictError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			exp := quickExperiment()
+			exp.Setup = func(context.Context, *Run) error { return tc.setup }
+			observed := 0.0
+			if !tc.pass {
+				observed = 1
+			}
+			exp.Checks = []Check{func(*results.Summary) (results.Check, error) {
+				return results.NewCheck("x", observed, results.LE, 0, ""), nil
+			}}
+			var seen results.Verdict
+			exp.Teardown = func(_ context.Context, r *Run) error { seen = r.VerdictSoFar(); return nil }
+			s, err := Execute(context.Background(), exp, Options{Dir: t.TempDir(), Progress: NewProgress(&bytes.Buffer{})})
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, seen)
+			assert.Equal(t, tc.want, s.Verdict)
 		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/meshchaos/meshchaos/results"
@@ -79,7 +80,13 @@ func numCell(format string, a ...any) Cell {
 }
 func textCell(s string) Cell { return Cell{Text: Text{txt(s)}} }
 
-func mib(b int64) string       { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+func bytesText(b int64) string {
+	if b < 1<<20 {
+		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
+	}
+	return mib(b)
+}
 func pct(f float64) string     { return fmt.Sprintf("%.3f %%", 100*f) }
 func ms(f float64) string      { return fmt.Sprintf("%.1f ms", f) }
 func clock(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") }
@@ -96,7 +103,7 @@ func Build(s *results.Summary, charts []results.Chart) *Report {
 	r.About = about(s)
 	for _, sec := range []*Section{
 		checks(s), traffic(s), scale(s), soak(s), controlPlane(s), convergence(s), workloads(s),
-		startup(s), faults(s), measurements(s), profiles(s), chartsSection(s, charts), timeline(s),
+		startup(s), faults(s), measurements(s), logs(s), profiles(s), chartsSection(s, charts), timeline(s),
 	} {
 		if sec != nil {
 			r.Sections = append(r.Sections, *sec)
@@ -126,6 +133,18 @@ func about(s *results.Summary) [][2]Text {
 	for _, k := range results.SortedKeys(s.Params) {
 		rows = append(rows, [2]Text{plain("param %s", k), plain("%s", s.Params[k])})
 	}
+	if k := s.Kept; k != nil {
+		reach := Text{txt(k.Name + " (" + k.Substrate + ", " + k.Why + ")")}
+		if k.Kubeconfig != "" {
+			reach = append(reach, txt(": "), code("export KUBECONFIG="+k.Kubeconfig))
+		}
+		down := "meshchaos cluster down " + k.Name
+		if k.Substrate != "local" {
+			down = "meshchaos cluster down --substrate " + k.Substrate + " " + k.Name
+		}
+		reach = append(reach, txt("; remove it with "), code(down))
+		rows = append(rows, [2]Text{plain("Cluster kept"), reach})
+	}
 	return rows
 }
 
@@ -141,7 +160,7 @@ func checks(s *results.Summary) *Section {
 	for _, c := range s.Checks {
 		res := Cell{Text: plain("pass"), Class: "pass"}
 		if !c.Pass {
-			res = Cell{Text: plain("FAIL"), Class: "fail"}
+			res = Cell{Text: Text{strong("fail")}, Class: "fail"}
 		}
 		row := []Cell{textCell(c.Name), res, numCell("%s", results.FormatValue(c.Observed, c.Unit)),
 			numCell("%s %s", c.Op.Symbol(), results.FormatValue(c.Threshold, c.Unit))}
@@ -376,6 +395,54 @@ func measurements(s *results.Summary) *Section {
 		t.Rows = append(t.Rows, []Cell{textCell(m.Name), textCell(m.Role), ok, numCell("%d", m.Samples), numCell("%d", m.Failures), textCell(m.Error)})
 	}
 	return &Section{Title: "Measurements", Blocks: []Block{{Table: t}}}
+}
+
+// logs lists the container logs kept in the run directory, and those that could not be read.
+func logs(s *results.Summary) *Section {
+	l := s.Logs
+	if l == nil {
+		return nil
+	}
+	sec := &Section{Title: "Logs"}
+	kept := 0
+	for _, f := range l.Files {
+		if f.Path != "" {
+			kept++
+		}
+	}
+	sec.Blocks = append(sec.Blocks, para(plain("%d container logs of the pods of the run's namespaces (%s), each at most its last %s, read at the teardown.",
+		kept, strings.Join(l.Namespaces, ", "), mib(l.MaxBytes))))
+	if len(l.Files) > 0 {
+		t := &Table{Head: []string{"Namespace", "Pod", "Container", "Log", "Size", "Note"}}
+		for _, f := range l.Files {
+			container := f.Container
+			if f.Previous {
+				container += " (previous)"
+			}
+			file := Cell{}
+			if f.Path != "" {
+				file.Text = Text{{S: f.Path, Link: f.Path}}
+			}
+			note := f.Error
+			if f.Cut && note == "" {
+				note = "cut: its end only"
+			}
+			size := Cell{Class: "num"}
+			if f.Path != "" {
+				size.Text = plain("%s", bytesText(f.Bytes))
+			}
+			t.Rows = append(t.Rows, []Cell{textCell(f.Namespace), textCell(f.Pod), textCell(container), file, size, textCell(note)})
+		}
+		sec.Blocks = append(sec.Blocks, Block{Table: t})
+	}
+	var errs []Text
+	for _, e := range l.Errors {
+		errs = append(errs, plain("%s", e))
+	}
+	if errs != nil {
+		sec.Blocks = append(sec.Blocks, Block{Items: errs})
+	}
+	return sec
 }
 
 // profiles shows the allocation sites for the profiles that matter (the peak heap and those

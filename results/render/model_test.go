@@ -32,8 +32,39 @@ func full(t *testing.T) *results.Summary {
 	s.Measurements = []results.Measurement{{Name: "metrics", Role: "control-plane", Samples: 0, Failures: 3, Error: "connect: refused"}}
 	s.Scale = scaleFixture(t)
 	s.Soak = soakFixture()
+	s.Logs = logsFixture()
+	s.Kept = &results.KeptCluster{Name: "cpoo4242", Substrate: "local", Kubeconfig: "/var/lib/meshchaos/clusters/cpoo4242/kubeconfig", Why: "keep on-failure, verdict fail"}
 	require.NoError(t, s.Validate())
 	return s
+}
+
+func logsFixture() *results.Logs {
+	return &results.Logs{Namespaces: []string{"default", "meshchaos-system"}, MaxBytes: 4 << 20,
+		Files: []results.LogFile{
+			{Namespace: "meshchaos-system", Pod: "cp-0", Container: "discovery", Path: "logs/meshchaos-system/cp-0/discovery.log", Bytes: 2048},
+			{Namespace: "meshchaos-system", Pod: "cp-0", Container: "discovery", Previous: true, Path: "logs/meshchaos-system/cp-0/discovery.previous.log", Bytes: 4 << 20, Cut: true},
+			{Namespace: "default", Pod: "gateway-1", Container: "proxy", Error: "the server rejected our request"},
+		},
+		Errors: []string{"namespace istio-system not read: it is the installed control plane's, not the run's"}}
+}
+
+// TestLogsListedInBoth: the kept logs are linked in both reports, with the previous
+// container's, a cut log and one that could not be read said as such, and a kept cluster says
+// how to reach and remove it.
+func TestLogsListedInBoth(t *testing.T) {
+	s := full(t)
+	for _, render := range []func(*results.Summary, []results.Chart) ([]byte, error){Markdown, HTML} {
+		b, err := render(s, nil)
+		require.NoError(t, err)
+		out := html.UnescapeString(string(b))
+		for _, want := range []string{"2 container logs of the pods of the run's namespaces (default, meshchaos-system)",
+			"logs/meshchaos-system/cp-0/discovery.previous.log", "discovery (previous)", "cut: its end only", "2.0 KiB",
+			"the server rejected our request", "istio-system not read",
+			"export KUBECONFIG=/var/lib/meshchaos/clusters/cpoo4242/kubeconfig", "meshchaos cluster down cpoo4242"} {
+			assert.Contains(t, out, want)
+		}
+		assert.NotContains(t, out, "4096.0 KiB", "a size in the unit that reads")
+	}
 }
 
 var h2 = regexp.MustCompile(`<h2>(.*?)</h2>`)
@@ -61,7 +92,7 @@ func headings(t *testing.T, s *results.Summary) (md, htm []string) {
 func TestEverySectionInBoth(t *testing.T) {
 	md, htm := headings(t, full(t))
 	assert.Equal(t, []string{"Checks", "Traffic", "Scale", "Soak", "Control plane", "Endpoint convergence at the proxies", "Workloads",
-		"App start-up by sidecar start mode", "Faults", "Measurements", "Heap profiles", "Charts", "Timeline"}, md,
+		"App start-up by sidecar start mode", "Faults", "Measurements", "Logs", "Heap profiles", "Charts", "Timeline"}, md,
 		"the fixture populates every section: a new section belongs here too")
 	assert.Equal(t, md, htm)
 

@@ -27,7 +27,7 @@ func TestRenderWritesReports(t *testing.T) {
 	require.NoError(t, err)
 	for _, want := range []string{
 		"# meshchaos: cp-oom — fail",
-		"| error rate | FAIL | 3.75 % | ≤ 0 % |",
+		"| error rate | **fail** | 3.75 % | ≤ 0 % |",
 		"400 requests, 15 errors (3.750 %)",
 		"| NC | 15 |",
 		"first error +0.10 s, last error +1.90 s",

@@ -27,7 +27,7 @@ func init() { register(newClusterCmd) }
 
 func newClusterCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "cluster", Short: "Local clusters: real Kubernetes in network namespaces (root, Linux)"}
-	cmd.AddCommand(newClusterUpCmd(), newClusterDownCmd(), newClusterExecCmd(), newClusterLoadCmd(), newClusterListCmd())
+	cmd.AddCommand(newClusterUpCmd(), newClusterDownCmd(), newClusterExecCmd(), newClusterLoadCmd(), newClusterListCmd(), newClusterConnectCmd())
 	return cmd
 }
 

@@ -101,7 +101,7 @@ experiment on one side only, a run with verdict error).`,
 		},
 	}
 	sf.register(cmd)
-	cmd.Flags().StringVar(&out, "out", "", "also write comparison.md and comparison.json into this directory (one that holds a comparison is refused without --force)")
+	cmd.Flags().StringVar(&out, "out", "", "a directory to write comparison.md and comparison.json into, besides stdout (created; one that holds a comparison is refused without --force)")
 	cmd.Flags().BoolVar(&force, "force", false, "with --out: replace the comparison the directory holds")
 	outputFlag(cmd, &output)
 	return cmd

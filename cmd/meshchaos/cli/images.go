@@ -42,7 +42,7 @@ func newImagesCmd() *cobra.Command {
 			return err
 		},
 	}
-	build.Flags().StringVar(&out, "out", "bin/images", "output directory")
+	build.Flags().StringVar(&out, "out", "bin/images", "the directory to write the image tarballs (NAME.tar) into")
 	build.Flags().StringVar(&binDir, "bin-dir", "", "directory with the pause, coredns and meshchaos-controlplane binaries (default: the parent of --out)")
 	cmd.AddCommand(build, newImagesBinaryCmd(), newKindNodeImageCmd())
 	return cmd
@@ -74,7 +74,7 @@ func newImagesBinaryCmd() *cobra.Command {
 	f.StringVar(&b.At, "at", "", "its absolute path in the image, e.g. /usr/local/bin/pilot-discovery")
 	f.StringVar(&b.User, "user", "", "the image's user, numeric UID[:GID] (default root)")
 	f.StringToStringVar(&b.Labels, "label", nil, "image label K=V (repeatable)")
-	f.StringVar(&out, "out", "", "the tarball to write")
+	f.StringVar(&out, "out", "", "the image tarball to write (a file)")
 	return cmd
 }
 
@@ -103,7 +103,7 @@ func newKindNodeImageCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&rootfs, "rootfs", "", "Debian root filesystem tarball (hack/kindnode/rootfs.sh)")
 	cmd.Flags().StringVar(&binDir, "bin-dir", "", "directory with the Kubernetes binaries, etcd, coredns, pause and runcwrap")
-	cmd.Flags().StringVar(&out, "out", "", "image tarball to write")
+	cmd.Flags().StringVar(&out, "out", "", "the image tarball to write (a file)")
 	cmd.Flags().StringVar(&inputs, "inputs", "", "a digest of the inputs, kept as a label so a rebuild can be skipped")
 	cmd.Flags().BoolVar(&printRef, "print-ref", false, "print the image's reference and exit")
 	cmd.Flags().StringVar(&work, "work", "", "directory for intermediate files (default: work/ beside --out)")

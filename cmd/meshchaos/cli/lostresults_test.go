@@ -64,7 +64,7 @@ func TestRunExitsTwoWhenItsVerdictIsNotWritten(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "run quick: write the run's summary: ")
 	assert.Contains(t, err.Error(), ": the verdict was pass")
-	assert.Contains(t, stdout.String(), "quick (local, reference): PASS", "what was measured is still shown")
+	assert.Contains(t, stdout.String(), "quick (local, reference): pass", "what was measured is still shown")
 	assert.NotContains(t, stdout.String(), "report:", "no report to point at")
 
 	// The same run written whole is a pass.

@@ -136,10 +136,43 @@ func TestPrintVerdictText(t *testing.T) {
 	j := job{Experiment: "cp-oom-restart", Substrate: "local", CP: "reference"}
 	var out bytes.Buffer
 	require.NoError(t, printVerdict(&out, outputText, newRunResult(j, "runs/x", fakeSummary(), true)))
-	assert.Contains(t, out.String(), "cp-oom-restart (local, reference): FAIL\n")
-	assert.Contains(t, out.String(), "  FAIL  5xx rate")
-	assert.Contains(t, out.String(), "  ok    control-plane OOM kills")
+	// One spelling of verdicts and check results: summary.json's.
+	assert.Contains(t, out.String(), "cp-oom-restart (local, reference): fail\n")
+	assert.Contains(t, out.String(), "  fail  5xx rate")
+	assert.Contains(t, out.String(), "  pass  control-plane OOM kills")
 	assert.Contains(t, out.String(), "report: runs/x/report.md\n")
+	assert.NotRegexp(t, `FAIL|PASS|\bok\b`, out.String())
+	assert.NotContains(t, out.String(), "cluster kept")
+}
+
+// TestPrintKept: a kept cluster's verdict says how to reach it and how to remove it, on each
+// substrate, as text and in the JSON document.
+func TestPrintKept(t *testing.T) {
+	for _, tc := range []struct {
+		kept results.KeptCluster
+		want []string
+	}{
+		{results.KeptCluster{Name: "cpoo4242", Substrate: "local", Kubeconfig: "/var/lib/meshchaos/clusters/cpoo4242/kubeconfig", Why: "keep on-failure, verdict fail"},
+			[]string{"cluster kept: cpoo4242 (local; keep on-failure, verdict fail)", "export KUBECONFIG=/var/lib/meshchaos/clusters/cpoo4242/kubeconfig", "kubectl get pods -A", "remove it: meshchaos cluster down cpoo4242\n"}},
+		{results.KeptCluster{Name: "cpoo7", Substrate: "kind", Kubeconfig: "/root/.meshchaos/kind/cpoo7/kubeconfig", Why: "keep always, verdict pass"},
+			[]string{"export KUBECONFIG=/root/.meshchaos/kind/cpoo7/kubeconfig", "remove it: meshchaos cluster down --substrate kind cpoo7\n"}},
+		{results.KeptCluster{Name: "cpoo8", Substrate: "existing", Kubeconfig: "/home/me/staging.yaml", Context: "staging", Namespaces: []string{"meshchaos-workloads", "meshchaos-system"}, Why: "keep always, verdict pass"},
+			[]string{"the run's namespaces stay: meshchaos-workloads, meshchaos-system", "export KUBECONFIG=/home/me/staging.yaml", "kubectl --context staging get pods -n meshchaos-workloads,meshchaos-system",
+				"remove it: meshchaos cluster down --substrate existing cpoo8 --kubeconfig /home/me/staging.yaml --context staging\n"}},
+	} {
+		s := fakeSummary()
+		s.Kept = &tc.kept
+		var out bytes.Buffer
+		require.NoError(t, printVerdict(&out, outputText, newRunResult(job{Experiment: "cp-oom-restart", Substrate: tc.kept.Substrate, CP: "reference"}, "runs/x", s, true)))
+		for _, w := range tc.want {
+			assert.Contains(t, out.String(), w)
+		}
+		out.Reset()
+		require.NoError(t, printVerdict(&out, outputJSON, newRunResult(job{Experiment: "cp-oom-restart"}, "runs/x", s, true)))
+		var got map[string]any
+		require.NoError(t, json.Unmarshal(out.Bytes(), &got), out.String())
+		assert.Equal(t, tc.kept.Name, got["keptCluster"].(map[string]any)["name"])
+	}
 }
 
 // TestPrintComparisonJSON: compare -o json prints the document comparison.json holds.

@@ -39,11 +39,7 @@ Exit code mirrors the run: 0 pass, 1 a check failed, 2 the run could not be carr
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "%s: %s\n", s.Experiment, s.Verdict)
 			for _, c := range s.Checks {
-				status := "pass"
-				if !c.Pass {
-					status = "FAIL"
-				}
-				fmt.Fprintf(out, "  %-4s  %s\n", status, c.String())
+				fmt.Fprintf(out, "  %-4s  %s\n", checkResult(c), c.String())
 			}
 			fmt.Fprintf(out, "wrote %s, %s, %s\n", filepath.Join(dir, results.HTMLFile), filepath.Join(dir, results.MarkdownFile), filepath.Join(dir, results.JUnitFile))
 			return verdictError(s)

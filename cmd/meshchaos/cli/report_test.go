@@ -46,7 +46,7 @@ func TestReportExitCodes(t *testing.T) {
 	code, out = run(t, "report", fail)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, "x failed 1 of 2 checks")
-	assert.Contains(t, out, "FAIL  b: observed 3, want ≤ 1")
+	assert.Contains(t, out, "  fail  b: observed 3, want ≤ 1")
 
 	// A run that could not be carried out: still rendered, exit 2.
 	errDir := t.TempDir()

@@ -38,9 +38,20 @@ func newRunCmd() *cobra.Command {
 		dryRun bool
 	)
 	cmd := &cobra.Command{
-		Use:   "run EXPERIMENT [--substrate local] [--cp reference|reference:<switch>|istiod[@PIN]|istiod:installed|external:FILE] [--set k=v]… [--out DIR] [--dry-run] [-o text|json]",
+		Use:   "run EXPERIMENT [--substrate local] [--cp reference|reference:<switch>|istiod[@PIN]|istiod:installed|external:FILE] [--set k=v]… [--out DIR] [--keep-cluster[=on-failure|always|never]] [--dry-run] [-o text|json]",
 		Short: "Run an experiment and write its run directory (exit 0 pass, 1 a check failed, 2 could not run or its results could not be written)",
-		Args:  cobra.ArbitraryArgs,
+		Long: `Run one experiment on a cluster of its own (or in namespaces of its own on --substrate existing)
+and write its run directory (--out): summary.json, report.md, report.html, junit.xml, charts/,
+pprof/, traffic/, and logs/ (every container log of the run's pods, read before the cluster
+goes). It prints the verdict — pass, fail or error, as summary.json spells it — and each check
+as pass or fail.
+
+--keep-cluster leaves the run's cluster up at the end instead of tearing it down, and prints how
+to reach it (export KUBECONFIG=…) and how to remove it (meshchaos cluster down NAME):
+on-failure keeps it when the verdict is not pass, always (what --keep-cluster alone means, as
+does true) whatever the verdict, never (the default, as does false) tears it down. On the
+existing substrate the run's namespaces, its agent and its node labels stay.`,
+		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
@@ -67,7 +78,9 @@ func newRunCmd() *cobra.Command {
 	}
 	j.flags(cmd)
 	cmd.Flags().StringArrayVar(&j.Sets, "set", nil, "experiment parameter name=value (repeatable; see 'meshchaos list')")
-	cmd.Flags().StringVar(&j.Out, "out", "", "run directory (default runs/EXPERIMENT-CP-TIME)")
+	cmd.Flags().StringVar(&j.Out, "out", "", "the run directory to create: summary.json, reports, charts, logs (default runs/EXPERIMENT-CP-TIME; one holding a run is refused)")
+	cmd.Flags().StringVar(&j.Keep, "keep-cluster", string(experiment.KeepNever), "leave the run's cluster up at the end: never, on-failure (verdict fail or error) or always (--keep-cluster alone)")
+	cmd.Flags().Lookup("keep-cluster").NoOptDefVal = string(experiment.KeepAlways)
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "check every input as the run does and print its plan (as 'meshchaos describe'), creating nothing")
 	outputFlag(cmd, &output)
 	return cmd
@@ -110,6 +123,8 @@ type job struct {
 	Existing existingFlags
 	// XDS is how the data plane reaches the control plane (--xds auto|tls|plaintext).
 	XDS string
+	// Keep is when the run's cluster stays up at the end (--keep-cluster; run only: "" is never).
+	Keep string
 }
 
 // flags registers the flags every command that runs experiments against one control plane shares.
@@ -161,6 +176,10 @@ func (j job) check() (*checked, error) {
 	if err != nil {
 		return nil, Usagef("%v", err)
 	}
+	keep, err := experiment.ParseKeep(j.Keep)
+	if err != nil {
+		return nil, Usagef("--keep-cluster: %v", err)
+	}
 	sub, err := j.provider()
 	if err != nil {
 		return nil, err
@@ -172,7 +191,7 @@ func (j job) check() (*checked, error) {
 	if err != nil {
 		return nil, Usagef("%v", err)
 	}
-	exp, err := def.Build(experiment.Env{Substrate: sub, ControlPlane: sut, ClusterName: j.Name, XDS: xds, AllowCPChaos: j.Existing.AllowCPChaos}, vals)
+	exp, err := def.Build(experiment.Env{Substrate: sub, ControlPlane: sut, ClusterName: j.Name, XDS: xds, AllowCPChaos: j.Existing.AllowCPChaos, Keep: keep}, vals)
 	if err != nil {
 		return nil, Usagef("%v", err)
 	}
@@ -224,7 +243,7 @@ func (j job) provider() (cluster.Provider, error) {
 				return nil, Usagef("--name: %v", err)
 			}
 		}
-		return local.Substrate{Home: local.Home(), ImagesDir: images}, nil
+		return local.Substrate{Home: local.Home(), ImagesDir: images, Connect: connectCommand}, nil
 	case "kind":
 		// Docker missing or stopped: exit 2 with what to do (install/start Docker, or
 		// 'sudo hack/docker.sh' on a machine like our CI).
@@ -292,13 +311,15 @@ type runResult struct {
 	RunDir       string          `json:"runDir"`
 	Summary      string          `json:"summary,omitempty"`
 	Report       string          `json:"report,omitempty"`
+	// Kept is the cluster --keep-cluster left up, as summary.json's keptCluster.
+	Kept *results.KeptCluster `json:"keptCluster,omitempty"`
 }
 
 // newRunResult is the verdict of the run of j into dir; written says whether its summary and
 // reports are on disk.
 func newRunResult(j job, dir string, s *results.Summary, written bool) runResult {
 	r := runResult{Experiment: j.Experiment, Substrate: j.Substrate, ControlPlane: j.CP,
-		Verdict: s.Verdict, Error: s.Error, Checks: append([]results.Check{}, s.Checks...), RunDir: dir}
+		Verdict: s.Verdict, Error: s.Error, Checks: append([]results.Check{}, s.Checks...), RunDir: dir, Kept: s.Kept}
 	if written {
 		r.Summary, r.Report = filepath.Join(dir, results.SummaryFile), filepath.Join(dir, results.MarkdownFile)
 	}
@@ -306,22 +327,30 @@ func newRunResult(j job, dir string, s *results.Summary, written bool) runResult
 }
 
 // printVerdict prints a run's verdict on w: its checks and report in text, the document in json.
+// Verdicts and checks are spelt as summary.json spells them (pass, fail, error).
 func printVerdict(w io.Writer, format string, r runResult) error {
 	if format == outputJSON {
 		return writeJSON(w, r)
 	}
-	fmt.Fprintf(w, "%s (%s, %s): %s\n", r.Experiment, r.Substrate, r.ControlPlane, strings.ToUpper(string(r.Verdict)))
+	fmt.Fprintf(w, "%s (%s, %s): %s\n", r.Experiment, r.Substrate, r.ControlPlane, r.Verdict)
 	for _, c := range r.Checks {
-		status := "FAIL"
-		if c.Pass {
-			status = "ok"
-		}
-		fmt.Fprintf(w, "  %-4s  %s\n", status, c.String())
+		fmt.Fprintf(w, "  %-4s  %s\n", checkResult(c), c.String())
 	}
 	if r.Report != "" {
 		fmt.Fprintf(w, "report: %s\n", r.Report)
 	}
+	if k := r.Kept; k != nil {
+		printKept(w, k)
+	}
 	return nil
+}
+
+// checkResult is a check's outcome as summary.json and the reports spell it.
+func checkResult(c results.Check) string {
+	if c.Pass {
+		return string(results.VerdictPass)
+	}
+	return string(results.VerdictFail)
 }
 
 // handOver gives paths (and what is under them) to the user who ran meshchaos through sudo. A

@@ -58,6 +58,7 @@ func TestRunBadInputExitsTwo(t *testing.T) {
 		{name: "unknown control plane", args: []string{"run", "cp-oom-restart", "--cp", "foo"}, want: "unknown control plane"},
 		{name: "unknown switch", args: []string{"run", "cp-oom-restart", "--cp", "reference:nope"}, want: `unknown regression switch "nope"`},
 		{name: "unknown flag", args: []string{"run", "cp-oom-restart", "--bogus"}, want: "unknown flag"},
+		{name: "unknown keep policy", args: []string{"run", "cp-oom-restart", "--keep-cluster=sometimes"}, want: "want never, on-failure, always, true or false"},
 		{name: "missing binary", args: []string{"run", "cp-oom-restart"}, env: map[string]string{"MESHCHAOS_KUBELET": "/nonexistent/kubelet"},
 			want: "MESHCHAOS_KUBELET", afterPreflight: true},
 		{name: "no images directory", args: []string{"run", "cp-oom-restart", "--images", "/nonexistent/images"}, want: "make images", afterPreflight: true},

@@ -94,7 +94,7 @@ Exit code: 0 no regression, 1 a regression, 2 bad input, runs that could not be 
 	cmd.Flags().StringVar(&u.suite, "suite", "pre-upgrade", "a built-in suite's name or a suite YAML file")
 	cmd.Flags().IntVar(&u.repeats, "repeats", 0, "runs per entry and side (default: the suite's)")
 	cmd.Flags().StringArrayVar(&u.sets, "set", nil, "[EXPERIMENT.]name=value for the suite's experiments (repeatable)")
-	cmd.Flags().StringVar(&u.out, "out", "", "output directory (default runs/upgrade-check-BASE-vs-CANDIDATE-TIME)")
+	cmd.Flags().StringVar(&u.out, "out", "", "the upgrade check's directory to create: base/ and candidate/ (a run directory per run), comparison.md and comparison.json (default runs/upgrade-check-BASE-vs-CANDIDATE-TIME; one holding a comparison is refused)")
 	u.stats.register(cmd)
 	return cmd
 }

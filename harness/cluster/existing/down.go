@@ -36,14 +36,19 @@ func (c *existingCluster) log(format string, a ...any) {
 	}
 }
 
-// Down implements cluster.Cluster, within its own budget (Provider.DownBudget, else DownBudget;
-// the caller's deadline is not its own). It deletes the cluster-scoped objects the run created
-// (webhook configurations first), then the pods of the run's namespaces and waits for them,
-// reporting by name and node (with the node's kubelet log when the agent can read it) every pod
-// still there past its grace period and PodGoneMargin; then the agent (its DaemonSet before its
-// pods), the namespaces, which it waits for, and the node labels the run set. The error lists
-// everything it could not remove. Safe to call twice.
-func (c *existingCluster) Down(ctx context.Context) error {
+var _ cluster.Keeper = (*existingCluster)(nil)
+
+// Keep implements cluster.Keeper: everything the run made stays on the cluster (its namespaces
+// with their pods, the agent, cluster-scoped objects, node labels), for 'cluster down
+// --substrate existing NAME' (Provider.Remove) to take away later; only this process's agent
+// sessions and port-forwards end.
+func (c *existingCluster) Keep(context.Context) (cluster.Kept, error) {
+	c.closeSessions()
+	return cluster.Kept{Kubeconfig: c.kubeconfig, Context: c.context}, nil
+}
+
+// closeSessions ends this process's agent sessions and port-forwards.
+func (c *existingCluster) closeSessions() {
 	c.mu.Lock()
 	c.down = true
 	for _, s := range c.sessions {
@@ -54,6 +59,17 @@ func (c *existingCluster) Down(ctx context.Context) error {
 	if c.fwd != nil {
 		c.fwd.close()
 	}
+}
+
+// Down implements cluster.Cluster, within its own budget (Provider.DownBudget, else DownBudget;
+// the caller's deadline is not its own). It deletes the cluster-scoped objects the run created
+// (webhook configurations first), then the pods of the run's namespaces and waits for them,
+// reporting by name and node (with the node's kubelet log when the agent can read it) every pod
+// still there past its grace period and PodGoneMargin; then the agent (its DaemonSet before its
+// pods), the namespaces, which it waits for, and the node labels the run set. The error lists
+// everything it could not remove. Safe to call twice.
+func (c *existingCluster) Down(ctx context.Context) error {
+	c.closeSessions()
 	budget := c.budget
 	if budget <= 0 {
 		budget = DownBudget

@@ -218,3 +218,21 @@ func TestRemoveLeftoversByName(t *testing.T) {
 	_, err = c2.removeLeftovers(ctx)
 	assert.ErrorIs(t, err, ErrNothingLeft)
 }
+
+// TestKeepLeavesTheRunsNamespaces: a kept run (meshchaos run --keep-cluster) deletes nothing on
+// the cluster, says how to reach it, and leaves the namespaces for 'cluster down' to find.
+func TestKeepLeavesTheRunsNamespaces(t *testing.T) {
+	c, cs := fakeCluster(t, "r1", runNamespace(WorkloadNamespace, "r1"), runNamespace(AgentNamespace, "r1"),
+		pod(WorkloadNamespace, "echo-0", "n1", 1), agentPod("n1"), agentDaemonSet(false))
+	c.namespaces = []string{AgentNamespace, WorkloadNamespace}
+	c.kubeconfig, c.context = "/home/me/staging.yaml", "staging"
+	k, err := c.Keep(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, cluster.Kept{Kubeconfig: "/home/me/staging.yaml", Context: "staging"}, k)
+	for _, a := range cs.Actions() {
+		assert.NotEqual(t, "delete", a.GetVerb(), "a kept run deletes nothing: %v", a)
+	}
+	nss, err := cs.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{LabelSelector: RunLabel + "=r1"})
+	require.NoError(t, err)
+	assert.Len(t, nss.Items, 2, "the run's namespaces stay, labelled for 'cluster down --substrate existing r1'")
+}

@@ -186,7 +186,7 @@ func (p Provider) connect(run string, logf func(string, ...any)) (*existingClust
 	if err != nil {
 		return nil, err
 	}
-	c := &existingCluster{name: run, cfg: cfg, client: client, owned: owned, logf: logf, budget: p.DownBudget,
+	c := &existingCluster{name: run, cfg: cfg, client: client, owned: owned, logf: logf, budget: p.DownBudget, kubeconfig: p.Kubeconfig, context: p.Context,
 		exec: podExec{cfg: cfg, client: client, namespace: AgentNamespace, container: "agent"}, sessions: map[string]*session{}}
 	c.runOnAgent = c.exec.run
 	return c, nil
@@ -194,13 +194,15 @@ func (p Provider) connect(run string, logf func(string, ...any)) (*existingClust
 
 // existingCluster is an existing cluster as one run uses it.
 type existingCluster struct {
-	name   string
-	cfg    *rest.Config
-	client kubernetes.Interface
-	allow  bool
-	logf   func(string, ...any)
-	exec   podExec
-	owned  kube.OwnedClients
+	name string
+	// kubeconfig and context are the run's --kubeconfig and --context ("": kubectl's defaults).
+	kubeconfig, context string
+	cfg                 *rest.Config
+	client              kubernetes.Interface
+	allow               bool
+	logf                func(string, ...any)
+	exec                podExec
+	owned               kube.OwnedClients
 	// runOnAgent runs argv in an agent pod (exec.run; a test's fake).
 	runOnAgent func(ctx context.Context, pod string, argv ...string) ([]byte, error)
 	// budget bounds Down (0: DownBudget); podMargin is how long past its grace period a pod

@@ -540,6 +540,15 @@ func (c *Cluster) loadImages(ctx context.Context) error {
 	return nil
 }
 
+var _ cluster.Keeper = (*Cluster)(nil)
+
+// Keep implements cluster.Keeper: the kind cluster lives in Docker, not in this process; its
+// kubeconfig (a port Docker publishes on loopback) stays, and Down (or 'cluster down') removes
+// both later.
+func (c *Cluster) Keep(context.Context) (cluster.Kept, error) {
+	return cluster.Kept{Kubeconfig: c.kubeconfig}, nil
+}
+
 // Down deletes the kind cluster, its kubeconfig and, when no cluster uses it any more, our
 // Docker network. Safe to call twice.
 func (c *Cluster) Down(ctx context.Context) error {

@@ -54,6 +54,10 @@ type Config struct {
 	BinDir string
 	// Logf reports progress (default: silent).
 	Logf func(format string, args ...any)
+	// Connect is the command Keep starts to serve a kept cluster's API (Connect in a process of
+	// its own): argv for cluster name, whose state directory is stateDir (the argv must name
+	// stateDir, so that Down finds the process as the cluster's). Nil: the cluster cannot be kept.
+	Connect func(name, stateDir string) []string
 }
 
 // Cluster is a running local cluster.
@@ -580,6 +584,8 @@ var _ cluster.Cluster = (*Cluster)(nil)
 type Substrate struct {
 	Home      string
 	ImagesDir string
+	// Connect is Config.Connect: what serves a kept cluster (meshchaos run --keep-cluster).
+	Connect func(name, stateDir string) []string
 }
 
 // Name implements cluster.Provider.
@@ -587,7 +593,7 @@ func (Substrate) Name() string { return "local" }
 
 // Up implements cluster.Provider.
 func (s Substrate) Up(ctx context.Context, spec cluster.Spec) (cluster.Cluster, error) {
-	c, err := Up(ctx, Config{Name: spec.Name, Nodes: spec.Nodes, Home: s.Home, ImagesDir: s.ImagesDir, Logf: spec.Logf})
+	c, err := Up(ctx, Config{Name: spec.Name, Nodes: spec.Nodes, Home: s.Home, ImagesDir: s.ImagesDir, Logf: spec.Logf, Connect: s.Connect})
 	if err != nil {
 		return nil, err
 	}
