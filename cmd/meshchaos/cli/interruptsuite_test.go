@@ -132,7 +132,7 @@ func TestSuiteInterruptedDuringARunGivesNoVerdict(t *testing.T) {
 	hf := results.HistoryFile(history, "mine")
 	assert.NoFileExists(t, hf, "an interrupted execution is not a night")
 	assert.Contains(t, stderr.String(), "suite mine: not appended to the history "+hf+": an interrupted execution is not a night of the trends")
-	assert.Contains(t, stdout.String(), "cut   quick [reference] #1: error", "the run cut short is not shown as a failure of its own")
+	assert.Contains(t, stdout.String(), "cut         quick [reference] #1: error", "the run cut short is not shown as a failure of its own")
 	assert.Contains(t, stdout.String(), "interrupted by SIGTERM during run 2/3 (phase setup): no verdict; 1 of 3 runs did not run")
 
 	// Without the signal: the same suite passes and is a night of the history.

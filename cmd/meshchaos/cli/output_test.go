@@ -206,6 +206,6 @@ func TestPrintSuiteResultJSON(t *testing.T) {
 
 	out.Reset()
 	require.NoError(t, printSuiteResult(&out, &errOut, outputText, res, "runs/s"))
-	assert.Contains(t, out.String(), "suite nightly (local, 1m0s):\n  ok    ")
+	assert.Contains(t, out.String(), "suite nightly (local, 1m0s):\n  ok          ")
 	assert.Contains(t, out.String(), "junit: runs/s/junit.xml")
 }

@@ -92,7 +92,7 @@ says which run is still being torn down.`,
 		},
 	}
 	j.flags(cmd)
-	cmd.Flags().StringVar(&o.Out, "out", "", "output directory (default runs/suite-NAME-TIME)")
+	cmd.Flags().StringVar(&o.Out, "out", "", "the suite's directory to create: a run directory per run, suite.json, junit.xml, index.html (default runs/suite-NAME-TIME)")
 	cmd.Flags().StringVar(&o.History, "history", "", "history directory: append this execution and show trends across nights")
 	cmd.Flags().StringVar(&o.Shard, "shard", "", "run share I of N of the suite's runs (1/3, 2/3, 3/3 on three machines; then 'suite merge')")
 	cmd.Flags().IntVar(&o.Nights, "nights", 30, "how many executions of the history the trends show")
@@ -439,21 +439,23 @@ func printSuiteResult(stdout, stderr io.Writer, format string, res *results.Suit
 	}
 	fmt.Fprintf(stdout, "suite %s (%s, %s):\n", name, res.Substrate, res.FinishedAt.Sub(res.StartedAt).Round(time.Second))
 	for i, r := range res.Runs {
+		// Whether the run met its expectation (a fail side that failed is ok), not its verdict,
+		// which follows.
 		status := "ok"
 		switch {
 		case r.AsExpected():
 		case res.Interrupted != nil && i == len(res.Runs)-1 && !res.Interrupted.BetweenRuns:
 			status = "cut" // the signal cut it short: not a failure of its own
 		default:
-			status = "FAIL"
+			status = "UNEXPECTED"
 		}
-		fmt.Fprintf(stdout, "  %-4s  %s #%d: %s (expected %s)\n", status, r.Key(), r.Repeat, r.Verdict,
+		fmt.Fprintf(stdout, "  %-10s  %s #%d: %s (expected %s)\n", status, r.Key(), r.Repeat, r.Verdict,
 			expectText(results.Expect{Verdict: r.Expect, Failing: r.ExpectFailing}))
 		for _, f := range r.Failed {
-			fmt.Fprintf(stdout, "          %s\n", f)
+			fmt.Fprintf(stdout, "              %s\n", f)
 		}
 		if r.Unexpected != "" {
-			fmt.Fprintf(stdout, "          unexpected: %s\n", r.Unexpected)
+			fmt.Fprintf(stdout, "              unexpected: %s\n", r.Unexpected)
 		}
 	}
 	if res.Interrupted != nil {
