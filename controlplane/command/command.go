@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -85,6 +86,15 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 			if quiet < 0 || debounceMax < 0 || maxWait < 0 {
 				return usagef("durations must not be negative")
 			}
+			if !cmd.Flags().Changed("xds-new-stream-rate") {
+				if v, ok := os.LookupEnv(xds.RequestLimitEnv); ok && v != "" {
+					r, err := strconv.ParseFloat(v, 64)
+					if err != nil || r < 0 {
+						return usagef("$%s=%q: give a number of new xDS streams a second (0: istiod's default from GOMAXPROCS)", xds.RequestLimitEnv, v)
+					}
+					limits.NewStreamsPerSecond = r // 0 is the default, as in istiod
+				}
+			}
 			if pushThrottle < 1 {
 				return usagef("--push-throttle must be at least 1 (istiod's default is 100)")
 			}
@@ -157,6 +167,9 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 	f.DurationVar(&limits.SendTimeout, "xds-send-timeout", xds.DefaultLimits.SendTimeout, "close the stream of a proxy that reads nothing for this long (a slow consumer)")
 	f.IntVar(&limits.MaxStreams, "xds-max-streams", xds.DefaultLimits.MaxStreams, "most open xDS streams; more are refused with ResourceExhausted")
 	f.Float64Var(&limits.RequestsPerSecond, "xds-max-request-rate", xds.DefaultLimits.RequestsPerSecond, fmt.Sprintf("most requests a second on one xDS stream (bursts of up to %d); a stream beyond is closed", xds.DefaultLimits.RequestBurst))
+	f.Float64Var(&limits.NewStreamsPerSecond, "xds-new-stream-rate", xds.DefaultLimits.NewStreamsPerSecond,
+		fmt.Sprintf("new xDS streams accepted a second (burst %d; a stream waits up to 1 s, then is refused with ResourceExhausted); default istiod's: 15+5·GOMAXPROCS, at most 100, or $%s; 0: that default; negative: no bound",
+			xds.RequestBurst, xds.RequestLimitEnv))
 	f.IntVar(&limits.MaxScopes, "xds-max-scopes", xds.DefaultLimits.MaxScopes, "most proxy scopes (namespaces with their own generated config)")
 	f.IntVar(&limits.NameSlack, "xds-name-slack", xds.DefaultLimits.NameSlack, "a subscription may name at most twice the most clusters served plus this many")
 	f.BoolVar(&noRouteDefaults, "no-route-defaults", false, "leave istiod's default retry policy (2 retries on connect-failure,refused-stream,unavailable,cancelled,503) and route timeout 0 out of generated routes")
