@@ -49,7 +49,13 @@ type Options struct {
 	XDSAddr, AdminAddr string
 	// SyncGate enables the sync gate (the fix). False (or regress "ungated") serves xDS at once.
 	SyncGate bool
-	// MaxWait opens the gate anyway after this long (default 60 s), loudly.
+	// MaxWait, when set, opens the gate anyway after this long, loudly. Zero (the default)
+	// waits for sync however long it takes, as istiod does: its Start blocks in
+	// waitForCacheSync until every cache has synced and the push context has committed the
+	// initial updates, or until it is stopped (pilot/pkg/bootstrap/server.go:482 and :866-881,
+	// pkg/kube/client.go:857, whose loop has no deadline; at 2026-08, the same at 2026-04). A
+	// forced opening serves whatever the model holds: the incomplete config the gate exists
+	// to keep from proxies.
 	MaxWait time.Duration
 	// DebounceQuiet and DebounceMax are the push debounce (defaults 100 ms and 10 s).
 	DebounceQuiet, DebounceMax time.Duration
@@ -131,9 +137,6 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	}
 	if opts.AdminAddr == "" {
 		opts.AdminAddr = "127.0.0.1:15014"
-	}
-	if opts.MaxWait == 0 {
-		opts.MaxWait = 60 * time.Second
 	}
 	if opts.DebounceQuiet == 0 {
 		opts.DebounceQuiet = 100 * time.Millisecond
@@ -221,10 +224,21 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	return cp, nil
 }
 
-// waitSync opens the gate once the initial state is in the model and pushed, or at max wait.
+// maxWaitC is the channel the gate's max wait fires on, and its stop: a channel that never
+// fires without a max wait (d ≤ 0).
+func maxWaitC(d time.Duration) (<-chan time.Time, func()) {
+	if d <= 0 {
+		return nil, func() {}
+	}
+	t := time.NewTimer(d)
+	return t.C, func() { t.Stop() }
+}
+
+// waitSync opens the gate once the initial state is in the model and pushed, or at the max
+// wait when one is set.
 func (cp *ControlPlane) waitSync(ctx context.Context) {
-	maxWait := time.NewTimer(cp.opts.MaxWait)
-	defer maxWait.Stop()
+	maxWait, stop := maxWaitC(cp.opts.MaxWait)
+	defer stop()
 	select {
 	case <-ctx.Done():
 		return
@@ -237,7 +251,7 @@ func (cp *ControlPlane) waitSync(ctx context.Context) {
 		cp.Pusher.Push(model.Change{Full: true, Reasons: []string{"initial"}})
 		cp.Server.Synced()
 		cp.openGate("informers synced and initial events processed", false)
-	case <-maxWait.C:
+	case <-maxWait:
 		cp.log.Error("SYNC GATE FORCED OPEN: informers did not sync within the max wait; serving a possibly incomplete config",
 			"maxWait", cp.opts.MaxWait, "eventsApplied", cp.source.Applied())
 		cp.Pusher.Push(model.Change{Full: true, Reasons: []string{"max-wait"}})

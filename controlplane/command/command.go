@@ -159,7 +159,7 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 	f.StringVar(&adminAddr, "admin-addr", "127.0.0.1:15014", "admin HTTP listen address (/ready, /metrics, /debug/pprof, /debug/config_dump)")
 	f.IntVar(&ballastMax, "ballast-max", 0, "allow the memory ballast on the admin port (/debug/ballast, a chaos hook that grows the heap until the OOM kill) up to this many MiB; 0: off")
 	f.BoolVar(&syncGate, "sync-gate", true, "refuse xDS and report not ready until the informers have synced (false: historical behaviour)")
-	f.DurationVar(&maxWait, "sync-max-wait", 60*time.Second, "open the sync gate anyway after this long")
+	f.DurationVar(&maxWait, "sync-max-wait", 0, "open the sync gate anyway after this long, serving a possibly incomplete config; 0: wait for sync however long it takes, as istiod does")
 	f.DurationVar(&quiet, "debounce", 100*time.Millisecond, "push debounce quiet period")
 	f.DurationVar(&debounceMax, "debounce-max", 10*time.Second, "longest a change waits in debounce")
 	f.StringArrayVar(&switches, "regress", nil, "enable a regression switch (repeatable): "+fmt.Sprint(regress.Names()))
