@@ -140,7 +140,7 @@ func testKubeAndAdmin(t *testing.T, c *testCluster) {
 // gate anyway, loudly, with the metric set, when a max wait was asked for; without one (the
 // default, as istiod) the gate waits for the sync.
 func testMaxWait(t *testing.T, c *testCluster) {
-	patient := startCPWith(t, slowListConfig(c.cfg, 3*time.Second), func(*controlplaneOptions) {})
+	patient := startCPWith(t, slowListConfig(c.cfg, 3*time.Second), func(o *controlplaneOptions) { o.ReadyAddr = "127.0.0.1:0" })
 	cp := startCPWith(t, slowListConfig(c.cfg, 3*time.Second), func(o *controlplaneOptions) { o.MaxWait = 500 * time.Millisecond })
 	defer func() {
 		select {
@@ -150,6 +150,8 @@ func testMaxWait(t *testing.T, c *testCluster) {
 		}
 		_, forced, _, _ := patient.Gate.State()
 		require.False(t, forced, "without a max wait the gate opens at sync only")
+		code, _ := get(t, "http://"+patient.ReadyAddr()+"/ready")
+		require.Equal(t, http.StatusOK, code, "/ready on its own port too, once open")
 		require.Equal(t, 0.0, testutil.ToFloat64(patient.Metrics.SyncGateForced))
 	}()
 	select {
@@ -170,5 +172,7 @@ func testMaxWait(t *testing.T, c *testCluster) {
 		t.Fatal("the model cannot have synced before the delayed LIST returned")
 	default:
 		require.False(t, patient.Gate.IsOpen(), "without a max wait the gate stays closed until sync")
+		code, _ := get(t, "http://"+patient.ReadyAddr()+"/ready")
+		require.Equal(t, http.StatusServiceUnavailable, code, "/ready on its own port (istiod's 8080) as on the admin port")
 	}
 }

@@ -46,16 +46,16 @@ func usagef(format string, args ...any) error {
 // under meshchaos, `meshchaos-controlplane` as a program of its own).
 func New(use string) *cobra.Command {
 	var (
-		kubeconfig, xdsAddr, adminAddr, domain, logLevel string
-		syncGate, noRouteDefaults                        bool
-		pushThrottle, ballastMax                         int
-		limits                                           xds.Limits
-		maxWait, quiet, debounceMax                      time.Duration
-		switches                                         []string
-		wh                                               webhook.Options
-		injectMode                                       string
-		secure                                           controlplane.SecureXDS
-		namespace, caSecret                              string
+		kubeconfig, xdsAddr, adminAddr, readyAddr, domain, logLevel string
+		syncGate, noRouteDefaults                                   bool
+		pushThrottle, ballastMax                                    int
+		limits                                                      xds.Limits
+		maxWait, quiet, debounceMax                                 time.Duration
+		switches                                                    []string
+		wh                                                          webhook.Options
+		injectMode                                                  string
+		secure                                                      controlplane.SecureXDS
+		namespace, caSecret                                         string
 	)
 	cmd := &cobra.Command{
 		Use:   use,
@@ -137,7 +137,7 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			cp, err := controlplane.Start(ctx, controlplane.Options{Kube: cfg, XDSAddr: xdsAddr, AdminAddr: adminAddr,
+			cp, err := controlplane.Start(ctx, controlplane.Options{Kube: cfg, XDSAddr: xdsAddr, AdminAddr: adminAddr, ReadyAddr: readyAddr,
 				SyncGate: syncGate, MaxWait: maxWait, DebounceQuiet: quiet, DebounceMax: debounceMax,
 				Regress: set, NoRouteDefaults: noRouteDefaults, PushThrottle: pushThrottle, XDSLimits: limits, DomainSuffix: domain, Logger: log, Webhook: whOpts,
 				BallastMaxMiB: ballastMax, SecureXDS: secureOpts, Namespace: namespace, CASecret: caSecret})
@@ -157,6 +157,7 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config, then $KUBECONFIG)")
 	f.StringVar(&xdsAddr, "xds-addr", "127.0.0.1:15010", "xDS (gRPC) listen address; in a pod give the pod IP, e.g. $(POD_IP):15010")
 	f.StringVar(&adminAddr, "admin-addr", "127.0.0.1:15014", "admin HTTP listen address (/ready, /metrics, /debug/pprof, /debug/config_dump)")
+	f.StringVar(&readyAddr, "ready-addr", "", "serve /ready alone on this address too, as istiod on its port 8080 where its chart's readiness probe asks, e.g. $(POD_IP):8080; empty: /ready on the admin port only")
 	f.IntVar(&ballastMax, "ballast-max", 0, "allow the memory ballast on the admin port (/debug/ballast, a chaos hook that grows the heap until the OOM kill) up to this many MiB; 0: off")
 	f.BoolVar(&syncGate, "sync-gate", true, "refuse xDS and report not ready until the informers have synced (false: historical behaviour)")
 	f.DurationVar(&maxWait, "sync-max-wait", 0, "open the sync gate anyway after this long, serving a possibly incomplete config; 0: wait for sync however long it takes, as istiod does")
