@@ -192,7 +192,11 @@ func TestAbuseGoodProxiesConverge(t *testing.T) {
 	require.NoError(t, err)
 
 	cp := startCPWith(t, c.cfg, func(o *controlplane.Options) {
-		o.XDSLimits = xds.Limits{SendTimeout: sendTimeout, MaxStreams: maxStreams, MaxStalledSends: maxStalled}
+		// New streams admitted far faster than istiod's default (25/s on 2 CPUs, burst 1), so
+		// that the flood reaches MaxStreams, the limit this test holds; istiod's admission of a
+		// reconnect storm is xds's TestReconnectStormAdmittedAtIstiodsRate.
+		o.XDSLimits = xds.Limits{SendTimeout: sendTimeout, MaxStreams: maxStreams, MaxStalledSends: maxStalled,
+			NewStreamsPerSecond: 200, NewStreamBurst: 1000}
 	})
 	waitFor(t, time.Minute, "the sync gate", func() bool { return readyStatus(t, cp) == 200 })
 

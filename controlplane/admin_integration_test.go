@@ -137,9 +137,23 @@ func testKubeAndAdmin(t *testing.T, c *testCluster) {
 }
 
 // testMaxWait: informers that cannot sync (a LIST that takes longer than the max wait) open the
-// gate anyway, loudly, with the metric set.
+// gate anyway, loudly, with the metric set, when a max wait was asked for; without one (the
+// default, as istiod) the gate waits for the sync.
 func testMaxWait(t *testing.T, c *testCluster) {
+	patient := startCPWith(t, slowListConfig(c.cfg, 3*time.Second), func(o *controlplaneOptions) { o.ReadyAddr = "127.0.0.1:0" })
 	cp := startCPWith(t, slowListConfig(c.cfg, 3*time.Second), func(o *controlplaneOptions) { o.MaxWait = 500 * time.Millisecond })
+	defer func() {
+		select {
+		case <-patient.Gate.Done():
+		case <-time.After(30 * time.Second):
+			t.Fatal("without a max wait the gate did not open at sync")
+		}
+		_, forced, _, _ := patient.Gate.State()
+		require.False(t, forced, "without a max wait the gate opens at sync only")
+		code, _ := get(t, "http://"+patient.ReadyAddr()+"/ready")
+		require.Equal(t, http.StatusOK, code, "/ready on its own port too, once open")
+		require.Equal(t, 0.0, testutil.ToFloat64(patient.Metrics.SyncGateForced))
+	}()
 	select {
 	case <-cp.Gate.Done():
 	case <-time.After(10 * time.Second):
@@ -152,5 +166,13 @@ func testMaxWait(t *testing.T, c *testCluster) {
 	case <-cp.Synced():
 		t.Fatal("the model cannot have synced before the delayed LIST returned")
 	default:
+	}
+	select {
+	case <-patient.Synced():
+		t.Fatal("the model cannot have synced before the delayed LIST returned")
+	default:
+		require.False(t, patient.Gate.IsOpen(), "without a max wait the gate stays closed until sync")
+		code, _ := get(t, "http://"+patient.ReadyAddr()+"/ready")
+		require.Equal(t, http.StatusServiceUnavailable, code, "/ready on its own port (istiod's 8080) as on the admin port")
 	}
 }

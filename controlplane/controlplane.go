@@ -47,9 +47,21 @@ type Options struct {
 	// XDSAddr and AdminAddr are listen addresses (default 127.0.0.1:15010 and 127.0.0.1:15014;
 	// port 0 picks a free port). Never wider than asked.
 	XDSAddr, AdminAddr string
+	// ReadyAddr, when set, serves /ready alone on an address of its own, as istiod serves it
+	// on its HTTP port 8080 (pilot/cmd/pilot-discovery/app/cmd.go:159 --httpAddr ":8080",
+	// pilot/pkg/bootstrap/server.go:695) where its chart's readiness probe asks
+	// (manifests/charts/istio-control/istio-discovery/templates/deployment.yaml:146-152 at
+	// 2026-08). The admin port answers /ready too.
+	ReadyAddr string
 	// SyncGate enables the sync gate (the fix). False (or regress "ungated") serves xDS at once.
 	SyncGate bool
-	// MaxWait opens the gate anyway after this long (default 60 s), loudly.
+	// MaxWait, when set, opens the gate anyway after this long, loudly. Zero (the default)
+	// waits for sync however long it takes, as istiod does: its Start blocks in
+	// waitForCacheSync until every cache has synced and the push context has committed the
+	// initial updates, or until it is stopped (pilot/pkg/bootstrap/server.go:482 and :866-881,
+	// pkg/kube/client.go:857, whose loop has no deadline; at 2026-08, the same at 2026-04). A
+	// forced opening serves whatever the model holds: the incomplete config the gate exists
+	// to keep from proxies.
 	MaxWait time.Duration
 	// DebounceQuiet and DebounceMax are the push debounce (defaults 100 ms and 10 s).
 	DebounceQuiet, DebounceMax time.Duration
@@ -114,10 +126,10 @@ type ControlPlane struct {
 	// CA signs the secure xDS and webhook certificates (nil without either).
 	CA *ca.CA
 
-	xdsL, adminL, secureL net.Listener
-	admin                 *http.Server
-	cancel                context.CancelFunc
-	wg                    sync.WaitGroup
+	xdsL, adminL, secureL, readyL net.Listener
+	admin, ready                  *http.Server
+	cancel                        context.CancelFunc
+	wg                            sync.WaitGroup
 }
 
 // Start starts a control plane: it listens, starts the informers and serves; the gate opens
@@ -131,9 +143,6 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	}
 	if opts.AdminAddr == "" {
 		opts.AdminAddr = "127.0.0.1:15014"
-	}
-	if opts.MaxWait == 0 {
-		opts.MaxWait = 60 * time.Second
 	}
 	if opts.DebounceQuiet == 0 {
 		opts.DebounceQuiet = 100 * time.Millisecond
@@ -175,7 +184,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		if cp.Server != nil {
 			cp.Server.Stop() // the secure port's, if it was started
 		}
-		for _, l := range []net.Listener{cp.xdsL, cp.adminL, cp.secureL} {
+		for _, l := range []net.Listener{cp.xdsL, cp.adminL, cp.secureL, cp.readyL} {
 			if l != nil {
 				l.Close()
 			}
@@ -187,6 +196,11 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	}
 	if cp.adminL, err = net.Listen("tcp", opts.AdminAddr); err != nil {
 		return fail(fmt.Errorf("listen for admin on %s: %w", opts.AdminAddr, err))
+	}
+	if opts.ReadyAddr != "" {
+		if cp.readyL, err = net.Listen("tcp", opts.ReadyAddr); err != nil {
+			return fail(fmt.Errorf("listen for /ready on %s: %w", opts.ReadyAddr, err))
+		}
 	}
 	limits := opts.XDSLimits
 	if opts.PushThrottle != 0 {
@@ -209,6 +223,13 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	go func() { defer cp.wg.Done(); _ = cp.Server.Serve(cp.xdsL) }()
 	go func() { defer cp.wg.Done(); _ = cp.admin.Serve(cp.adminL) }()
 	go func() { defer cp.wg.Done(); cp.Pusher.Run(ctx) }()
+	if cp.readyL != nil {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/ready", cp.readyHandler)
+		cp.ready = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		cp.wg.Add(1)
+		go func() { defer cp.wg.Done(); _ = cp.ready.Serve(cp.readyL) }()
+	}
 	if !opts.SyncGate {
 		cp.log.Warn("sync gate disabled: serving xDS before the informers have synced (historical behaviour; proxies may get an incomplete config)")
 		cp.openGate("sync gate disabled", false)
@@ -221,10 +242,21 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	return cp, nil
 }
 
-// waitSync opens the gate once the initial state is in the model and pushed, or at max wait.
+// maxWaitC is the channel the gate's max wait fires on, and its stop: a channel that never
+// fires without a max wait (d ≤ 0).
+func maxWaitC(d time.Duration) (<-chan time.Time, func()) {
+	if d <= 0 {
+		return nil, func() {}
+	}
+	t := time.NewTimer(d)
+	return t.C, func() { t.Stop() }
+}
+
+// waitSync opens the gate once the initial state is in the model and pushed, or at the max
+// wait when one is set.
 func (cp *ControlPlane) waitSync(ctx context.Context) {
-	maxWait := time.NewTimer(cp.opts.MaxWait)
-	defer maxWait.Stop()
+	maxWait, stop := maxWaitC(cp.opts.MaxWait)
+	defer stop()
 	select {
 	case <-ctx.Done():
 		return
@@ -237,7 +269,7 @@ func (cp *ControlPlane) waitSync(ctx context.Context) {
 		cp.Pusher.Push(model.Change{Full: true, Reasons: []string{"initial"}})
 		cp.Server.Synced()
 		cp.openGate("informers synced and initial events processed", false)
-	case <-maxWait.C:
+	case <-maxWait:
 		cp.log.Error("SYNC GATE FORCED OPEN: informers did not sync within the max wait; serving a possibly incomplete config",
 			"maxWait", cp.opts.MaxWait, "eventsApplied", cp.source.Applied())
 		cp.Pusher.Push(model.Change{Full: true, Reasons: []string{"max-wait"}})
@@ -295,6 +327,14 @@ func (cp *ControlPlane) SecureXDSAddr() string {
 // AdminAddr is the admin HTTP address.
 func (cp *ControlPlane) AdminAddr() string { return cp.adminL.Addr().String() }
 
+// ReadyAddr is the address /ready is served on alone ("" without Options.ReadyAddr).
+func (cp *ControlPlane) ReadyAddr() string {
+	if cp.readyL == nil {
+		return ""
+	}
+	return cp.readyL.Addr().String()
+}
+
 // Synced is closed once the initial state is in the model (before the initial push).
 func (cp *ControlPlane) Synced() <-chan struct{} { return cp.source.Synced() }
 
@@ -308,6 +348,9 @@ func (cp *ControlPlane) Stop() {
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = cp.admin.Shutdown(sctx)
+	if cp.ready != nil {
+		_ = cp.ready.Shutdown(sctx)
+	}
 	cp.source.Shutdown()
 	if cp.Webhook != nil {
 		cp.Webhook.Stop()
@@ -390,17 +433,20 @@ func (cp *ControlPlane) startWebhook(ctx context.Context) error {
 	return nil
 }
 
+// readyHandler is /ready: 503 until the sync gate opens, then 200.
+func (cp *ControlPlane) readyHandler(w http.ResponseWriter, _ *http.Request) {
+	open, forced, reason, at := cp.Gate.State()
+	if !open {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "not ready: informers syncing (%s since start)\n", time.Since(cp.start).Round(time.Millisecond))
+		return
+	}
+	fmt.Fprintf(w, "ready: %s (forced=%v) after %s\n", reason, forced, at.Sub(cp.start).Round(time.Millisecond))
+}
+
 func (cp *ControlPlane) adminMux() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/ready", func(w http.ResponseWriter, _ *http.Request) {
-		open, forced, reason, at := cp.Gate.State()
-		if !open {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not ready: informers syncing (%s since start)\n", time.Since(cp.start).Round(time.Millisecond))
-			return
-		}
-		fmt.Fprintf(w, "ready: %s (forced=%v) after %s\n", reason, forced, at.Sub(cp.start).Round(time.Millisecond))
-	})
+	mux.HandleFunc("/ready", cp.readyHandler)
 	mux.Handle("/metrics", promhttp.HandlerFor(cp.Metrics.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

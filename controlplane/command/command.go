@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -45,16 +46,16 @@ func usagef(format string, args ...any) error {
 // under meshchaos, `meshchaos-controlplane` as a program of its own).
 func New(use string) *cobra.Command {
 	var (
-		kubeconfig, xdsAddr, adminAddr, domain, logLevel string
-		syncGate, noRouteDefaults                        bool
-		pushThrottle, ballastMax                         int
-		limits                                           xds.Limits
-		maxWait, quiet, debounceMax                      time.Duration
-		switches                                         []string
-		wh                                               webhook.Options
-		injectMode                                       string
-		secure                                           controlplane.SecureXDS
-		namespace, caSecret                              string
+		kubeconfig, xdsAddr, adminAddr, readyAddr, domain, logLevel string
+		syncGate, noRouteDefaults                                   bool
+		pushThrottle, ballastMax                                    int
+		limits                                                      xds.Limits
+		maxWait, quiet, debounceMax                                 time.Duration
+		switches                                                    []string
+		wh                                                          webhook.Options
+		injectMode                                                  string
+		secure                                                      controlplane.SecureXDS
+		namespace, caSecret                                         string
 	)
 	cmd := &cobra.Command{
 		Use:   use,
@@ -66,7 +67,7 @@ model, /ready answers 503 and xDS streams are refused (the sync gate).
 
 Regression switches (--regress NAME, repeatable) re-create historical bugs:
   ungated                         serve xDS before sync (incident 1)
-  full-push-on-endpoint-reappear  endpoints 0→N force a full push (incident 2, Istio ≤ 1.15)
+  full-push-on-endpoint-reappear  endpoints 0→N force a full push (incident 2; istio 1.12.3–1.13, 1.14.2–1.15.0)
   quadratic-scope                 per-service copies of the registry, O(n²) memory (incident 4)
   se-endpoint-port                after an endpoint delete, EDS uses the ServiceEntry port
   we-stale-label                  a relabelled WorkloadEntry stays behind its old ServiceEntry
@@ -84,6 +85,15 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 			}
 			if quiet < 0 || debounceMax < 0 || maxWait < 0 {
 				return usagef("durations must not be negative")
+			}
+			if !cmd.Flags().Changed("xds-new-stream-rate") {
+				if v, ok := os.LookupEnv(xds.RequestLimitEnv); ok && v != "" {
+					r, err := strconv.ParseFloat(v, 64)
+					if err != nil || r < 0 {
+						return usagef("$%s=%q: give a number of new xDS streams a second (0: istiod's default from GOMAXPROCS)", xds.RequestLimitEnv, v)
+					}
+					limits.NewStreamsPerSecond = r // 0 is the default, as in istiod
+				}
 			}
 			if pushThrottle < 1 {
 				return usagef("--push-throttle must be at least 1 (istiod's default is 100)")
@@ -127,7 +137,7 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			cp, err := controlplane.Start(ctx, controlplane.Options{Kube: cfg, XDSAddr: xdsAddr, AdminAddr: adminAddr,
+			cp, err := controlplane.Start(ctx, controlplane.Options{Kube: cfg, XDSAddr: xdsAddr, AdminAddr: adminAddr, ReadyAddr: readyAddr,
 				SyncGate: syncGate, MaxWait: maxWait, DebounceQuiet: quiet, DebounceMax: debounceMax,
 				Regress: set, NoRouteDefaults: noRouteDefaults, PushThrottle: pushThrottle, XDSLimits: limits, DomainSuffix: domain, Logger: log, Webhook: whOpts,
 				BallastMaxMiB: ballastMax, SecureXDS: secureOpts, Namespace: namespace, CASecret: caSecret})
@@ -147,9 +157,10 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config, then $KUBECONFIG)")
 	f.StringVar(&xdsAddr, "xds-addr", "127.0.0.1:15010", "xDS (gRPC) listen address; in a pod give the pod IP, e.g. $(POD_IP):15010")
 	f.StringVar(&adminAddr, "admin-addr", "127.0.0.1:15014", "admin HTTP listen address (/ready, /metrics, /debug/pprof, /debug/config_dump)")
+	f.StringVar(&readyAddr, "ready-addr", "", "serve /ready alone on this address too, as istiod on its port 8080 where its chart's readiness probe asks, e.g. $(POD_IP):8080; empty: /ready on the admin port only")
 	f.IntVar(&ballastMax, "ballast-max", 0, "allow the memory ballast on the admin port (/debug/ballast, a chaos hook that grows the heap until the OOM kill) up to this many MiB; 0: off")
 	f.BoolVar(&syncGate, "sync-gate", true, "refuse xDS and report not ready until the informers have synced (false: historical behaviour)")
-	f.DurationVar(&maxWait, "sync-max-wait", 60*time.Second, "open the sync gate anyway after this long")
+	f.DurationVar(&maxWait, "sync-max-wait", 0, "open the sync gate anyway after this long, serving a possibly incomplete config; 0: wait for sync however long it takes, as istiod does")
 	f.DurationVar(&quiet, "debounce", 100*time.Millisecond, "push debounce quiet period")
 	f.DurationVar(&debounceMax, "debounce-max", 10*time.Second, "longest a change waits in debounce")
 	f.StringArrayVar(&switches, "regress", nil, "enable a regression switch (repeatable): "+fmt.Sprint(regress.Names()))
@@ -157,6 +168,9 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 	f.DurationVar(&limits.SendTimeout, "xds-send-timeout", xds.DefaultLimits.SendTimeout, "close the stream of a proxy that reads nothing for this long (a slow consumer)")
 	f.IntVar(&limits.MaxStreams, "xds-max-streams", xds.DefaultLimits.MaxStreams, "most open xDS streams; more are refused with ResourceExhausted")
 	f.Float64Var(&limits.RequestsPerSecond, "xds-max-request-rate", xds.DefaultLimits.RequestsPerSecond, fmt.Sprintf("most requests a second on one xDS stream (bursts of up to %d); a stream beyond is closed", xds.DefaultLimits.RequestBurst))
+	f.Float64Var(&limits.NewStreamsPerSecond, "xds-new-stream-rate", xds.DefaultLimits.NewStreamsPerSecond,
+		fmt.Sprintf("new xDS streams accepted a second (burst %d; a stream waits up to 1 s, then is refused with ResourceExhausted); default istiod's: 15+5·GOMAXPROCS, at most 100, or $%s; 0: that default; negative: no bound",
+			xds.RequestBurst, xds.RequestLimitEnv))
 	f.IntVar(&limits.MaxScopes, "xds-max-scopes", xds.DefaultLimits.MaxScopes, "most proxy scopes (namespaces with their own generated config)")
 	f.IntVar(&limits.NameSlack, "xds-name-slack", xds.DefaultLimits.NameSlack, "a subscription may name at most twice the most clusters served plus this many")
 	f.BoolVar(&noRouteDefaults, "no-route-defaults", false, "leave istiod's default retry policy (2 retries on connect-failure,refused-stream,unavailable,cancelled,503) and route timeout 0 out of generated routes")

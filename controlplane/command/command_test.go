@@ -57,6 +57,16 @@ current-context: c
 	}
 }
 
+// TestMainRefusesBadRequestLimitEnv: istiod's PILOT_MAX_REQUESTS_PER_SECOND sets the new-stream
+// rate when --xds-new-stream-rate is not given; a value that is not a rate is refused at once.
+func TestMainRefusesBadRequestLimitEnv(t *testing.T) {
+	t.Setenv("PILOT_MAX_REQUESTS_PER_SECOND", "lots")
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, 2, Main(context.Background(), "meshchaos-controlplane", nil, &stdout, &stderr))
+	assert.Contains(t, stderr.String(), `$PILOT_MAX_REQUESTS_PER_SECOND="lots"`)
+	assert.Empty(t, stdout.String())
+}
+
 // TestMainHelp: --help is an answer, not an error, and lists the switches and the flags.
 func TestMainHelp(t *testing.T) {
 	var stdout, stderr bytes.Buffer

@@ -201,7 +201,7 @@ func convertServiceEntry(se *wireServiceEntry) *ConvertedServiceEntry {
 
 // strip drops managed fields and the last-applied annotation: the model never reads them and
 // they are a large share of an informer cache's memory. Pods are cut down to what the model
-// reads: labels, service account and the Ready condition; ServiceEntries are converted (see
+// reads: labels and service account; ServiceEntries are converted (see
 // ConvertedServiceEntry). Idempotent: client-go may hand it an object it already transformed.
 func strip(obj any) (any, error) {
 	if se, ok := obj.(*wireServiceEntry); ok {
@@ -212,11 +212,6 @@ func strip(obj any) (any, error) {
 			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID,
 				ResourceVersion: p.ResourceVersion, Labels: p.Labels},
 			Spec: corev1.PodSpec{ServiceAccountName: p.Spec.ServiceAccountName},
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady {
-				slim.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
-			}
 		}
 		return slim, nil
 	}

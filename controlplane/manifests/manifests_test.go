@@ -50,15 +50,18 @@ func TestControlPlaneManifests(t *testing.T) {
 	require.Equal(t, []any{"--xds-addr=$(POD_IP):15010",
 		"--secure-xds-addr=$(POD_IP):15012", "--secure-xds-dns=meshchaos-controlplane.meshchaos-system.svc",
 		"--namespace=$(POD_NAMESPACE)", "--ca-secret=meshchaos-ca-secret", "--root-cert-namespaces=meshchaos.io/run=r1",
-		"--admin-addr=$(POD_IP):15014", "--sync-gate=false",
+		"--admin-addr=$(POD_IP):15014", "--ready-addr=$(POD_IP):8080", "--sync-gate=false",
 		"--regress=ungated", "--regress=quadratic-scope",
 		"--webhook-addr=$(POD_IP):15017", "--webhook-dns=meshchaos-controlplane.meshchaos-system.svc",
 		"--inject-image=meshchaos.local/xdsproxy:dev", "--inject-pull-policy=Never",
 		"--inject-xds-address=meshchaos-controlplane.meshchaos-system.svc:15012",
 		"--inject-xds-server-name=meshchaos-controlplane.meshchaos-system.svc", "--inject-xds-root-configmap=meshchaos-ca-root-cert",
 		"--mutating-webhook-config=meshchaos-sidecar-injector", "--validating-webhook-config=meshchaos-validation"}, c["args"])
-	probe, _, _ := unstructured.NestedString(c, "readinessProbe", "httpGet", "path")
-	require.Equal(t, "/ready", probe)
+	// istiod's chart's readiness probe: /ready on 8080, initial delay 1 s, period 3 s, timeout
+	// 5 s, Kubernetes' default failure threshold 3.
+	probe, _, _ := unstructured.NestedMap(c, "readinessProbe")
+	require.Equal(t, map[string]any{"httpGet": map[string]any{"path": "/ready", "port": float64(8080)},
+		"initialDelaySeconds": float64(1), "periodSeconds": float64(3), "timeoutSeconds": float64(5), "failureThreshold": float64(3)}, probe)
 	ports, _, _ := unstructured.NestedSlice(kinds["Service"].Object, "spec", "ports")
 	var names []string
 	for _, p := range ports {

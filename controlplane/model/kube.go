@@ -22,24 +22,17 @@ type sliceState struct {
 	slice  *discoveryv1.EndpointSlice
 }
 
+// podState is what endpoints take from their Pod: labels and service account. Not its
+// readiness: as istiod, an endpoint's health is its EndpointSlice condition alone
+// (endpointHealthStatus, pilot/pkg/serviceregistry/kube/controller/endpointslice.go:264-283 at
+// istio 2026-08), and a Pod's Ready change pushes no endpoint: istiod's pod handler only keeps
+// its index of ready pods by IP, tells the workload handlers (ServiceEntries selecting pods) and
+// recomputes the pod's own proxy (pod.go:147-191, 267-325), while building endpoints it reads
+// the Pod from the informer whatever its readiness (getPodByKey, pod.go:359). Reacting to the
+// Pod's condition gave the reference a head start of the EndpointSlice controller's delay.
 type podState struct {
 	labels map[string]string
 	sa     string
-	// ready is the Pod's Ready condition. An endpoint is healthy only if its EndpointSlice says
-	// ready and its Pod (when known) is Ready: a Pod going unready takes effect without waiting
-	// for the EndpointSlice controller.
-	ready bool
-}
-
-// podReady reports the Pod's Ready condition (true when the Pod reports none: not scheduled
-// through a kubelet, e.g. in API-server-only tests, the EndpointSlice alone decides).
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return true
 }
 
 // SetKubeService adds or updates a Kubernetes Service.
@@ -171,12 +164,12 @@ func (m *Model) SetPod(p *corev1.Pod) Change {
 	if len(p.Labels) > MaxLabels {
 		m.skip(Skip{Object: "Pod/" + key, What: "labels", Reason: "too many labels"})
 	}
-	next := &podState{labels: p.Labels, sa: p.Spec.ServiceAccountName, ready: podReady(p)}
+	next := &podState{labels: p.Labels, sa: p.Spec.ServiceAccountName}
 	if len(p.Labels) > MaxLabels {
 		next.labels = nil
 	}
 	old := m.pods[key]
-	if old != nil && old.sa == next.sa && old.ready == next.ready && mapsEqual(old.labels, next.labels) {
+	if old != nil && old.sa == next.sa && mapsEqual(old.labels, next.labels) {
 		return ch
 	}
 	m.pods[key] = next
@@ -249,7 +242,6 @@ func (m *Model) computeKubeEndpoints(ks *kubeState) {
 				if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
 					if ps := m.pods[s.Namespace+"/"+e.TargetRef.Name]; ps != nil {
 						labels, sa = ps.labels, ps.sa
-						ready = ready && ps.ready
 					}
 				}
 				for _, a := range e.Addresses {

@@ -81,20 +81,20 @@ func TestChangesAreFullOrEDS(t *testing.T) {
 	require.Nil(t, m.Entry("a.test"))
 }
 
-// flapPod is the Pod behind a single-replica Service, Ready or not (what kubelet reports).
-func flapPod(ready bool) *corev1.Pod {
-	status := corev1.ConditionFalse
-	if ready {
-		status = corev1.ConditionTrue
+// flapSlice is the EndpointSlice of a single-replica Service whose Pod is Ready or not (what
+// the EndpointSlice controller writes after kubelet reports it).
+func flapSlice(ready bool) *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-x", Namespace: "app", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		Ports:      []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.5"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready)},
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web-1"}}},
 	}
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "app"},
-		Spec:   corev1.PodSpec{ServiceAccountName: "web-sa"},
-		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}}}
 }
 
 // TestRegressFullPushOnEndpointReappear: incident 2. A single-pod Deployment whose pod flaps
 // Ready: 1→0 is an EDS push in both builds; 0→1 is a full push ("service accounts changed") with
-// the switch, an EDS push without it.
+// the switch, an EDS push without it. The flap reaches the model through the EndpointSlice.
 func TestRegressFullPushOnEndpointReappear(t *testing.T) {
 	const host = "web.app.svc.cluster.local"
 	for _, regressed := range []bool{false, true} {
@@ -105,19 +105,15 @@ func TestRegressFullPushOnEndpointReappear(t *testing.T) {
 		m := New(opts)
 		m.SetKubeService(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "app"},
 			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}})
-		m.SetPod(flapPod(true))
-		m.SetEndpointSlice(&discoveryv1.EndpointSlice{
-			ObjectMeta: metav1.ObjectMeta{Name: "web-x", Namespace: "app", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
-			Ports:      []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
-			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.5"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
-				TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web-1"}}},
-		})
+		m.SetPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "app"},
+			Spec: corev1.PodSpec{ServiceAccountName: "web-sa"}})
+		m.SetEndpointSlice(flapSlice(true))
 		require.True(t, m.Entry(host).Endpoints[80][0].Healthy)
 		for flap := 0; flap < 3; flap++ {
-			ch := m.SetPod(flapPod(false))
+			ch := m.SetEndpointSlice(flapSlice(false))
 			require.False(t, ch.Full, "1→0 is incremental (regressed=%v)", regressed)
 			require.Contains(t, ch.Hosts, host)
-			ch = m.SetPod(flapPod(true))
+			ch = m.SetEndpointSlice(flapSlice(true))
 			if regressed {
 				require.True(t, ch.Full, "0→1 drops and re-adds the service-account set: full push")
 				require.Equal(t, []string{"service accounts changed"}, ch.Reasons)
@@ -324,10 +320,16 @@ func TestKubeServiceEndpointSlicesAndPods(t *testing.T) {
 	require.Equal(t, "echo", eps[0].Labels["app"])
 	require.True(t, eps[0].Healthy)
 
-	// The Pod goes unready before the EndpointSlice controller notices: EDS, unhealthy at once.
+	// The Pod goes unready before the EndpointSlice controller notices: nothing changes until
+	// the EndpointSlice says so, as in istiod (no head start on the EndpointSlice controller).
 	ch = m.SetPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "echo-1", Namespace: "app", Labels: map[string]string{"app": "echo"}},
 		Spec:   corev1.PodSpec{ServiceAccountName: "echo-sa"},
 		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}}})
+	require.False(t, ch.Full)
+	require.Empty(t, ch.Hosts, "a Pod's readiness alone pushes nothing")
+	require.True(t, m.Entry("echo.app.svc.cluster.local").Endpoints[80][0].Healthy, "healthy until its EndpointSlice says otherwise")
+	slice.Endpoints[0].Conditions.Ready = ptr.To(false)
+	ch = m.SetEndpointSlice(slice)
 	require.False(t, ch.Full)
 	require.Contains(t, ch.Hosts, "echo.app.svc.cluster.local")
 	require.False(t, m.Entry("echo.app.svc.cluster.local").Endpoints[80][0].Healthy)

@@ -20,8 +20,9 @@ const (
 	// FullPushOnEndpointReappear keeps, per service, the set of service accounts of its ready
 	// endpoints (empty ones ignored), drops it when no endpoint is ready (an incremental push)
 	// and forces a full push when an update brings a different set: every 0→N of a workload
-	// with a service account, e.g. a single-replica Deployment whose pod flaps Ready (incident 2;
-	// istiod up to 1.15.0, "Full push, service accounts changed").
+	// with a service account, e.g. a single-replica Deployment whose pod flaps Ready (incident 2,
+	// "Full push, service accounts changed"): istio 1.12.3–1.13.9, 1.14.2–1.14.6 and 1.15.0, as
+	// istio's history shows (docs/experiments/endpoint-flap.md#affected-istio-versions).
 	FullPushOnEndpointReappear Switch = "full-push-on-endpoint-reappear"
 	// QuadraticScope builds, on every full push, one scope per service that lists every service
 	// and depends on every service's 80-byte config key, as Istio 1.6's per-service default

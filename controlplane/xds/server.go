@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -67,6 +68,7 @@ type Limits struct {
 	// PILOT_MAX_REQUESTS_PER_SECOND): every new stream costs a full initial fetch, so clients
 	// reconnecting in a loop could take the CPU the pushes need. A stream waits up to a second
 	// for its turn, then is refused with ResourceExhausted (the proxy backs off and retries).
+	// The defaults are istiod's: RequestLimit(GOMAXPROCS) a second, a burst of RequestBurst.
 	NewStreamsPerSecond float64
 	NewStreamBurst      int
 }
@@ -74,7 +76,8 @@ type Limits struct {
 // DefaultLimits are the limits a zero Limits field takes.
 var DefaultLimits = Limits{PushThrottle: DefaultPushThrottle, SlotHold: 200 * time.Millisecond,
 	SendTimeout: 30 * time.Second, MaxStalledSends: 100, MaxStreams: 10000, MaxStreamsPerConn: 100, MaxRecvMsgSize: 16 << 20,
-	RequestsPerSecond: 100, RequestBurst: 1000, MaxScopes: 1000, NameSlack: 1024, NewStreamsPerSecond: 200, NewStreamBurst: 1000}
+	RequestsPerSecond: 100, RequestBurst: 1000, MaxScopes: 1000, NameSlack: 1024,
+	NewStreamsPerSecond: RequestLimit(runtime.GOMAXPROCS(0)), NewStreamBurst: RequestBurst}
 
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits

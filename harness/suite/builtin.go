@@ -108,7 +108,9 @@ var bothWays = []Case{
 	// resilient pass theirs.
 	fails("sidecar-startup", "reference", []string{"app restarts [none]", "failed first calls [none]"}, "mode=all"),
 
-	// Convergence P99 measured 0.10-0.12 s against its 1 s bound: a run beside it leaves room.
+	// Convergence P99 measured 0.10-0.18 s against its 1 s bound (0.17-0.18 s in two runs after
+	// the reference stopped reacting to Pod readiness ahead of the EndpointSlice, as istiod
+	// does not): a run beside it leaves room.
 	passes("endpoint-flap"),
 	fails("endpoint-flap", "reference:full-push-on-endpoint-reappear", fullPushPerFlap),
 	nightly(passes("endpoint-flap", "flap=crash")),
