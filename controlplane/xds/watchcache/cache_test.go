@@ -808,3 +808,12 @@ func TestDeltaDeletion(t *testing.T) {
 		})
 	}
 }
+
+func TestSameList(t *testing.T) {
+	list := []string{"a", "b"}
+	require.True(t, sameList(list, list), "the same slice")
+	require.True(t, sameList(list, []string{"a", "b"}), "an equal list")
+	require.False(t, sameList(list, list[:1]), "a prefix of the same slice")
+	require.False(t, sameList(list, []string{"a", "c"}), "another name")
+	require.True(t, sameList([]string{}, nil), "both empty")
+}
