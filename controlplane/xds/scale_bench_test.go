@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime/debug"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -276,13 +277,36 @@ func BenchmarkEndpointChangeACKed10000(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			r, names := endpointChangeRig(b, Limits{NewStreamsPerSecond: -1, MaxStreams: -1})
 			f := startChildFleet(b, r.addr, clients, mode == "delta", len(names))
+			stop := cpuProfile(b, mode+"-cp")
 			lat := measureEndpointChanges(b, r, names, clients, 2*time.Minute, f.arm, f.acks)
+			stop()
 			reportLatencies(b, lat)
 			fleetRSS, err := f.rss()
 			require.NoError(b, err)
 			b.ReportMetric(float64(fleetRSS)/(1<<20), fmt.Sprintf("fleet-rss-MiB/%d-clients", clients))
 			b.ReportMetric(float64(procRSS(b, "self"))/(1<<20), "cp-rss-MiB")
 		})
+	}
+}
+
+// profileEnv, when set, is the path prefix of CPU profiles of the measurement of
+// BenchmarkEndpointChangeACKed10000: the control plane's (this process, MODE-cp.pprof) and the
+// fleet's (MODE-fleet.pprof), the two processes sharing the machine's cores.
+const profileEnv = "MESHCHAOS_BENCH_CPUPROFILE"
+
+// cpuProfile profiles this process into the profileEnv prefix + name + ".pprof" until the
+// returned stop, when profileEnv is set.
+func cpuProfile(b *testing.B, name string) (stop func()) {
+	prefix := os.Getenv(profileEnv)
+	if prefix == "" {
+		return func() {}
+	}
+	out, err := os.Create(prefix + name + ".pprof")
+	require.NoError(b, err)
+	require.NoError(b, pprof.StartCPUProfile(out))
+	return func() {
+		pprof.StopCPUProfile()
+		require.NoError(b, out.Close())
 	}
 }
 
@@ -307,7 +331,15 @@ type childFleet struct {
 // the CLAs of every one of services.
 func startChildFleet(b *testing.B, addr string, clients int, delta bool, services int) *childFleet {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %t %d", fleetEnv, addr, clients, delta, services))
+	spec := fmt.Sprintf("%s %d %t %d", addr, clients, delta, services)
+	if prefix := os.Getenv(profileEnv); prefix != "" {
+		mode := "sotw"
+		if delta {
+			mode = "delta"
+		}
+		spec += " " + prefix + mode + "-fleet.pprof"
+	}
+	cmd.Env = append(os.Environ(), fleetEnv+"="+spec)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	require.NoError(b, err)
@@ -387,7 +419,8 @@ func (f *childFleet) rss() (int64, error) {
 	return strconv.ParseInt(v, 10, 64)
 }
 
-// runFleet is the child of startChildFleet: spec is "ADDR CLIENTS DELTA SERVICES". It says
+// runFleet is the child of startChildFleet: spec is "ADDR CLIENTS DELTA SERVICES [PROFILE]"
+// (PROFILE: a CPU profile from the first "target" to the end). It says
 // "ready" once every client holds every CLA, then answers "target NAME" (arm) with "armed" and
 // "rss" with "rss BYTES", and writes "ack UNIXNANO" for every client's ACK of the target; it
 // ends at the end of its input.
@@ -398,6 +431,10 @@ func runFleet(spec string) int {
 	if _, err := fmt.Sscan(spec, &addr, &clients, &delta, &services); err != nil {
 		fmt.Fprintf(os.Stderr, "%s=%q: %v\n", fleetEnv, spec, err)
 		return 2
+	}
+	var profile string
+	if f := strings.Fields(spec); len(f) > 4 {
+		profile = f[4]
 	}
 	f := newEDSFleet(clients, services)
 	connectEDSFleet(fleetTB{}, addr, clients, delta, benchClusters(services), f.acked)
@@ -420,6 +457,12 @@ func runFleet(spec string) int {
 	for sc.Scan() {
 		switch cmd, arg, _ := strings.Cut(sc.Text(), " "); cmd {
 		case "target":
+			if profile != "" {
+				if out, err := os.Create(profile); err == nil && pprof.StartCPUProfile(out) == nil {
+					defer func() { pprof.StopCPUProfile(); out.Close() }()
+				}
+				profile = ""
+			}
 			f.arm(arg)
 			say("armed")
 		case "rss":
