@@ -86,7 +86,8 @@ unit:
 ## proxies, ServiceEntry apply rate, adsload's 1000-client RSS) and issue 35's (endpoint change →
 ## 10 000 SotW and delta clients ACKed, adsload's 10 000-client RSS), then ONE table: target, limit,
 ## measured, ratio, met? and the load average at start and end. Fails when a target is missed or
-## its figure is MISSING. Takes about 8 min on a quiet 2-core machine after the builds (creating 50 000 ServiceEntries is 3 of them).
+## its figure is MISSING. Takes about 8 min on a quiet 2-core machine after the builds (creating 50 000 ServiceEntries is 3 of them),
+## plus the 10 000-client rows: 9 min under a nightly run's load (each connects its fleet twice, -benchtime runs once with N=1 first).
 BENCH_OUT ?= $(BIN)/bench
 bench: bins images bench-run
 
