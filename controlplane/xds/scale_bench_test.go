@@ -1,11 +1,21 @@
 package xds
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand"
+	"os"
+	"os/exec"
+	"runtime/debug"
+	"runtime/pprof"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,7 +35,7 @@ type ackFunc func(client, count int, has func(name string) bool, at time.Time)
 // connectEDSFleet connects n ADS clients (SotW or Delta) to addr, each subscribed to wildcard CDS
 // and to EDS for names, as an Envoy with those clusters; acked sees every EDS response each one
 // has ACKed.
-func connectEDSFleet(b *testing.B, addr string, n int, delta bool, names []string, acked ackFunc) {
+func connectEDSFleet(b testing.TB, addr string, n int, delta bool, names []string, acked ackFunc) {
 	for c := 0; c < n; c++ {
 		id := fmt.Sprintf("sidecar~10.1.%d.%d~p-%d.bench~bench.svc.cluster.local", c/256, c%256, c)
 		if delta {
@@ -80,72 +90,118 @@ func percentileMs(sorted []time.Duration, q float64) float64 {
 	return float64(stats.Percentile(sorted, q).Microseconds()) / 1000
 }
 
+// edsFleet is the clients of an endpoint-change measurement, each subscribed to wildcard CDS
+// and to EDS for every cluster: it says when every client holds every CLA (ready), is told the
+// CLA the next change is to before it is made (arm), and then gives the time each client
+// ACKed it (acks).
+type edsFleet struct {
+	services int
+	mu       sync.Mutex
+	target   string
+	seen     []string // per client: the target it ACKed last
+	initial  []int    // per client: the CLAs of its first responses
+	ready    chan struct{}
+	acks     chan time.Time
+}
+
+func newEDSFleet(clients, services int) *edsFleet {
+	return &edsFleet{services: services, seen: make([]string, clients), initial: make([]int, clients),
+		ready: make(chan struct{}, clients), acks: make(chan time.Time, clients)}
+}
+
+// acked is connectEDSFleet's ackFunc.
+func (f *edsFleet) acked(c, count int, has func(string) bool, at time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.initial[c] < f.services {
+		if f.initial[c] += count; f.initial[c] >= f.services {
+			f.ready <- struct{}{}
+		}
+		return
+	}
+	if f.target == "" || f.seen[c] == f.target || !has(f.target) {
+		return
+	}
+	f.seen[c] = f.target
+	f.acks <- at
+}
+
+// arm sets the CLA the next change is to; every client has ACKed the previous one (a change
+// of the same service again counts again).
+func (f *edsFleet) arm(target string) {
+	f.mu.Lock()
+	f.target = target
+	clear(f.seen)
+	f.mu.Unlock()
+}
+
+// endpointChangeRig is a control plane with 1000 ServiceEntries × 10 endpoints (the rig's
+// limits), and the EDS names of their clusters.
+func endpointChangeRig(b *testing.B, limits Limits) (*rig, []string) {
+	const services = 1000
+	r := newRigLimited(b, limits, 100*time.Millisecond, 10*time.Second)
+	fill(b, r.m, services, 10)
+	r.start(b)
+	return r, benchClusters(services)
+}
+
+// benchClusters are the EDS names of fill's first n services.
+func benchClusters(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = model.ClusterName(fmt.Sprintf("se-%d.bench.test", i), 80)
+	}
+	return names
+}
+
 // endpointChangeLatencies connects clients ADS clients (SotW, or Delta) to a control plane with
 // wildcard CDS and EDS for every cluster of 1000 ServiceEntries × 10 endpoints, waits until each
 // holds every CLA, then b.N times changes one service's endpoints and measures, per client, the
 // change entering the control plane → the client has ACKed the new CLA, with the default 100 ms
 // debounce in the path. It returns the latencies sorted.
 func endpointChangeLatencies(b *testing.B, clients int, delta bool, timeout time.Duration) []time.Duration {
-	const services = 1000
-	r := newRig(b, 100*time.Millisecond, 10*time.Second)
-	fill(b, r.m, services, 10)
-	r.start(b)
-	names := make([]string, services)
-	for i := range names {
-		names[i] = model.ClusterName(fmt.Sprintf("se-%d.bench.test", i), 80)
-	}
-	var mu sync.Mutex
-	var target string
-	var t0 time.Time
-	var lat []time.Duration
-	initial := make([]int, clients)
-	ready := make(chan struct{}, clients)
-	got := make(chan struct{}, clients)
-	seen := make([]string, clients)
-	connectEDSFleet(b, r.addr, clients, delta, names, func(c, count int, has func(string) bool, at time.Time) {
-		mu.Lock()
-		defer mu.Unlock()
-		if initial[c] < services {
-			if initial[c] += count; initial[c] >= services {
-				ready <- struct{}{}
-			}
-			return
-		}
-		if target == "" || seen[c] == target || !has(target) {
-			return
-		}
-		seen[c] = target
-		lat = append(lat, at.Sub(t0))
-		got <- struct{}{}
-	})
+	r, names := endpointChangeRig(b, Limits{})
+	f := newEDSFleet(clients, len(names))
+	connectEDSFleet(b, r.addr, clients, delta, names, f.acked)
 	for c := 0; c < clients; c++ {
 		select {
-		case <-ready:
+		case <-f.ready:
 		case <-time.After(5 * time.Minute):
 			b.Fatalf("only %d of %d clients hold every CLA", c, clients)
 		}
 	}
+	return measureEndpointChanges(b, r, names, clients, timeout, func(target string) error { f.arm(target); return nil }, f.acks)
+}
+
+// measureEndpointChanges changes one service's endpoints b.N times: arm tells the fleet of
+// clients the CLA about to change, acks gives the time each client ACKed it. It returns every
+// client's change → ACK latencies, sorted.
+func measureEndpointChanges(b *testing.B, r *rig, names []string, clients int, timeout time.Duration,
+	arm func(target string) error, acks <-chan time.Time) []time.Duration {
 	rng := rand.New(rand.NewSource(1))
+	lat := make([]time.Duration, 0, b.N*clients)
+	cpu0 := cpuTime(b)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		svc := rng.Intn(services)
+		svc := rng.Intn(len(names))
 		conv := movedEndpoints(b, svc, i)
-		mu.Lock()
-		target, t0 = names[svc], time.Now()
-		mu.Unlock()
+		require.NoError(b, arm(names[svc]))
+		t0 := time.Now()
 		r.pusher.Enqueue(r.m.SetServiceEntry("bench", fmt.Sprintf("se-%d", svc), time.Unix(0, 0), conv))
 		for c := 0; c < clients; c++ {
 			select {
-			case <-got:
+			case at := <-acks:
+				lat = append(lat, at.Sub(t0))
 			case <-time.After(timeout):
 				b.Fatalf("iteration %d: only %d of %d clients ACKed the change", i, c, clients)
 			}
 		}
-		mu.Lock()
-		target = ""
-		mu.Unlock()
 	}
 	b.StopTimer()
+	// The CPU this process spent per change: less at the mercy of the machine's load than the
+	// latencies (with the fleet in this process, its clients' CPU too).
+	b.ReportMetric(float64((cpuTime(b)-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/change")
+	require.NoError(b, arm(""))
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	return lat
 }
@@ -211,4 +267,247 @@ func BenchmarkFullPush1000Proxies(b *testing.B) {
 	b.ReportMetric(percentileMs(lat, 0.99), "p99-ms")
 	b.ReportMetric(float64(bytes)/float64(b.N)/(1<<20), "MiB-sent/push")
 	b.ReportMetric(float64(gens()-before)/float64(b.N)/scopes, "generations/scope")
+}
+
+// BenchmarkEndpointChangeACKed10000: endpointChangeLatencies' measurement with 10 000 clients,
+// SotW and Delta (-benchtime 20x: 200 000 samples each). The clients run in a child process
+// (childFleet): a process may hold 20 000 descriptors here, and the fleet's RSS is then its
+// own. The fleet connects at once, so the stream cap and the accept rate (there for a fleet's
+// reconnects) are off: what is measured is the push to 10 000 proxies. Also reports the RSS of
+// the fleet (adsclient clients in callback mode: they keep no resources) and of this process
+// (the control plane, with its caches and 10 000 streams).
+func BenchmarkEndpointChangeACKed10000(b *testing.B) {
+	const clients = 10000
+	for _, mode := range []string{"sotw", "delta"} {
+		b.Run(mode, func(b *testing.B) {
+			r, names := endpointChangeRig(b, Limits{NewStreamsPerSecond: -1, MaxStreams: -1})
+			f := startChildFleet(b, r.addr, clients, mode == "delta", len(names))
+			stop := cpuProfile(b, mode+"-cp")
+			lat := measureEndpointChanges(b, r, names, clients, 2*time.Minute, f.arm, f.acks)
+			stop()
+			reportLatencies(b, lat)
+			fleetRSS, err := f.rss()
+			require.NoError(b, err)
+			b.ReportMetric(float64(fleetRSS)/(1<<20), fmt.Sprintf("fleet-rss-MiB/%d-clients", clients))
+			b.ReportMetric(float64(procRSS(b, "self"))/(1<<20), "cp-rss-MiB")
+		})
+	}
+}
+
+// profileEnv, when set, is the path prefix of CPU profiles of the measurement of
+// BenchmarkEndpointChangeACKed10000: the control plane's (this process, MODE-cp.pprof) and the
+// fleet's (MODE-fleet.pprof), the two processes sharing the machine's cores.
+const profileEnv = "MESHCHAOS_BENCH_CPUPROFILE"
+
+// cpuProfile profiles this process into the profileEnv prefix + name + ".pprof" until the
+// returned stop, when profileEnv is set.
+func cpuProfile(b *testing.B, name string) (stop func()) {
+	prefix := os.Getenv(profileEnv)
+	if prefix == "" {
+		return func() {}
+	}
+	out, err := os.Create(prefix + name + ".pprof")
+	require.NoError(b, err)
+	require.NoError(b, pprof.StartCPUProfile(out))
+	return func() {
+		pprof.StopCPUProfile()
+		require.NoError(b, out.Close())
+	}
+}
+
+// fleetEnv makes this test binary a fleet of EDS clients (runFleet) instead of running tests.
+const fleetEnv = "MESHCHAOS_BENCH_EDS_FLEET"
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(fleetEnv); spec != "" {
+		os.Exit(runFleet(spec))
+	}
+	os.Exit(m.Run())
+}
+
+// childFleet is an edsFleet in a child process, driven over its stdin and stdout (runFleet).
+type childFleet struct {
+	in   io.Writer
+	ctl  chan string // the child's answers: ready, armed, rss N
+	acks chan time.Time
+}
+
+// startChildFleet starts clients (SotW or Delta) in a child process and waits until each holds
+// the CLAs of every one of services.
+func startChildFleet(b *testing.B, addr string, clients int, delta bool, services int) *childFleet {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	spec := fmt.Sprintf("%s %d %t %d", addr, clients, delta, services)
+	if prefix := os.Getenv(profileEnv); prefix != "" {
+		mode := "sotw"
+		if delta {
+			mode = "delta"
+		}
+		spec += " " + prefix + mode + "-fleet.pprof"
+	}
+	cmd.Env = append(os.Environ(), fleetEnv+"="+spec)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	require.NoError(b, err)
+	out, err := cmd.StdoutPipe()
+	require.NoError(b, err)
+	require.NoError(b, cmd.Start(), "start the fleet's process")
+	b.Cleanup(func() {
+		in.Close() // the child ends at the end of its input
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	f := &childFleet{in: in, ctl: make(chan string, 1), acks: make(chan time.Time, clients)}
+	go func() {
+		defer close(f.ctl)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if ns, ok := strings.CutPrefix(sc.Text(), "ack "); ok {
+				if v, err := strconv.ParseInt(ns, 10, 64); err == nil {
+					f.acks <- time.Unix(0, v)
+				}
+				continue
+			}
+			f.ctl <- sc.Text()
+		}
+	}()
+	ready, err := f.answer(15 * time.Minute)
+	require.NoError(b, err, "the fleet of %d clients", clients)
+	require.Equal(b, "ready", ready)
+	return f
+}
+
+// answer is the child's next answer.
+func (f *childFleet) answer(timeout time.Duration) (string, error) {
+	select {
+	case s, ok := <-f.ctl:
+		if !ok {
+			return "", errors.New("the fleet's process ended (its stderr says why)")
+		}
+		return s, nil
+	case <-time.After(timeout):
+		return "", fmt.Errorf("the fleet's process said nothing for %s", timeout)
+	}
+}
+
+func (f *childFleet) call(cmd string) (string, error) {
+	if _, err := fmt.Fprintln(f.in, cmd); err != nil {
+		return "", fmt.Errorf("fleet: %s: %w", cmd, err)
+	}
+	return f.answer(time.Minute)
+}
+
+// arm is edsFleet.arm in the child.
+func (f *childFleet) arm(target string) error {
+	got, err := f.call("target " + target)
+	if err == nil && got != "armed" {
+		err = fmt.Errorf("fleet: armed expected, got %q", got)
+	}
+	return err
+}
+
+// rss is the child's resident memory after a GC that returns the free memory, in bytes.
+func (f *childFleet) rss() (int64, error) {
+	got, err := f.call("rss")
+	if err != nil {
+		return 0, err
+	}
+	v, ok := strings.CutPrefix(got, "rss ")
+	if !ok {
+		return 0, fmt.Errorf("fleet: rss expected, got %q", got)
+	}
+	return strconv.ParseInt(v, 10, 64)
+}
+
+// runFleet is the child of startChildFleet: spec is "ADDR CLIENTS DELTA SERVICES [PROFILE]"
+// (PROFILE: a CPU profile from the first "target" to the end). It says
+// "ready" once every client holds every CLA, then answers "target NAME" (arm) with "armed" and
+// "rss" with "rss BYTES", and writes "ack UNIXNANO" for every client's ACK of the target; it
+// ends at the end of its input.
+func runFleet(spec string) int {
+	var addr string
+	var clients, services int
+	var delta bool
+	if _, err := fmt.Sscan(spec, &addr, &clients, &delta, &services); err != nil {
+		fmt.Fprintf(os.Stderr, "%s=%q: %v\n", fleetEnv, spec, err)
+		return 2
+	}
+	var profile string
+	if f := strings.Fields(spec); len(f) > 4 {
+		profile = f[4]
+	}
+	f := newEDSFleet(clients, services)
+	connectEDSFleet(fleetTB{}, addr, clients, delta, benchClusters(services), f.acked)
+	for range clients {
+		<-f.ready
+	}
+	var mu sync.Mutex
+	say := func(line string) {
+		mu.Lock()
+		defer mu.Unlock()
+		_, _ = os.Stdout.WriteString(line + "\n")
+	}
+	say("ready")
+	go func() {
+		for at := range f.acks {
+			say("ack " + strconv.FormatInt(at.UnixNano(), 10))
+		}
+	}()
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		switch cmd, arg, _ := strings.Cut(sc.Text(), " "); cmd {
+		case "target":
+			if profile != "" {
+				if out, err := os.Create(profile); err == nil && pprof.StartCPUProfile(out) == nil {
+					defer func() { pprof.StopCPUProfile(); out.Close() }()
+				}
+				profile = ""
+			}
+			f.arm(arg)
+			say("armed")
+		case "rss":
+			debug.FreeOSMemory() // what the fleet holds, not the garbage of its initial fetch
+			say("rss " + strconv.FormatInt(procRSS(fleetTB{}, "self"), 10))
+		}
+	}
+	return 0
+}
+
+// fleetTB lets connectEDSFleet run outside a test (runFleet): a failure ends the process.
+type fleetTB struct{ testing.TB }
+
+func (fleetTB) Helper()                   {}
+func (fleetTB) Cleanup(func())            {}
+func (fleetTB) Errorf(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }
+func (fleetTB) FailNow()                  { os.Exit(2) }
+func (t fleetTB) Fatalf(f string, a ...any) {
+	t.Errorf(f, a...)
+	t.FailNow()
+}
+
+// cpuTime is the CPU time (user and system) this process has used.
+func cpuTime(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	require.NoError(tb, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procRSS is a process's resident memory (VmRSS) in bytes; pid "self" for this one.
+func procRSS(tb testing.TB, pid string) int64 {
+	raw, err := os.ReadFile("/proc/" + pid + "/status")
+	require.NoError(tb, err)
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+			require.NoError(tb, err)
+			return kb << 10
+		}
+	}
+	tb.Fatalf("no VmRSS in /proc/%s/status", pid)
+	return 0
 }

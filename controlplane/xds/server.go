@@ -16,6 +16,8 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	deltav3 "github.com/envoyproxy/go-control-plane/pkg/server/delta/v3"
+	restv3 "github.com/envoyproxy/go-control-plane/pkg/server/rest/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"golang.org/x/time/rate"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
@@ -26,6 +28,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meshchaos/meshchaos/controlplane/metrics"
+	"github.com/meshchaos/meshchaos/controlplane/xds/sotwserver"
 )
 
 // Limits keep one misbehaving client from hurting the others. The zero value of each field
@@ -214,7 +217,10 @@ func NewServerLimited(ctx context.Context, caches *Caches, pusher *Pusher, gate 
 	if limits.SendTimeout > 0 {
 		go s.closeUnanswered(ctx, limits.SendTimeout)
 	}
-	s.xs = serverv3.NewServer(ctx, caches, s.callbacks())
+	// go-control-plane's server, but for SotW streams: sotwserver keeps a subscription that a
+	// request repeats instead of building it again for every ACK.
+	cb := s.callbacks()
+	s.xs = serverv3.NewServerAdvanced(restv3.NewServer(caches, cb), sotwserver.New(ctx, caches, cb), deltav3.NewServer(ctx, caches, cb))
 	s.grpc = grpc.NewServer(append(s.serverOptions(), grpc.StreamInterceptor(s.refuseUntilReady))...)
 	s.registerADS(s.grpc)
 	return s

@@ -43,7 +43,7 @@ const (
 	Report
 )
 
-// Targets are issue 19's, in its order.
+// Targets are issue 19's, in its order, then issue 35's.
 var Targets = []Target{
 	{"heap per endpoint, 5000 SE × 10 (B)", "BenchmarkHeapPerEndpoint/plain/SE=5000", "B/endpoint", 1536, AtMost},
 	{"heap per endpoint, 50 000 SE × 10 (B)", "BenchmarkHeapPerEndpoint/plain/SE=50000", "B/endpoint", 1536, AtMost},
@@ -64,10 +64,31 @@ var Targets = []Target{
 	{"  its CPU per SE: kube-apiserver (ms)", "BenchmarkServiceEntryApply", "apiserver-cpu-ms/SE", 0, Report},
 	{"  its CPU per SE: etcd (ms)", "BenchmarkServiceEntryApply", "etcd-cpu-ms/SE", 0, Report},
 	{"adsload 1000 clients: total RSS (MiB)", "BenchmarkADSLoadMemoryPerClient", "rss-MiB/1000-clients", 200, AtMost},
+	// Issue 35's: 10 000 proxies.
+	{"endpoint change → 10 000 SotW clients ACKed, P99 (ms)", "BenchmarkEndpointChangeACKed10000/sotw", "p99-ms", 2000, AtMost},
+	{"endpoint change → 10 000 delta clients ACKed, P99 (ms)", "BenchmarkEndpointChangeACKed10000/delta", "p99-ms", 1000, AtMost},
+	{"  control plane's RSS with 10 000 SotW clients (MiB)", "BenchmarkEndpointChangeACKed10000/sotw", "cp-rss-MiB", 0, Report},
+	{"  control plane's RSS with 10 000 delta clients (MiB)", "BenchmarkEndpointChangeACKed10000/delta", "cp-rss-MiB", 0, Report},
+	{"  its 10 000 SotW clients, keeping no resources: RSS (MiB)", "BenchmarkEndpointChangeACKed10000/sotw", "fleet-rss-MiB/10000-clients", 0, Report},
+	{"  its 10 000 delta clients, keeping no resources: RSS (MiB)", "BenchmarkEndpointChangeACKed10000/delta", "fleet-rss-MiB/10000-clients", 0, Report},
+	{"adsload 10 000 SotW clients: total RSS (MiB)", "BenchmarkADSLoadMemoryPerClient", "rss-MiB/10000-clients", 1536, AtMost},
 }
 
 // Results are the metrics of a run: benchmark name → unit → value.
 type Results map[string]map[string]float64
+
+// Merge adds other's figures to r: a benchmark run in several files (adsload at 1000 and at
+// 10 000 clients) keeps the figures of each; a figure in both takes other's.
+func (r Results) Merge(other Results) {
+	for b, m := range other {
+		if r[b] == nil {
+			r[b] = map[string]float64{}
+		}
+		for unit, v := range m {
+			r[b][unit] = v
+		}
+	}
+}
 
 var procsSuffix = regexp.MustCompile(`-\d+$`)
 
@@ -233,9 +254,7 @@ func main() {
 			fmt.Fprintf(os.Stderr, "benchtable: %s: %v\n", name, err)
 			os.Exit(2)
 		}
-		for b, m := range got {
-			res[b] = m
-		}
+		res.Merge(got)
 	}
 	if flag.NArg() == 0 {
 		read(os.Stdin, "stdin")

@@ -106,3 +106,16 @@ func TestTargetsHaveLimits(t *testing.T) {
 		assert.NotEmpty(t, tg.Unit, tg.Name)
 	}
 }
+
+// Two runs of one benchmark in two files (adsload at 1000 and at 10 000 clients) keep both
+// figures.
+func TestMergeKeepsEachFilesFigures(t *testing.T) {
+	a, err := Parse(strings.NewReader("BenchmarkA-2  1  5 ns/op  150 rss-MiB/1000-clients  3 heap-KiB/client\n"))
+	require.NoError(t, err)
+	b, err := Parse(strings.NewReader("BenchmarkA-2  1  9 ns/op  1400 rss-MiB/10000-clients  4 heap-KiB/client\n"))
+	require.NoError(t, err)
+	res := Results{}
+	res.Merge(a)
+	res.Merge(b)
+	assert.Equal(t, map[string]float64{"ns/op": 9, "rss-MiB/1000-clients": 150, "rss-MiB/10000-clients": 1400, "heap-KiB/client": 4}, res["BenchmarkA"])
+}

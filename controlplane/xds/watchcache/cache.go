@@ -400,7 +400,7 @@ func (c *Cache) CreateWatch(r *cachev3.Request, sub cachev3.Subscription, ch cha
 	// Only this stream's requests touch w.reqNames, one at a time, and w is neither armed nor
 	// parked until this request arms it: the names (all of them, in every SotW request) are
 	// compared outside the lock every stream shares.
-	same := prev != nil && slices.Equal(prev, r.GetResourceNames())
+	same := prev != nil && sameList(prev, r.GetResourceNames())
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	isNew := w.sent == 0 && w.names == nil && !w.wildcard && w.reqNames == nil
@@ -420,6 +420,15 @@ func (c *Cache) CreateWatch(r *cachev3.Request, sub cachev3.Subscription, ch cha
 	}
 	w.sotwReq, w.deltaReq = r, nil
 	return c.arm(w), nil
+}
+
+// sameList reports whether a and b are the same list of names: the same slice (the control
+// plane's codec hands a repeated list out as one shared slice, so an ACK is O(1)) or equal.
+func sameList(a, b []string) bool {
+	if len(a) == len(b) && len(a) > 0 && unsafe.SliceData(a) == unsafe.SliceData(b) {
+		return true
+	}
+	return slices.Equal(a, b)
 }
 
 // CreateDeltaWatch implements cachev3.ConfigWatcher (Delta).

@@ -21,6 +21,8 @@ import (
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/config"
+	deltav3 "github.com/envoyproxy/go-control-plane/pkg/server/delta/v3"
+	restv3 "github.com/envoyproxy/go-control-plane/pkg/server/rest/v3"
 	sotw "github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
@@ -29,6 +31,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/meshchaos/meshchaos/controlplane/xds/sotwserver"
 )
 
 // rig serves one cache over go-control-plane's ADS server on a loopback port.
@@ -40,7 +44,7 @@ type rig struct {
 
 func newRig(t *testing.T, typeURL, prefix string, initial ...string) *rig {
 	t.Helper()
-	return newRigOpts(t, nil, typeURL, prefix, initial...)
+	return newRigOpts(t, nil, false, typeURL, prefix, initial...)
 }
 
 // newCacheRig is a rig without a server: its streams are served by the cache itself.
@@ -53,8 +57,9 @@ func newCacheRig(t *testing.T, typeURL, prefix string, initial ...string) *rig {
 	return r
 }
 
-// newRigOpts is newRig with the server's options.
-func newRigOpts(t *testing.T, opts []config.XDSOption, typeURL, prefix string, initial ...string) *rig {
+// newRigOpts is newRig with the server's options; with ours, SotW streams are served as the
+// control plane serves them (sotwserver), Delta ones by go-control-plane's server.
+func newRigOpts(t *testing.T, opts []config.XDSOption, ours bool, typeURL, prefix string, initial ...string) *rig {
 	t.Helper()
 	r := &rig{cache: New(typeURL, prefix), typ: typeURL}
 	if len(initial) > 0 {
@@ -64,7 +69,11 @@ func newRigOpts(t *testing.T, opts []config.XDSOption, typeURL, prefix string, i
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	g := grpc.NewServer()
-	discovery.RegisterAggregatedDiscoveryServiceServer(g, serverv3.NewServer(ctx, r.cache, nil, opts...))
+	srv := serverv3.NewServer(ctx, r.cache, nil, opts...)
+	if ours {
+		srv = serverv3.NewServerAdvanced(restv3.NewServer(r.cache, nil), sotwserver.New(ctx, r.cache, nil), deltav3.NewServer(ctx, r.cache, nil, opts...))
+	}
+	discovery.RegisterAggregatedDiscoveryServiceServer(g, srv)
 	go func() { _ = g.Serve(l) }()
 	t.Cleanup(func() { cancel(); g.Stop() })
 	r.addr = l.Addr().String()
@@ -292,15 +301,18 @@ type scenario struct {
 type stepper interface{ do(r *rig, st step) }
 
 // run plays each scenario on a new rig with one stream opened by open: to the cache itself,
-// and under each of go-control-plane's server's ADS modes: a response channel per request
-// (the default, the control plane's), and ordered ADS (one channel; other types' responses are
-// sent between a watch's cancel and its re-arm).
+// under each of go-control-plane's server's ADS modes: a response channel per request (the
+// default), and ordered ADS (one channel; other types' responses are sent between a watch's
+// cancel and its re-arm); and as the control plane serves (its SotW streams by sotwserver,
+// which keeps a subscription a request repeats).
 func run(t *testing.T, cases []scenario, open func(t *testing.T, r *rig) stepper) {
 	modes := []struct {
 		name   string
 		direct bool
 		opts   []config.XDSOption
-	}{{"cache", true, nil}, {"default", false, nil}, {"ordered", false, []config.XDSOption{sotw.WithOrderedADS()}}}
+		ours   bool
+	}{{"cache", true, nil, false}, {"default", false, nil, false}, {"ordered", false, []config.XDSOption{sotw.WithOrderedADS()}, false},
+		{"controlplane", false, nil, true}}
 	for _, mode := range modes {
 		for _, tc := range cases {
 			t.Run(mode.name+"/"+tc.name, func(t *testing.T) {
@@ -308,7 +320,7 @@ func run(t *testing.T, cases []scenario, open func(t *testing.T, r *rig) stepper
 				if mode.direct {
 					r = newCacheRig(t, tc.typ, "t-", tc.initial...)
 				} else {
-					r = newRigOpts(t, mode.opts, tc.typ, "t-", tc.initial...)
+					r = newRigOpts(t, mode.opts, mode.ours, tc.typ, "t-", tc.initial...)
 				}
 				c := open(t, r)
 				for _, st := range tc.steps {
@@ -795,4 +807,13 @@ func TestDeltaDeletion(t *testing.T) {
 			run(t, deletionCases(typ, true), func(t *testing.T, r *rig) stepper { return r.delta(t) })
 		})
 	}
+}
+
+func TestSameList(t *testing.T) {
+	list := []string{"a", "b"}
+	require.True(t, sameList(list, list), "the same slice")
+	require.True(t, sameList(list, []string{"a", "b"}), "an equal list")
+	require.False(t, sameList(list, list[:1]), "a prefix of the same slice")
+	require.False(t, sameList(list, []string{"a", "c"}), "another name")
+	require.True(t, sameList([]string{}, nil), "both empty")
 }
