@@ -287,11 +287,14 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			return nil
 		},
 		StreamClosedFunc: func(id int64, _ *core.Node) { s.close(id) },
+		// The SotW and the Delta server number their streams from 1 each: a Delta stream is
+		// keyed by its negated id (deltaKey), so that a SotW and a Delta stream of the same
+		// number do not share, overwrite and release each other's state.
 		DeltaStreamOpenFunc: func(ctx context.Context, id int64, _ string) error {
-			s.open(ctx, id, true)
+			s.open(ctx, deltaKey(id), true)
 			return nil
 		},
-		DeltaStreamClosedFunc: func(id int64, _ *core.Node) { s.close(id) },
+		DeltaStreamClosedFunc: func(id int64, _ *core.Node) { s.close(deltaKey(id)) },
 		StreamRequestFunc: func(id int64, r *discovery.DiscoveryRequest) error {
 			if err := s.checkIdentity(id, r.GetNode()); err != nil {
 				return err
@@ -316,6 +319,7 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			s.response(id, r.GetTypeUrl(), r.GetVersionInfo(), r.GetNonce(), proto.Size(r))
 		},
 		StreamDeltaRequestFunc: func(id int64, r *discovery.DeltaDiscoveryRequest) error {
+			id = deltaKey(id)
 			if err := s.checkIdentity(id, r.GetNode()); err != nil {
 				return err
 			}
@@ -330,19 +334,29 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			return nil
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discovery.DeltaDiscoveryRequest, r *discovery.DeltaDiscoveryResponse) {
+			id = deltaKey(id)
 			s.response(id, r.GetTypeUrl(), r.GetSystemVersionInfo(), r.GetNonce(), proto.Size(r))
 		},
 	}
 }
 
-func (s *Server) open(ctx context.Context, id int64, delta bool) {
+// deltaKey is the key of Delta stream id in Server.streams: SotW streams keep their ids (1, 2,
+// …), Delta streams take the negative ones.
+func deltaKey(id int64) int64 { return -id }
+
+// open records a stream under key (its id, or deltaKey of it).
+func (s *Server) open(ctx context.Context, key int64, delta bool) {
+	id := key
+	if delta {
+		id = -key // the library's id, as /debug shows it
+	}
 	st := &streamState{ctx: ctx, id: id, delta: delta, opened: time.Now(), types: map[string]*typeState{},
 		pending: map[uint64]*pendingPush{}, identity: identityOf(ctx)}
 	if s.limits.RequestsPerSecond > 0 && s.limits.RequestBurst > 0 {
 		st.requests = rate.NewLimiter(rate.Limit(s.limits.RequestsPerSecond), s.limits.RequestBurst)
 	}
 	s.mu.Lock()
-	s.streams[id] = st
+	s.streams[key] = st
 	s.mu.Unlock()
 	s.m.ConnectedProxies.Inc()
 }

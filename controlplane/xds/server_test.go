@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -478,4 +479,39 @@ func TestQuadraticScopeIsQuadratic(t *testing.T) {
 			require.Equal(t, tc.want(n), r.pusher.ScopeSize())
 		}
 	}
+}
+
+// The SotW and the Delta server each number their streams from 1: a SotW and a Delta stream
+// of the same number are two proxies, and the Delta one's end leaves the SotW one's state.
+func TestSotWAndDeltaStreamsOfTheSameNumberAreTwoProxies(t *testing.T) {
+	r := newRig(t, 10*time.Millisecond, time.Second)
+	r.apply(t, "a", "10.0.0.1")
+	r.start(t)
+	r.client(t, "sidecar~sotw")
+	eventually(t, "the SotW proxy listed", func() bool { return len(r.server.Proxies()) == 1 })
+
+	conn, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: "sidecar~delta"}, TypeUrl: resourcev3.ClusterType}))
+	_, err = stream.Recv()
+	require.NoError(t, err)
+	ids := func() []string {
+		var out []string
+		for _, p := range r.server.Proxies() {
+			out = append(out, fmt.Sprintf("%s#%d", p.ID, p.StreamID))
+		}
+		slices.Sort(out)
+		return out
+	}
+	eventually(t, "both proxies listed", func() bool { return len(r.server.Proxies()) == 2 })
+	assert.Equal(t, []string{"sidecar~delta#1", "sidecar~sotw#1"}, ids(), "each stream is number 1 of its server")
+
+	cancel()
+	eventually(t, "the Delta proxy gone", func() bool { return len(r.server.Proxies()) == 1 })
+	assert.Equal(t, []string{"sidecar~sotw#1"}, ids(), "the SotW proxy's state outlives the Delta stream's end")
 }
