@@ -128,12 +128,13 @@ func RenderCharts(dir string, s *Summary) ([]Chart, error) {
 		return nil, fmt.Errorf("render charts: %w", err)
 	}
 	markers := markerLabels(Markers(s))
+	ax := timeAxis(s)
 	var charts []Chart
 	draw := func(name, title, ylabel string, lines []line, ymin0 bool) error {
 		if len(lines) == 0 {
 			return nil
 		}
-		c, err := renderChart(dir, name, title, ylabel, lines, markers, ymin0)
+		c, err := renderChart(dir, name, title, ylabel, lines, markers, ax, ymin0)
 		if err != nil {
 			return fmt.Errorf("render %s chart: %w", name, err)
 		}
@@ -205,7 +206,7 @@ func RenderCharts(dir string, s *Summary) ([]Chart, error) {
 	}
 	if cp := s.ControlPlaneStats; cp != nil {
 		if types, from, counts := pushesPerSecond(cp.Metrics); len(types) > 0 {
-			c, err := renderStacked(dir, ChartPushes, "xDS pushes per second by type (stacked)", types, from.Sub(s.StartedAt).Seconds(), counts, markers)
+			c, err := renderStacked(dir, ChartPushes, "xDS pushes per second by type (stacked)", types, from.Sub(s.StartedAt).Seconds(), counts, markers, ax)
 			if err != nil {
 				return nil, fmt.Errorf("render %s chart: %w", ChartPushes, err)
 			}
@@ -276,7 +277,7 @@ func pushesPerSecond(series []Series) (types []string, from time.Time, counts ma
 
 // renderStacked draws per-second counts as stacked bars, the first second at x0 (seconds since
 // the run started), with the run's markers.
-func renderStacked(dir, name, title string, types []string, x0 float64, counts map[string][]float64, markers []Marker) (Chart, error) {
+func renderStacked(dir, name, title string, types []string, x0 float64, counts map[string][]float64, markers []Marker, ax axis) (Chart, error) {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "seconds since run start"
@@ -285,8 +286,10 @@ func renderStacked(dir, name, title string, types []string, x0 float64, counts m
 	p.Legend.Top, p.Legend.Left = true, true
 	p.Legend.TextStyle.Font.Size = vg.Points(9)
 	n := len(counts[types[0]])
-	// The x range holds n+2 seconds over about 8 inches of plot; a bar fills 80 % of its second.
-	width := vg.Length(8*vg.Inch) / vg.Length(n+2) * 0.8
+	xmin, xmax := ax.span(x0-1, x0+float64(n)+1)
+	// The x range holds xmax-xmin seconds over about 8 inches of plot; a bar fills 80 % of its
+	// second.
+	width := vg.Length(8*vg.Inch) / vg.Length(xmax-xmin) * 0.8
 	var below *plotter.BarChart
 	ymax := 0.0
 	for i := 0; i < n; i++ {
@@ -314,11 +317,15 @@ func renderStacked(dir, name, title string, types []string, x0 float64, counts m
 	if ymax == 0 {
 		ymax = 1
 	}
-	if err := addMarkers(p, markers, x0-1, x0+float64(n)+1, ymax); err != nil {
+	if err := ax.shade(p, ymax*1.4); err != nil {
+		return Chart{}, err
+	}
+	p.Legend.YOffs = -legendDrop * 1.6 // its swatches are taller than a line's
+	if err := addMarkers(p, markers, xmin, xmax, ymax); err != nil {
 		return Chart{}, err
 	}
 	p.Y.Min, p.Y.Max = 0, ymax*1.4
-	p.X.Min, p.X.Max = x0-1, x0+float64(n)+1
+	p.X.Min, p.X.Max = xmin, xmax
 	return saveChart(p, dir, name, title)
 }
 
@@ -364,7 +371,7 @@ func renderHistogram(dir, name, title string, h *Histogram) (Chart, error) {
 	return saveChart(p, dir, name, title)
 }
 
-func renderChart(dir, name, title, ylabel string, lines []line, markers []Marker, ymin0 bool) (Chart, error) {
+func renderChart(dir, name, title, ylabel string, lines []line, markers []Marker, ax axis, ymin0 bool) (Chart, error) {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "seconds since run start"
@@ -396,6 +403,11 @@ func renderChart(dir, name, title, ylabel string, lines []line, markers []Marker
 	}
 	// Headroom above the data: the marker numbers just above it, the legend above them.
 	top := ymax * (1.25 + 0.08*float64(len(lines)))
+	xmin, xmax = ax.span(xmin, xmax)
+	if err := ax.shade(p, top); err != nil {
+		return Chart{}, err
+	}
+	p.Legend.YOffs = -legendDrop
 	for i, l := range lines {
 		if len(l.xys) == 0 {
 			continue
@@ -415,8 +427,7 @@ func renderChart(dir, name, title, ylabel string, lines []line, markers []Marker
 		p.Add(pl)
 		p.Legend.Add(l.name, pl)
 	}
-	xmin = min(xmin, 0)
-	if err := addMarkers(p, markers, xmin, xmax+1, ymax); err != nil {
+	if err := addMarkers(p, markers, xmin, xmax, ymax); err != nil {
 		return Chart{}, err
 	}
 	if ymin0 {
@@ -428,6 +439,127 @@ func renderChart(dir, name, title, ylabel string, lines []line, markers []Marker
 		p.X.Max = xmin + 1
 	}
 	return saveChart(p, dir, name, title)
+}
+
+// axis is the time axis every timeline chart of a run shares (seconds since the run started),
+// with the bands drawn behind the data: the phases, alternately shaded and named, and the fault
+// windows (from chaos.injected to chaos.cleared, or to the end) in light red.
+type axis struct {
+	min, max float64
+	phases   []band
+	faults   []band
+}
+
+type band struct {
+	name     string
+	from, to float64
+}
+
+// timeAxis is the run's axis: from its start to its end (or the last phase, event or sample
+// seen, for a run that did not finish).
+func timeAxis(s *Summary) axis {
+	ax := axis{}
+	off := func(t time.Time) float64 { return t.Sub(s.StartedAt).Seconds() }
+	end := 0.0
+	if s.FinishedAt != nil {
+		end = off(*s.FinishedAt)
+	}
+	for _, ph := range s.Phases {
+		to := end
+		if ph.FinishedAt != nil {
+			to = off(*ph.FinishedAt)
+		}
+		end = max(end, off(ph.StartedAt), to)
+		ax.phases = append(ax.phases, band{name: ph.Name, from: off(ph.StartedAt), to: to})
+	}
+	open := map[string]float64{}
+	events := append([]Event(nil), s.Events...)
+	sort.SliceStable(events, func(i, j int) bool { return events[i].At.Before(events[j].At) })
+	for _, e := range events {
+		end = max(end, off(e.At))
+		switch e.Kind {
+		case "chaos.injected":
+			open[e.Object] = off(e.At)
+		case "chaos.cleared":
+			if from, ok := open[e.Object]; ok {
+				ax.faults = append(ax.faults, band{name: e.Object, from: from, to: off(e.At)})
+				delete(open, e.Object)
+			}
+		}
+	}
+	for _, name := range SortedKeys(open) {
+		ax.faults = append(ax.faults, band{name: name, from: open[name], to: end})
+	}
+	for i := range ax.phases {
+		if ax.phases[i].to < ax.phases[i].from {
+			ax.phases[i].to = end // a phase still running
+		}
+	}
+	ax.max = end
+	return ax
+}
+
+// span is the chart's x range: the run's axis, widened to hold data outside it (samples taken
+// after the end, say).
+func (a axis) span(dataMin, dataMax float64) (float64, float64) {
+	lo, hi := min(a.min, dataMin), max(a.max, dataMax)
+	if hi <= lo {
+		hi = lo + 1
+	}
+	return lo, hi
+}
+
+// legendDrop moves a chart's legend below the phase names along its top edge.
+const legendDrop = vg.Length(10)
+
+var (
+	phaseShade = color.RGBA{0xf2, 0xf2, 0xf2, 0xff}
+	faultShade = color.NRGBA{0xd6, 0x27, 0x28, 0x22}
+)
+
+// shade draws the phase and fault bands up to top, the phase names along the top edge.
+func (a axis) shade(p *plot.Plot, top float64) error {
+	rect := func(b band, c color.Color, y0, y1 float64) error {
+		if b.to <= b.from {
+			return nil
+		}
+		poly, err := plotter.NewPolygon(plotter.XYs{{X: b.from, Y: y0}, {X: b.to, Y: y0}, {X: b.to, Y: y1}, {X: b.from, Y: y1}})
+		if err != nil {
+			return err
+		}
+		poly.Color = c
+		poly.LineStyle.Width = 0
+		p.Add(poly)
+		return nil
+	}
+	var names plotter.XYLabels
+	for i, ph := range a.phases {
+		if i%2 == 1 {
+			if err := rect(ph, phaseShade, 0, top); err != nil {
+				return err
+			}
+		}
+		names.XYs = append(names.XYs, plotter.XY{X: ph.from, Y: top * 0.97})
+		names.Labels = append(names.Labels, " "+ph.name)
+	}
+	for _, f := range a.faults {
+		if err := rect(f, faultShade, 0, top*0.9); err != nil {
+			return err
+		}
+	}
+	if len(names.Labels) > 0 {
+		lb, err := plotter.NewLabels(names)
+		if err != nil {
+			return err
+		}
+		for i := range lb.TextStyle {
+			lb.TextStyle[i].Font.Size = vg.Points(7)
+			lb.TextStyle[i].Color = color.Gray{0x80}
+			lb.TextStyle[i].YAlign = draw.YTop
+		}
+		p.Add(lb)
+	}
+	return nil
 }
 
 // saveChart writes p as charts/<name>.svg and .png under dir.
