@@ -94,6 +94,7 @@ gotest() { # gotest PACKAGE [-run|-skip PATTERN]: one package's tests as go test
     (cd "$p" && MESHCHAOS_BIN_DIR=$bin MESHCHAOS_IMAGES=$bin/images $GO tool test2json -t -p "$mod${p#.}" "$f.test" \
       -test.v=test2json -test.paniconexit0 -test.count=1 -test.timeout="$timeout" ${1:+"-test.${1#-}"} ${2:+"$2"}) ||
       echo "go test $p $*" >>"$failed"
+    rm -f "$f.test" # tens of MB each: gone once run
   else
     MESHCHAOS_BIN_DIR=$bin MESHCHAOS_IMAGES=$bin/images $GO test -json -count=1 -timeout "$timeout" "$@" "$p" || echo "go test $p $*" >>"$failed"
   fi
