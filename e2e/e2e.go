@@ -199,7 +199,7 @@ func run(ctx context.Context, t *testing.T, name string, o Options, sets []strin
 	return s, dir, nil
 }
 
-// given is a cluster.Provider whose Up hands out the environment's cluster: the experiment runs
+// given is a cluster.Substrate whose Up hands out the environment's cluster: the experiment runs
 // on it, and its teardown leaves the cluster to the environment's DestroyCluster.
 type given struct {
 	c         cluster.Cluster

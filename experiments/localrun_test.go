@@ -40,7 +40,7 @@ type localRunner struct {
 	home      string
 	imagesDir string
 	// sub is the substrate (default: local under home); leftovers lists what a cluster left.
-	sub       cluster.Provider
+	sub       cluster.Substrate
 	leftovers func(name string) []string
 	// staging lists what the runs changed of the staging mesh the cluster was prepared as
 	// (newExistingRunner; nil elsewhere).
@@ -114,7 +114,7 @@ func (l *localRunner) useExisting(lc cluster.Cluster) {
 	t := l.t
 	cs, err := kubernetes.NewForConfig(lc.RESTConfig())
 	require.NoError(t, err)
-	l.sub = existing.Provider{Kubeconfig: lc.(*local.Cluster).KubeconfigPath(), AllowNodeChaos: true}
+	l.sub = existing.Substrate{Kubeconfig: lc.(*local.Cluster).KubeconfigPath(), AllowNodeChaos: true}
 	l.leftovers = func(run string) []string {
 		var left []string
 		nss, err := cs.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{LabelSelector: existing.RunLabel + "=" + run})

@@ -1,7 +1,7 @@
 // Package cluster is the substrate seam: what an experiment needs from a Kubernetes cluster, whoever
 // provides it. The local substrate (harness/cluster/local, network namespaces on this host) is one
-// Provider; kind and existing clusters are others. Experiments name only this package, never an
-// implementation: the CLI picks the provider and hands it down.
+// Substrate; kind and existing clusters are others. Experiments name only this package, never an
+// implementation: the CLI picks the substrate and hands it down.
 package cluster
 
 import (
@@ -23,22 +23,22 @@ type DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error
 
 // Spec is what an experiment asks of a cluster.
 type Spec struct {
-	// Name is unique on the host; providers refuse a name in use.
+	// Name is unique on the host; substrates refuse a name in use.
 	Name string
 	// Nodes is the number of worker nodes, 1-based in every method below.
 	Nodes int
 	// Logf reports progress.
 	Logf func(format string, args ...any)
-	// Namespaces are the namespaces the run will create objects in. A Shared provider claims
+	// Namespaces are the namespaces the run will create objects in. A Shared substrate claims
 	// them in Up (creates them as the run's, refuses any that already exist) and deletes them
-	// in Down; a provider whose clusters are the run's own ignores them.
+	// in Down; a substrate whose clusters are the run's own ignores them.
 	Namespaces []string
 }
 
-// Shared is a Provider of clusters that are not the run's own (a cluster that already
+// Shared is a Substrate of clusters that are not the run's own (a cluster that already
 // exists): the run keeps its objects in namespaces it creates, never "default".
 type Shared interface {
-	Provider
+	Substrate
 	// WorkloadNamespace is where the mesh's workloads go instead of "default".
 	WorkloadNamespace() string
 }
@@ -52,8 +52,9 @@ type ImageHolder interface {
 	HoldImage(ctx context.Context, ref string) (bool, error)
 }
 
-// Provider brings clusters up.
-type Provider interface {
+// Substrate brings clusters up (local.Substrate, kind.Substrate, existing.Substrate; the
+// e2e-framework adapters of local and kind are their packages' Provider).
+type Substrate interface {
 	// Name is the substrate's name in summaries: "local", "kind", "existing".
 	Name() string
 	// Up creates a cluster with every image the harness needs already loaded, and waits until

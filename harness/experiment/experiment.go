@@ -65,7 +65,7 @@ type Definition struct {
 // Env is what the CLI hands every experiment.
 type Env struct {
 	// Substrate provides the cluster.
-	Substrate cluster.Provider
+	Substrate cluster.Substrate
 	// ControlPlane is the control plane under test (subject.Parse of --cp).
 	ControlPlane subject.ControlPlane
 	// ClusterName names the cluster exactly (--name); empty: the experiment's short name and a

@@ -187,7 +187,7 @@ func (s Spec) Validate() error {
 // Up brings the mesh up on a cluster from provider, in dependency order: cluster, backends,
 // ServiceEntries, control plane, gateways. On failure the returned Mesh (when non-nil) still
 // holds the cluster, for Down.
-func Up(ctx context.Context, provider cluster.Provider, spec Spec, rec Recorder) (*Mesh, error) {
+func Up(ctx context.Context, provider cluster.Substrate, spec Spec, rec Recorder) (*Mesh, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}

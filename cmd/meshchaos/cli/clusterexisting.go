@@ -49,11 +49,11 @@ func (e existingDown) check(substrate string) error {
 
 // provider checks the kubeconfig before anything is asked of the cluster: an unreadable one is
 // exit 2.
-func (e existingDown) provider() (existing.Provider, error) {
+func (e existingDown) provider() (existing.Substrate, error) {
 	if e.timeout <= 0 {
-		return existing.Provider{}, Usagef("--timeout %s: give a positive duration (default %s)", e.timeout, existing.DownBudget)
+		return existing.Substrate{}, Usagef("--timeout %s: give a positive duration (default %s)", e.timeout, existing.DownBudget)
 	}
-	p := existing.Provider{Kubeconfig: e.kubeconfig, Context: e.context, DownBudget: e.timeout}
+	p := existing.Substrate{Kubeconfig: e.kubeconfig, Context: e.context, DownBudget: e.timeout}
 	if _, err := p.RESTConfig(); err != nil {
 		return p, Usagef("%v", err)
 	}

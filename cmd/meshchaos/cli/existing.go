@@ -49,8 +49,8 @@ func (e existingFlags) check(substrate string) error {
 }
 
 // provider checks the kubeconfig before anything starts: an unreadable one is exit 2.
-func (e existingFlags) provider() (cluster.Provider, error) {
-	p := existing.Provider{Kubeconfig: e.Kubeconfig, Context: e.Context, AllowNodeChaos: e.AllowNodeChaos}
+func (e existingFlags) provider() (cluster.Substrate, error) {
+	p := existing.Substrate{Kubeconfig: e.Kubeconfig, Context: e.Context, AllowNodeChaos: e.AllowNodeChaos}
 	if _, err := p.RESTConfig(); err != nil {
 		return nil, Usagef("%v", err)
 	}
@@ -59,8 +59,8 @@ func (e existingFlags) provider() (cluster.Provider, error) {
 
 // checkNodeAccess refuses, before anything starts, an experiment whose faults or measures need
 // node access on an existing cluster where it was not allowed, and names them.
-func checkNodeAccess(sub cluster.Provider, def experiment.Definition) error {
-	p, ok := sub.(existing.Provider)
+func checkNodeAccess(sub cluster.Substrate, def experiment.Definition) error {
+	p, ok := sub.(existing.Substrate)
 	if !ok || p.AllowNodeChaos || len(def.NodeAccess) == 0 {
 		return nil
 	}
@@ -69,9 +69,9 @@ func checkNodeAccess(sub cluster.Provider, def experiment.Definition) error {
 
 // checkInstalled reads a control plane installed before the run (subject.Attached) and refuses,
 // before anything starts, a placement the experiment asks that it does not already have.
-func checkInstalled(sub cluster.Provider, sut subject.ControlPlane, def experiment.Definition, vals params.Values) error {
+func checkInstalled(sub cluster.Substrate, sut subject.ControlPlane, def experiment.Definition, vals params.Values) error {
 	a, ok := sut.(subject.Attached)
-	p, isExisting := sub.(existing.Provider)
+	p, isExisting := sub.(existing.Substrate)
 	if !ok || !isExisting || def.Mesh == nil {
 		return nil
 	}

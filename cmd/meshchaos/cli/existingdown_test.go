@@ -62,7 +62,7 @@ func TestExistingDownAfterKill(t *testing.T) {
 	before := nodeMeta(ctx, t, cs)
 
 	const name = "killed-run"
-	p := existing.Provider{Kubeconfig: kubeconfig}
+	p := existing.Substrate{Kubeconfig: kubeconfig}
 	_, err = p.Up(ctx, cluster.Spec{Name: name, Nodes: 2, Logf: t.Logf, Namespaces: []string{existing.WorkloadNamespace, "meshchaos-system"}})
 	require.NoError(t, err)
 	_, err = kube.Apply(ctx, cfg, []byte("apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: killed-run-cp}\nrules: []\n"), kube.Owned(name))

@@ -227,7 +227,7 @@ func (j job) checkSubstrate() error {
 }
 
 // provider checks the substrate's preconditions and returns it.
-func (j job) provider() (cluster.Provider, error) {
+func (j job) provider() (cluster.Substrate, error) {
 	switch j.Substrate {
 	case "local":
 		if err := local.Preflight(); err != nil {

@@ -40,7 +40,7 @@ var _ cluster.Keeper = (*existingCluster)(nil)
 
 // Keep implements cluster.Keeper: everything the run made stays on the cluster (its namespaces
 // with their pods, the agent, cluster-scoped objects, node labels), for 'cluster down
-// --substrate existing NAME' (Provider.Remove) to take away later; only this process's agent
+// --substrate existing NAME' (Substrate.Remove) to take away later; only this process's agent
 // sessions and port-forwards end.
 func (c *existingCluster) Keep(context.Context) (cluster.Kept, error) {
 	c.closeSessions()
@@ -61,7 +61,7 @@ func (c *existingCluster) closeSessions() {
 	}
 }
 
-// Down implements cluster.Cluster, within its own budget (Provider.DownBudget, else DownBudget;
+// Down implements cluster.Cluster, within its own budget (Substrate.DownBudget, else DownBudget;
 // the caller's deadline is not its own). It deletes the cluster-scoped objects the run created
 // (webhook configurations first), then the pods of the run's namespaces and waits for them,
 // reporting by name and node (with the node's kubelet log when the agent can read it) every pod

@@ -27,13 +27,13 @@ import (
 
 func TestRESTConfigSaysWhatIsWrong(t *testing.T) {
 	t.Setenv("KUBECONFIG", "/nonexistent/kubeconfig") // not the machine's own
-	_, err := Provider{}.RESTConfig()
+	_, err := Substrate{}.RESTConfig()
 	assert.ErrorContains(t, err, "needs the cluster's kubeconfig")
-	_, err = Provider{Kubeconfig: "/nonexistent/kubeconfig"}.RESTConfig()
+	_, err = Substrate{Kubeconfig: "/nonexistent/kubeconfig"}.RESTConfig()
 	assert.ErrorContains(t, err, "--kubeconfig /nonexistent/kubeconfig")
 	bad := t.TempDir() + "/kubeconfig"
 	require.NoError(t, os.WriteFile(bad, []byte("apiVersion: v1\nkind: Config\n"), 0o600))
-	_, err = Provider{Kubeconfig: bad, Context: "nope"}.RESTConfig()
+	_, err = Substrate{Kubeconfig: bad, Context: "nope"}.RESTConfig()
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "\n", "one line")
 }
@@ -60,7 +60,7 @@ func TestExistingCluster(t *testing.T) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
 
-	p := Provider{Kubeconfig: kubeconfig, AllowNodeChaos: true}
+	p := Substrate{Kubeconfig: kubeconfig, AllowNodeChaos: true}
 	spec := cluster.Spec{Name: "run-a", Nodes: 2, Logf: t.Logf, Namespaces: []string{WorkloadNamespace, "meshchaos-system"}}
 
 	t.Run("refuses a namespace it does not own, creating nothing", func(t *testing.T) {

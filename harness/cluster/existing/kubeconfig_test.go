@@ -41,33 +41,33 @@ func TestRESTConfigFindsTheKubeconfigAsKubectlDoes(t *testing.T) {
 	env := filepath.Join(t.TempDir(), "kc")
 	writeKubeconfig(t, env, "env", "https://env.example:6443")
 	t.Setenv("KUBECONFIG", env)
-	cfg, err := Provider{}.RESTConfig()
+	cfg, err := Substrate{}.RESTConfig()
 	require.NoError(t, err, "$KUBECONFIG")
 	assert.Equal(t, "https://env.example:6443", cfg.Host)
 
-	cfg, err = Provider{Context: "other"}.RESTConfig()
+	cfg, err = Substrate{Context: "other"}.RESTConfig()
 	require.NoError(t, err)
 	assert.Equal(t, "https://env.example:6443/other", cfg.Host, "--context applies to $KUBECONFIG's file")
-	_, err = Provider{Context: "nope"}.RESTConfig()
+	_, err = Substrate{Context: "nope"}.RESTConfig()
 	assert.ErrorContains(t, err, "$KUBECONFIG "+env, "the error names where the config came from")
 	assert.NotContains(t, err.Error(), "\n", "one line")
 
 	explicit := filepath.Join(t.TempDir(), "explicit")
 	writeKubeconfig(t, explicit, "explicit", "https://explicit.example:6443")
-	cfg, err = Provider{Kubeconfig: explicit}.RESTConfig()
+	cfg, err = Substrate{Kubeconfig: explicit}.RESTConfig()
 	require.NoError(t, err)
 	assert.Equal(t, "https://explicit.example:6443", cfg.Host, "--kubeconfig wins over $KUBECONFIG")
 
 	// A list, as kubectl merges it: a missing entry is skipped.
 	absent := filepath.Join(t.TempDir(), "absent")
 	t.Setenv("KUBECONFIG", absent+string(os.PathListSeparator)+env)
-	cfg, err = Provider{}.RESTConfig()
+	cfg, err = Substrate{}.RESTConfig()
 	require.NoError(t, err)
 	assert.Equal(t, "https://env.example:6443", cfg.Host)
 
 	// $KUBECONFIG naming no file: kubectl does not fall back to ~/.kube/config, nor do we.
 	t.Setenv("KUBECONFIG", absent)
-	_, err = Provider{}.RESTConfig()
+	_, err = Substrate{}.RESTConfig()
 	assert.ErrorContains(t, err, "needs the cluster's kubeconfig")
 	assert.ErrorContains(t, err, "$KUBECONFIG ("+absent+") names no file that exists")
 }
@@ -77,7 +77,7 @@ func TestRESTConfigFindsTheKubeconfigAsKubectlDoes(t *testing.T) {
 // when the process starts, so each case runs in a child test process with its own $HOME.
 func TestRESTConfigFallsBackToHomeKubeconfig(t *testing.T) {
 	if os.Getenv("MESHCHAOS_TEST_HOME_KUBECONFIG") == "child" {
-		cfg, err := Provider{}.RESTConfig()
+		cfg, err := Substrate{}.RESTConfig()
 		if want := os.Getenv("MESHCHAOS_TEST_WANT_HOST"); want != "" {
 			require.NoError(t, err)
 			assert.Equal(t, want, cfg.Host)

@@ -44,7 +44,7 @@ func (l Leftovers) String() string {
 
 // Leftovers lists, by run in name order, what run (every run when run is "") left on the
 // cluster the kubeconfig names. It writes nothing.
-func (p Provider) Leftovers(ctx context.Context, run string) ([]Leftovers, error) {
+func (p Substrate) Leftovers(ctx context.Context, run string) ([]Leftovers, error) {
 	c, err := p.connect(run, nil)
 	if err != nil {
 		return nil, err
@@ -57,7 +57,7 @@ func (p Provider) Leftovers(ctx context.Context, run string) ([]Leftovers, error
 // namespaces (their pods first), its cluster-scoped objects, the node labels it set. It returns
 // what it found; ErrNothingLeft when that is nothing. Never for a run still running: its
 // namespaces would go from under it.
-func (p Provider) Remove(ctx context.Context, run string, logf func(string, ...any)) (Leftovers, error) {
+func (p Substrate) Remove(ctx context.Context, run string, logf func(string, ...any)) (Leftovers, error) {
 	if run == "" {
 		return Leftovers{}, errors.New("remove a run's leftovers: no run name (everything would match)")
 	}

@@ -76,8 +76,8 @@ const (
 // allow it (--allow-node-chaos).
 var ErrNodeChaosNotAllowed = errors.New("node access is not allowed on this existing cluster (pass --allow-node-chaos to run the privileged agent)")
 
-// Provider is the existing substrate.
-type Provider struct {
+// Substrate is the existing substrate.
+type Substrate struct {
 	// Kubeconfig is the path of the kubeconfig; Context picks one of its contexts ("" = current).
 	Kubeconfig, Context string
 	// AllowNodeChaos runs the agent with node access (cgroups, node tools).
@@ -87,20 +87,20 @@ type Provider struct {
 }
 
 var (
-	_ cluster.Shared    = Provider{}
+	_ cluster.Shared    = Substrate{}
 	_ cluster.NodePaths = (*existingCluster)(nil)
 )
 
-// Name implements cluster.Provider.
-func (Provider) Name() string { return "existing" }
+// Name implements cluster.Substrate.
+func (Substrate) Name() string { return "existing" }
 
 // WorkloadNamespace implements cluster.Shared.
-func (Provider) WorkloadNamespace() string { return WorkloadNamespace }
+func (Substrate) WorkloadNamespace() string { return WorkloadNamespace }
 
 // RESTConfig reads the kubeconfig as kubectl does: Kubeconfig when given, else the files
 // $KUBECONFIG lists (merged), else ~/.kube/config; Context picks one of its contexts ("" =
 // current). Errors say which file or context is wrong, on one line.
-func (p Provider) RESTConfig() (*rest.Config, error) {
+func (p Substrate) RESTConfig() (*rest.Config, error) {
 	rules, source := &clientcmd.ClientConfigLoadingRules{ExplicitPath: p.Kubeconfig}, "--kubeconfig "+p.Kubeconfig
 	if p.Kubeconfig == "" {
 		rules = clientcmd.NewDefaultClientConfigLoadingRules()
@@ -143,9 +143,9 @@ func RequiredImages() []string {
 	return out
 }
 
-// Up implements cluster.Provider: it claims the run's namespaces, maps nodes, checks images and
+// Up implements cluster.Substrate: it claims the run's namespaces, maps nodes, checks images and
 // starts the agent. On failure whatever it created is removed.
-func (p Provider) Up(ctx context.Context, s cluster.Spec) (cluster.Cluster, error) {
+func (p Substrate) Up(ctx context.Context, s cluster.Spec) (cluster.Cluster, error) {
 	logf := s.Logf
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -168,7 +168,7 @@ func (p Provider) Up(ctx context.Context, s cluster.Spec) (cluster.Cluster, erro
 
 // connect reads the kubeconfig, reaches the cluster and returns run's view of it, with nothing
 // of the run's found or created yet.
-func (p Provider) connect(run string, logf func(string, ...any)) (*existingCluster, error) {
+func (p Substrate) connect(run string, logf func(string, ...any)) (*existingCluster, error) {
 	cfg, err := p.RESTConfig()
 	if err != nil {
 		return nil, err

@@ -66,7 +66,7 @@ const RetainEnv = "MESHCHAOS_KIND_RETAIN"
 // kubelet on a 2-core machine.
 const MaxNodes = 6
 
-// Substrate is the kind substrate as a cluster.Provider.
+// Substrate is the kind substrate as a cluster.Substrate.
 type Substrate struct {
 	// ImagesDir holds the image tarballs loaded into every node.
 	ImagesDir string
@@ -76,10 +76,10 @@ type Substrate struct {
 	Home string
 }
 
-// Name implements cluster.Provider.
+// Name implements cluster.Substrate.
 func (Substrate) Name() string { return "kind" }
 
-// Up implements cluster.Provider.
+// Up implements cluster.Substrate.
 func (s Substrate) Up(ctx context.Context, spec cluster.Spec) (cluster.Cluster, error) {
 	c, err := Up(ctx, Config{Name: spec.Name, Nodes: spec.Nodes, ImagesDir: s.ImagesDir, Image: s.Image, Home: s.Home, Logf: spec.Logf})
 	if err != nil {

@@ -579,7 +579,7 @@ func (c *Cluster) nodeIndex(name string) int {
 
 var _ cluster.Cluster = (*Cluster)(nil)
 
-// Substrate is the local substrate as a cluster.Provider: clusters in network namespaces on this
+// Substrate is the local substrate as a cluster.Substrate: clusters in network namespaces on this
 // host, state under Home, every tarball of ImagesDir loaded at start.
 type Substrate struct {
 	Home      string
@@ -588,10 +588,10 @@ type Substrate struct {
 	Connect func(name, stateDir string) []string
 }
 
-// Name implements cluster.Provider.
+// Name implements cluster.Substrate.
 func (Substrate) Name() string { return "local" }
 
-// Up implements cluster.Provider.
+// Up implements cluster.Substrate.
 func (s Substrate) Up(ctx context.Context, spec cluster.Spec) (cluster.Cluster, error) {
 	c, err := Up(ctx, Config{Name: spec.Name, Nodes: spec.Nodes, Home: s.Home, ImagesDir: s.ImagesDir, Logf: spec.Logf, Connect: s.Connect})
 	if err != nil {
