@@ -138,7 +138,7 @@ func oomKillControlPlane(ctx context.Context, s *experiment.State) (*chaos.Balla
 	if ballast, ok := s.CP.(subject.Ballaster); ok {
 		b.URL, b.Dial = ballast.BallastURL(pod, 2*limitMiB), m.Cluster.Dialer(m.Spec.CP.Node)
 	} else {
-		b.Hog = &chaos.Hog{Cluster: m.Cluster, Pod: pod, Container: s.CP.Container(), MiB: 2 * limitMiB}
+		b.MemoryHog = &chaos.MemoryHog{Cluster: m.Cluster, Pod: pod, Container: s.CP.Container(), MiB: 2 * limitMiB}
 	}
 	if err := s.Inject(ctx, b); err != nil {
 		return nil, time.Time{}, err

@@ -13,18 +13,18 @@ import (
 
 // Ballast drives a process's memory up, through its own chaos hook (the reference control
 // plane's /debug/ballast, subject.Ballaster) or, for a process without one, with a generic
-// memory hog charged to its container's memory cgroup (Hog): either way the kernel, not the
+// memory hog charged to its container's memory cgroup (MemoryHog): either way the kernel, not the
 // harness, then kills it at its limit. Inject proves the effect: it returns once the cgroup's
 // usage rose by MinGrowth.
 type Ballast struct {
 	// Target names the process in reports.
 	Target string
-	// URL starts the growth (POST) through the process's hook; empty: Hog does it.
+	// URL starts the growth (POST) through the process's hook; empty: MemoryHog does it.
 	URL string
 	// Dial reaches URL (a node's dialer).
 	Dial cluster.DialFunc
-	// Hog grows the memory from outside the process when URL is empty.
-	Hog *Hog
+	// MemoryHog grows the memory from outside the process when URL is empty.
+	MemoryHog *MemoryHog
 	// Usage reads the process's memory use in bytes (its cgroup); an error after the growth
 	// started (the process was killed) also proves the effect.
 	Usage func() (int64, error)
@@ -56,8 +56,8 @@ func (b *Ballast) Inject(ctx context.Context) (Evidence, error) {
 		if err := post(ctx, b.Dial, b.URL); err != nil {
 			return Evidence{}, fmt.Errorf("memory ballast %s: start: %w", b.Target, err)
 		}
-	case b.Hog != nil:
-		if hogDone, err = b.Hog.start(); err != nil {
+	case b.MemoryHog != nil:
+		if hogDone, err = b.MemoryHog.start(); err != nil {
 			return Evidence{}, fmt.Errorf("memory ballast %s: %w", b.Target, err)
 		}
 	default:
@@ -102,8 +102,8 @@ func (b *Ballast) Implementation() (string, bool) {
 // Clear implements Injector: the ballast lives in the process and goes with it; a hog stops by
 // itself when the process dies (or at its size), and Clear stops it now.
 func (b *Ballast) Clear(context.Context) (Evidence, error) {
-	if b.Hog != nil {
-		b.Hog.stop()
+	if b.MemoryHog != nil {
+		b.MemoryHog.stop()
 	}
 	u, err := b.Usage()
 	if err != nil {

@@ -483,7 +483,7 @@ func (c *existingCluster) startAgent(ctx context.Context) error {
 	if c.allow {
 		// Node commands run in the agent's container and inherit its oom_score_adj: a critical
 		// pod's (-997) rather than a best-effort pod's 1000, so that the generic memory hog
-		// (chaos.Hog), which joins the target's memory cgroup, is never the OOM killer's choice
+		// (chaos.MemoryHog), which joins the target's memory cgroup, is never the OOM killer's choice
 		// there (it refuses to start with a positive score).
 		ds.Spec.Template.Spec.PriorityClassName = "system-node-critical"
 	}

@@ -54,11 +54,11 @@ while [ "$k" -lt $((mib / 16)) ] && alive; do
 done
 wait`
 
-// Hog grows a container's memory from outside its process (hogScript), for control planes
+// MemoryHog grows a container's memory from outside its process (hogScript), for control planes
 // without a ballast hook of their own: the generic memory-pressure fault. It needs a substrate
 // whose cgroups the host can reach (cluster.Cluster.PodCgroup) and a shell on the node
 // (NodeExec).
-type Hog struct {
+type MemoryHog struct {
 	// Cluster runs the hog on the pod's node.
 	Cluster cluster.Cluster
 	// Pod and Container are the process whose memory grows.
@@ -72,7 +72,7 @@ type Hog struct {
 
 // start launches the hog on the pod's node; the channel gets its end (nil: it stopped by
 // itself, because the process was gone or the growth bound reached).
-func (h *Hog) start() (<-chan error, error) {
+func (h *MemoryHog) start() (<-chan error, error) {
 	k, err := nodeIndex(h.Cluster, h.Pod.Spec.NodeName)
 	if err != nil {
 		return nil, err
@@ -104,7 +104,7 @@ func (h *Hog) start() (<-chan error, error) {
 
 // stop ends the hog's shell; its pipeline ends by itself within the process's life or the
 // growth bound.
-func (h *Hog) stop() {
+func (h *MemoryHog) stop() {
 	if h.cancel != nil {
 		h.cancel()
 	}

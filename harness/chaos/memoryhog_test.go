@@ -69,7 +69,7 @@ func TestHogGetsTheContainersProcessOOMKilled(t *testing.T) {
 
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cp"}, Spec: corev1.PodSpec{NodeName: "n1"},
 		Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "discovery", ContainerID: "containerd://" + id}}}}
-	b := &Ballast{Target: "control-plane", Hog: &Hog{Cluster: &hostCluster{fakeCluster: fakeCluster{node: "n1"}, pod: pod},
+	b := &Ballast{Target: "control-plane", MemoryHog: &MemoryHog{Cluster: &hostCluster{fakeCluster: fakeCluster{node: "n1"}, pod: pod},
 		Pod: p, Container: "discovery", MiB: 128},
 		Usage: func() (int64, error) {
 			v, err := os.ReadFile(filepath.Join(memDir, usageFile))
