@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"net/http"
 	"os"
 	"runtime"
-	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/meshchaos/meshchaos/experiments/cpstarve"
 	"github.com/meshchaos/meshchaos/harness/cgroup"
 	"github.com/meshchaos/meshchaos/harness/chaos"
 	"github.com/meshchaos/meshchaos/harness/experiment"
@@ -33,7 +31,6 @@ import (
 	"github.com/meshchaos/meshchaos/harness/runner"
 	"github.com/meshchaos/meshchaos/harness/subject"
 	"github.com/meshchaos/meshchaos/results"
-	"github.com/meshchaos/meshchaos/results/stats"
 )
 
 // Incident 3: a business pod on the node that also ran the control plane and the ingress
@@ -46,18 +43,6 @@ import (
 // The incident's configuration is the default: no requests or limits on the control plane
 // (BestEffort: 2 shares against the neighbour's request-derived shares), one replica, on the
 // busy node with the gateways. The mitigations are parameters.
-
-// Probe series names (results.Probes).
-const (
-	seriesXDS       = "xds"           // a new proxy's stream and first response
-	seriesInject    = "inject"        // a pod creation through the injection webhook (dry run)
-	seriesValidate  = "validate"      // an invalid ServiceEntry (dry run): OK = refused
-	seriesStaleness = "staleness"     // a ServiceEntry created in the window until every gateway serves it
-	seriesCPStatus  = "cp-status"     // the control plane's pods: OK = one Running, value = Ready pods
-	seriesNodeCPU   = "node-cpu"      // the busy node's pods' CPU use (CPUs)
-	seriesNodeThrot = "node-throttle" // share of CFS periods the busy node's pods were throttled
-	seriesCPCPU     = "cp-cpu"        // the control plane pod's CPU use (CPUs)
-)
 
 // starveNamespace is the injected namespace the admission probes create pods in.
 const starveNamespace = "starve-apps"
@@ -243,7 +228,7 @@ func starveChaos(ctx context.Context, s *experiment.State) error {
 		return err
 	}
 	sum := s.Summary()
-	if f, err := figures(&sum); err == nil {
+	if f, err := cpstarve.Measure(&sum); err == nil {
 		s.Event("starvation.figures", "cp-cpu-starvation", fmt.Sprintf(
 			"baseline: xDS availability %.1f %%, injection admitted %.1f %%; window: xDS availability %.1f %%, injection admitted %.1f %% (P99 %.0f ms), invalid config accepted %d (validation P99 %.0f ms), staleness P99 %.1f s; "+
 				"lying: Running %.1f s / Ready %.1f s while not serving xDS; busy node's pods %.2f CPU (throttled %.0f %% of periods), control plane %.3f CPU; "+
@@ -270,7 +255,7 @@ func recovered(p *results.Probes) bool {
 		return false
 	}
 	var after []results.ProbeSample
-	for _, x := range p.Series[seriesXDS] {
+	for _, x := range p.Series[cpstarve.SeriesXDS] {
 		if x.T >= p.Window.End {
 			after = append(after, x)
 		}
@@ -310,9 +295,9 @@ func starveProbes(s *experiment.State, pods *cgroup.Group, xdsOpts []grpc.DialOp
 	ic, icErr := istioclient.NewForConfig(m.Cluster.RESTConfig())
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	probes := []observe.Probe{
-		{Name: seriesXDS, Timeout: v.Duration("xdsDeadline"),
+		{Name: cpstarve.SeriesXDS, Timeout: v.Duration("xdsDeadline"),
 			Run: observe.XDSProbe(m.XDSAddress(), m.Namespace, m.Cluster.Dialer(m.Spec.Gateway.Node), "type.googleapis.com/envoy.config.cluster.v3.Cluster", xdsOpts...)},
-		{Name: seriesInject, Timeout: 15 * time.Second, Run: func(ctx context.Context) (float64, error) {
+		{Name: cpstarve.SeriesInject, Timeout: 15 * time.Second, Run: func(ctx context.Context) (float64, error) {
 			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: starveNamespace},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "probe"}}}}
 			got, err := cs.CoreV1().Pods(starveNamespace).Create(ctx, p, dry)
@@ -324,7 +309,7 @@ func starveProbes(s *experiment.State, pods *cgroup.Group, xdsOpts []grpc.DialOp
 			}
 			return 1, nil
 		}},
-		{Name: seriesValidate, Timeout: 15 * time.Second, Run: func(ctx context.Context) (float64, error) {
+		{Name: cpstarve.SeriesValidate, Timeout: 15 * time.Second, Run: func(ctx context.Context) (float64, error) {
 			if icErr != nil {
 				return 0, icErr
 			}
@@ -344,7 +329,7 @@ func starveProbes(s *experiment.State, pods *cgroup.Group, xdsOpts []grpc.DialOp
 			}
 			return 0, err
 		}},
-		{Name: seriesCPStatus, Run: func(ctx context.Context) (float64, error) {
+		{Name: cpstarve.SeriesCPStatus, Run: func(ctx context.Context) (float64, error) {
 			list, err := cs.CoreV1().Pods(s.CP.Namespace()).List(ctx, metav1.ListOptions{LabelSelector: s.CP.Selector()})
 			if err != nil {
 				return 0, err
@@ -364,11 +349,11 @@ func starveProbes(s *experiment.State, pods *cgroup.Group, xdsOpts []grpc.DialOp
 			}
 			return float64(ready), nil
 		}},
-		{Name: seriesNodeCPU, Run: observe.CPURateProbe(pods)},
-		{Name: seriesNodeThrot, Run: observe.ThrottleProbe(pods)},
+		{Name: cpstarve.SeriesNodeCPU, Run: observe.CPURateProbe(pods)},
+		{Name: cpstarve.SeriesNodeThrottle, Run: observe.ThrottleProbe(pods)},
 	}
 	if g, err := m.Cluster.PodCgroup(cpPodOn(s, busyNode)); err == nil {
-		probes = append(probes, observe.Probe{Name: seriesCPCPU, Run: observe.CPURateProbe(g)})
+		probes = append(probes, observe.Probe{Name: cpstarve.SeriesCPCPU, Run: observe.CPURateProbe(g)})
 	} else {
 		s.Logf("control plane cgroup: %v (its CPU is not followed)", err)
 	}
@@ -418,7 +403,7 @@ func (st *staleness) create(ctx context.Context) {
 		sample := results.ProbeSample{}
 		defer func() {
 			sample.Ms = float64(time.Since(start).Milliseconds())
-			st.prober.Add(seriesStaleness, start, sample)
+			st.prober.Add(cpstarve.SeriesStaleness, start, sample)
 		}()
 		ic, err := istioclient.NewForConfig(m.Cluster.RESTConfig())
 		if err == nil {
@@ -489,222 +474,11 @@ func serves(ctx context.Context, c *http.Client, ip, host string) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// starveFigures are what the probes measured, for the checks and the report.
-type starveFigures struct {
-	// XDSAvailability is the share of xDS probes in the window that succeeded, in percent;
-	// BaselineXDS the share before it, under the same node budget without the neighbour.
-	XDSAvailability, BaselineXDS float64
-	// BaselineInject is InjectSuccess before the window.
-	BaselineInject float64
-	// InjectSuccess is the share of pod creations in the window the injection webhook admitted
-	// (with a sidecar), in percent; InvalidAccepted the invalid ServiceEntries accepted.
-	InjectSuccess   float64
-	InvalidAccepted int
-	// InjectP99Ms and ValidateP99Ms are the admission latencies' P99 in the window (the
-	// apiserver waits up to the webhooks' 10 s timeout).
-	InjectP99Ms, ValidateP99Ms float64
-	// StalenessP99 is the P99 of the changes' times to be served (seconds); a change never
-	// served counts with the time it waited.
-	StalenessP99 float64
-	// RunningNotServing and ReadyNotServing are seconds the control plane was reported
-	// Running (Ready) while new proxies got no xDS response: the time it was lying.
-	RunningNotServing, ReadyNotServing float64
-	// Recovery is seconds from the window's end until the mesh serves again: xDS answered
-	// (three in a row), the window's changes served, traffic clean (three seconds in a row);
-	// +Inf when that never happened.
-	Recovery float64
-	// NodeCPU and CPCPU are the mean CPUs used in the window by the busy node's pods and by the
-	// control plane; NodeThrottled the mean share of throttled periods.
-	NodeCPU, CPCPU, NodeThrottled float64
-	// NeighbourShare is the share of NodeCPU not used by the control plane, in percent.
-	NeighbourShare float64
-	// GatewayDisconnects counts gateway xDS disconnects on the timeline.
-	GatewayDisconnects int
-}
-
-// figures computes the figures from a summary; an error when the probes did not run.
-func figures(s *results.Summary) (starveFigures, error) {
-	var f starveFigures
-	p := s.Probes
-	if p == nil || p.Window == nil || p.Window.End == 0 {
-		return f, errors.New("the probes or the starvation window were not recorded")
-	}
-	w := *p.Window
-	in := func(x results.ProbeSample) bool { return x.T >= w.Start && x.T < w.End }
-	before := func(x results.ProbeSample) bool { return x.T < w.Start }
-	rateIn := func(in func(results.ProbeSample) bool, where, series string, ok func(results.ProbeSample) bool) (float64, int, error) {
-		n, good := 0, 0
-		for _, x := range p.Series[series] {
-			if in(x) {
-				n++
-				if ok(x) {
-					good++
-				}
-			}
-		}
-		if n == 0 {
-			return 0, 0, fmt.Errorf("no %s probe %s", series, where)
-		}
-		return 100 * float64(good) / float64(n), n - good, nil
-	}
-	rate := func(series string, ok func(results.ProbeSample) bool) (float64, int, error) {
-		return rateIn(in, "in the window", series, ok)
-	}
-	var err error
-	okf := func(x results.ProbeSample) bool { return x.OK }
-	if f.XDSAvailability, _, err = rate(seriesXDS, okf); err != nil {
-		return f, err
-	}
-	if f.InjectSuccess, _, err = rate(seriesInject, okf); err != nil {
-		return f, err
-	}
-	// The same probes under the same budget before the neighbour: what this host gave the
-	// control plane without it, the measure the window's availability is held against.
-	if f.BaselineXDS, _, err = rateIn(before, "before the window (raise baseline)", seriesXDS, okf); err != nil {
-		return f, err
-	}
-	if f.BaselineInject, _, err = rateIn(before, "before the window (raise baseline)", seriesInject, okf); err != nil {
-		return f, err
-	}
-	if _, f.InvalidAccepted, err = rate(seriesValidate, func(x results.ProbeSample) bool {
-		return x.OK || !strings.Contains(x.Error, "accepted")
-	}); err != nil {
-		return f, err
-	}
-	f.InjectP99Ms = p99(p.Series[seriesInject], in)
-	f.ValidateP99Ms = p99(p.Series[seriesValidate], in)
-	var stale []float64
-	for _, x := range p.Series[seriesStaleness] {
-		stale = append(stale, x.Ms/1000)
-	}
-	if len(stale) == 0 {
-		return f, errors.New("no config change was timed")
-	}
-	sort.Float64s(stale)
-	f.StalenessP99 = stats.Percentile(stale, 0.99)
-
-	// Time lying: each failed xDS probe stands for the probe interval; the control plane's
-	// status is the nearest status sample.
-	status := p.Series[seriesCPStatus]
-	xds := p.Series[seriesXDS]
-	for i, x := range xds {
-		if x.OK || len(status) == 0 {
-			continue
-		}
-		dt := 0.5
-		if i+1 < len(xds) {
-			dt = xds[i+1].T - x.T
-		}
-		st := nearest(status, x.T)
-		if st.OK {
-			f.RunningNotServing += dt
-			if st.Value > 0 {
-				f.ReadyNotServing += dt
-			}
-		}
-	}
-
-	// Recovery: from the window's end until new proxies get xDS again (the first of three
-	// successes in a row), every change made in the window is served, and the traffic is clean
-	// again (the first of three error-free seconds). A single failure later on is noise of a
-	// shared host, not a mesh still down.
-	f.Recovery = recovery(s, p, xds)
-
-	f.NodeCPU = meanIn(p.Series[seriesNodeCPU], in)
-	f.NodeThrottled = meanIn(p.Series[seriesNodeThrot], in)
-	f.CPCPU = meanIn(p.Series[seriesCPCPU], in)
-	if f.NodeCPU <= 0 {
-		return f, errors.New("the busy node's pods used no CPU in the window: no neighbour ran")
-	}
-	f.NeighbourShare = 100
-	if s.Params["isolate"] != "true" {
-		f.NeighbourShare = 100 * max(0, f.NodeCPU-f.CPCPU) / f.NodeCPU
-	}
-	for _, e := range s.Events {
-		if e.Kind == "gateway.xds" && strings.HasPrefix(e.Detail, "disconnected") {
-			f.GatewayDisconnects++
-		}
-	}
-	return f, nil
-}
-
-// sustained is the start of the first run of three consecutive true values from i on, or -1.
-func sustained(n int, ok func(int) bool, from int) int {
-	for i := from; i+2 < n; i++ {
-		if ok(i) && ok(i+1) && ok(i+2) {
-			return i
-		}
-	}
-	return -1
-}
-
-func recovery(s *results.Summary, p *results.Probes, xds []results.ProbeSample) float64 {
-	end := p.Window.End
-	after := sort.Search(len(xds), func(i int) bool { return xds[i].T >= end })
-	i := sustained(len(xds), func(i int) bool { return xds[i].OK }, after)
-	if i < 0 {
-		return math.Inf(1)
-	}
-	last := xds[i].T
-	for _, x := range p.Series[seriesStaleness] {
-		if !x.OK {
-			return math.Inf(1)
-		}
-		last = max(last, x.T+x.Ms/1000)
-	}
-	if t := s.Traffic; t != nil && len(t.Series) > 0 {
-		off := t.StartedAt.Sub(p.StartedAt).Seconds()
-		first := sort.Search(len(t.Series), func(i int) bool { return off+float64(t.Series[i].T) >= end })
-		j := sustained(len(t.Series), func(i int) bool { return t.Series[i].Errors == 0 }, first)
-		if j < 0 {
-			return math.Inf(1)
-		}
-		last = max(last, off+float64(t.Series[j].T))
-	}
-	return max(0, last-end)
-}
-
-func nearest(ss []results.ProbeSample, t float64) results.ProbeSample {
-	i := sort.Search(len(ss), func(i int) bool { return ss[i].T >= t })
-	switch {
-	case i == len(ss):
-		return ss[i-1]
-	case i > 0 && t-ss[i-1].T < ss[i].T-t:
-		return ss[i-1]
-	}
-	return ss[i]
-}
-
-// p99 is the P99 of the durations of the samples in the window, in ms.
-func p99(ss []results.ProbeSample, in func(results.ProbeSample) bool) float64 {
-	var ms []float64
-	for _, x := range ss {
-		if in(x) {
-			ms = append(ms, x.Ms)
-		}
-	}
-	slices.Sort(ms)
-	return stats.Percentile(ms, 0.99)
-}
-
-func meanIn(ss []results.ProbeSample, in func(results.ProbeSample) bool) float64 {
-	sum, n := 0.0, 0
-	for _, x := range ss {
-		if x.OK && in(x) {
-			sum, n = sum+x.Value, n+1
-		}
-	}
-	if n == 0 {
-		return 0
-	}
-	return sum / float64(n)
-}
-
 // relative is a window's figure as a percentage of the baseline's (at most 100); a baseline of 0
 // (the control plane served nothing even without the neighbour) is an error: nothing to judge.
-func relative(get func(starveFigures) (window, baseline float64)) func(*results.Summary) (float64, error) {
+func relative(get func(cpstarve.Figures) (window, baseline float64)) func(*results.Summary) (float64, error) {
 	return func(s *results.Summary) (float64, error) {
-		f, err := figures(s)
+		f, err := cpstarve.Measure(s)
 		if err != nil {
 			return 0, err
 		}
@@ -716,9 +490,9 @@ func relative(get func(starveFigures) (window, baseline float64)) func(*results.
 	}
 }
 
-func figure(get func(starveFigures) float64) func(*results.Summary) (float64, error) {
+func figure(get func(cpstarve.Figures) float64) func(*results.Summary) (float64, error) {
 	return func(s *results.Summary) (float64, error) {
-		f, err := figures(s)
+		f, err := cpstarve.Measure(s)
 		return get(f), err
 	}
 }
@@ -729,17 +503,17 @@ func starveChecks(v params.Values) []runner.Check {
 		// node budget, no neighbour): a busy host fails some probes of a healthy control plane
 		// too (a mitigated run measured 93.8 % on a host loaded by other tests), and that is
 		// not the starvation the experiment is about.
-		runner.Metric("xDS availability in the window, of the baseline's", relative(func(f starveFigures) (float64, float64) { return f.XDSAvailability, f.BaselineXDS }),
+		runner.Metric("xDS availability in the window, of the baseline's", relative(func(f cpstarve.Figures) (float64, float64) { return f.XDSAvailability, f.BaselineXDS }),
 			results.GE, v.Float("minAvailability"), "%"),
-		runner.Metric("pod creations admitted by the injection webhook in the window, of the baseline's", relative(func(f starveFigures) (float64, float64) { return f.InjectSuccess, f.BaselineInject }),
+		runner.Metric("pod creations admitted by the injection webhook in the window, of the baseline's", relative(func(f cpstarve.Figures) (float64, float64) { return f.InjectSuccess, f.BaselineInject }),
 			results.GE, v.Float("minAvailability"), "%"),
-		runner.Metric("invalid config accepted in the window (validation failed open)", figure(func(f starveFigures) float64 { return float64(f.InvalidAccepted) }), results.LE, 0, ""),
-		runner.Metric("config staleness P99", figure(func(f starveFigures) float64 { return f.StalenessP99 }), results.LE, v.Duration("maxStalenessP99").Seconds(), "s"),
+		runner.Metric("invalid config accepted in the window (validation failed open)", figure(func(f cpstarve.Figures) float64 { return float64(f.InvalidAccepted) }), results.LE, 0, ""),
+		runner.Metric("config staleness P99", figure(func(f cpstarve.Figures) float64 { return f.StalenessP99 }), results.LE, v.Duration("maxStalenessP99").Seconds(), "s"),
 		runner.StatusRate("5xx", results.LE, 0),
-		runner.Metric("recovery after the window", figure(func(f starveFigures) float64 { return f.Recovery }), results.LE, v.Duration("maxRecovery").Seconds(), "s"),
+		runner.Metric("recovery after the window", figure(func(f cpstarve.Figures) float64 { return f.Recovery }), results.LE, v.Duration("maxRecovery").Seconds(), "s"),
 		// Proof that the neighbour took the busy node: of the CPU its pods got in the window,
 		// the control plane had next to nothing (the host's share of the budget varies with
 		// its load, so the proof is the split, not an absolute figure).
-		runner.Metric("busy node's pod CPU taken by others than the control plane", figure(func(f starveFigures) float64 { return f.NeighbourShare }), results.GE, 90, "%"),
+		runner.Metric("busy node's pod CPU taken by others than the control plane", figure(func(f cpstarve.Figures) float64 { return f.NeighbourShare }), results.GE, 90, "%"),
 	}
 }

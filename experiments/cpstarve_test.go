@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/meshchaos/meshchaos/experiments/cpstarve"
 	"github.com/meshchaos/meshchaos/harness/suite"
 	"github.com/meshchaos/meshchaos/results"
 )
@@ -72,7 +73,7 @@ func init() { caseAssertions["cp-cpu-starvation"] = assertCPUStarvation }
 // their times, for the reader of a failure.
 func assertCPUStarvation(t *testing.T, c suite.Case, s results.Summary, _ string) {
 	if s.Probes != nil {
-		for _, name := range []string{seriesXDS, seriesInject, seriesValidate} {
+		for _, name := range []string{cpstarve.SeriesXDS, cpstarve.SeriesInject, cpstarve.SeriesValidate} {
 			for _, x := range s.Probes.Series[name] {
 				if !x.OK {
 					t.Logf("%s probe failed at %.1f s (window %+v) after %.0f ms: %s", name, x.T, *s.Probes.Window, x.Ms, x.Error)
@@ -80,7 +81,7 @@ func assertCPUStarvation(t *testing.T, c suite.Case, s results.Summary, _ string
 			}
 		}
 	}
-	f, err := figures(&s)
+	f, err := cpstarve.Measure(&s)
 	require.NoError(t, err)
 	t.Logf("%s: %+v", c.Name(), f)
 	if c.Expect.Verdict == results.VerdictFail {
@@ -102,25 +103,25 @@ func TestStarvationFigures(t *testing.T) {
 	for i := 0; i < 60; i++ {
 		tt := float64(i) * 0.5
 		// xDS fails from 12 s to 22 s; the pod is Ready until 15 s, Running throughout.
-		add(seriesXDS, tt, tt < 12 || tt >= 22, 10, 0, "")
+		add(cpstarve.SeriesXDS, tt, tt < 12 || tt >= 22, 10, 0, "")
 		ready := 1.0
 		if tt >= 15 && tt < 22 {
 			ready = 0
 		}
-		add(seriesCPStatus, tt, true, 1, ready, "")
-		add(seriesInject, tt, tt < 12, 5, 0, "")
+		add(cpstarve.SeriesCPStatus, tt, true, 1, ready, "")
+		add(cpstarve.SeriesInject, tt, tt < 12, 5, 0, "")
 		validateErr := ""
 		if tt >= 12 && tt < 14 {
 			validateErr = "invalid ServiceEntry accepted (the validation webhook failed open)"
 		}
-		add(seriesValidate, tt, validateErr == "", 5, 0, validateErr)
-		add(seriesNodeCPU, tt, true, 0, 1, "")
-		add(seriesCPCPU, tt, true, 0, 0.01, "")
-		add(seriesNodeThrot, tt, true, 0, 0.5, "")
+		add(cpstarve.SeriesValidate, tt, validateErr == "", 5, 0, validateErr)
+		add(cpstarve.SeriesNodeCPU, tt, true, 0, 1, "")
+		add(cpstarve.SeriesCPCPU, tt, true, 0, 0.01, "")
+		add(cpstarve.SeriesNodeThrottle, tt, true, 0, 0.5, "")
 	}
 	// Changes at 12 s and 14 s, served at 23 s and 24 s.
-	add(seriesStaleness, 12, true, 11000, 0, "")
-	add(seriesStaleness, 14, true, 10000, 0, "")
+	add(cpstarve.SeriesStaleness, 12, true, 11000, 0, "")
+	add(cpstarve.SeriesStaleness, 14, true, 10000, 0, "")
 	s := &results.Summary{Probes: p, Params: map[string]string{"isolate": "false"},
 		Traffic: &results.Traffic{StartedAt: start, Series: []results.Second{}}}
 	for i := 0; i < 30; i++ {
@@ -130,7 +131,7 @@ func TestStarvationFigures(t *testing.T) {
 		}
 		s.Traffic.Series = append(s.Traffic.Series, results.Second{T: i, Requests: 10, Errors: errs})
 	}
-	f, err := figures(s)
+	f, err := cpstarve.Measure(s)
 	require.NoError(t, err)
 	assert.InDelta(t, 20.0, f.XDSAvailability, 0.01, "4 of 20 window probes answered")
 	assert.InDelta(t, 20.0, f.InjectSuccess, 0.01)
@@ -146,8 +147,8 @@ func TestStarvationFigures(t *testing.T) {
 
 	// The checks hold the window against the baseline: a host that failed a fifth of the
 	// probes before the neighbour too makes the window's 20 % a quarter of what it gave.
-	for i := range p.Series[seriesXDS][:20] {
-		p.Series[seriesXDS][i].OK = i%5 != 0
+	for i := range p.Series[cpstarve.SeriesXDS][:20] {
+		p.Series[cpstarve.SeriesXDS][i].OK = i%5 != 0
 	}
 	d, ok := Lookup("cp-cpu-starvation")
 	require.True(t, ok)
@@ -162,18 +163,18 @@ func TestStarvationFigures(t *testing.T) {
 	assert.InDelta(t, 25.0, checks["xDS availability in the window, of the baseline's"].Observed, 0.01)
 	assert.InDelta(t, 20.0, checks["pod creations admitted by the injection webhook in the window, of the baseline's"].Observed, 0.01)
 	// Nothing served before the window: nothing to judge.
-	for i := range p.Series[seriesXDS][:20] {
-		p.Series[seriesXDS][i].OK = false
+	for i := range p.Series[cpstarve.SeriesXDS][:20] {
+		p.Series[cpstarve.SeriesXDS][i].OK = false
 	}
 	_, err = starveChecks(v)[0](s)
 	assert.ErrorContains(t, err, "no probe succeeded before the window")
-	for i := range p.Series[seriesXDS][:20] {
-		p.Series[seriesXDS][i].OK = true
+	for i := range p.Series[cpstarve.SeriesXDS][:20] {
+		p.Series[cpstarve.SeriesXDS][i].OK = true
 	}
 
 	// A change never served: never recovered.
-	p.Series[seriesStaleness] = append(p.Series[seriesStaleness], results.ProbeSample{T: 16, OK: false, Ms: 20000})
-	f, err = figures(s)
+	p.Series[cpstarve.SeriesStaleness] = append(p.Series[cpstarve.SeriesStaleness], results.ProbeSample{T: 16, OK: false, Ms: 20000})
+	f, err = cpstarve.Measure(s)
 	require.NoError(t, err)
 	assert.True(t, math.IsInf(f.Recovery, 1))
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/meshchaos/meshchaos/experiments/soak"
 	"github.com/meshchaos/meshchaos/harness/chaos"
 	"github.com/meshchaos/meshchaos/harness/experiment"
 	"github.com/meshchaos/meshchaos/harness/kube"
@@ -264,7 +265,7 @@ func soakChaos(ctx context.Context, s *experiment.State) error {
 		return fmt.Errorf("control plane %s serves no pprof: the soak needs its goroutine and heap profiles", s.CP.Name())
 	}
 	every := v.Duration("faultEvery")
-	rec := &observe.SoakRecorder{MetricsURL: s.CP.AdminURL(s.CPPod) + s.CP.MetricsPath(), Dial: m.Cluster.Dialer(max(m.Spec.CP.Node, 1)), FaultEvery: every}
+	rec := &soak.Recorder{MetricsURL: s.CP.AdminURL(s.CPPod) + s.CP.MetricsPath(), Dial: m.Cluster.Dialer(max(m.Spec.CP.Node, 1)), FaultEvery: every}
 	if err := s.Measure(rec); err != nil {
 		return err
 	}

@@ -17,6 +17,9 @@ import (
 // app's restarts.
 type Role string
 
+// RoleHarness is the harness's own process.
+const RoleHarness Role = "harness"
+
 // RoleControlPlane is the control plane under test; any other role (e.g. "app", "gateway") is a
 // workload.
 const RoleControlPlane Role = "control-plane"
@@ -56,6 +59,10 @@ func cpStats(s *results.Summary) *results.ControlPlaneStats {
 }
 
 // status sets the measurement's health entry in s (one per name and role).
+// RecordStatus records a measurement's status in the summary, as observe's own measurements do
+// (for measurements of an experiment's own, outside this package).
+func RecordStatus(s *results.Summary, m results.Measurement) { status(s, m) }
+
 func status(s *results.Summary, m results.Measurement) {
 	for i := range s.Measurements {
 		if s.Measurements[i].Name == m.Name && s.Measurements[i].Role == m.Role {

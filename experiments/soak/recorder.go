@@ -1,4 +1,9 @@
-package observe
+// Package soak is the soak experiment's own code below its registration (experiments/soak.go):
+// the recorder that follows the control plane's and the harness's memory and goroutines over a
+// long run, and the trends fitted to them (results.Soak holds what it records). The rule
+// (docs/DESIGN.md): an experiment's measurement that no other experiment uses lives in
+// experiments/NAME/.
+package soak
 
 import (
 	"context"
@@ -6,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meshchaos/meshchaos/harness/observe"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -17,22 +23,19 @@ const (
 	metricProcessStart = "process_start_time_seconds"
 )
 
-// RoleHarness is the harness's own process.
-const RoleHarness Role = "harness"
-
-// SoakRecorder follows the memory and goroutines of the control plane (through its metrics) and
+// Recorder follows the memory and goroutines of the control plane (through its metrics) and
 // of the harness's own process over a long run, keeps the faults the experiment reports, and
 // fits the trends when gathered into the summary (results.Soak).
-type SoakRecorder struct {
+type Recorder struct {
 	// MetricsURL is the control plane's Prometheus endpoint; Dial reaches it.
 	MetricsURL string
-	Dial       DialContext
+	Dial       observe.DialContext
 	// Interval is the sampling period (default 10 s).
 	Interval time.Duration
 	// FaultEvery is the fault cycle's period, for the report.
 	FaultEvery time.Duration
 
-	scraper *Scraper
+	scraper *observe.Scraper
 	mu      sync.Mutex
 	soak    results.Soak
 	reads   int
@@ -40,15 +43,15 @@ type SoakRecorder struct {
 	lastErr error
 }
 
-// Name implements Measurement.
-func (r *SoakRecorder) Name() string { return "soak" }
+// Name implements observe.Measurement.
+func (r *Recorder) Name() string { return "soak" }
 
-// Role implements Measurement.
-func (r *SoakRecorder) Role() Role { return RoleHarness }
+// Role implements observe.Measurement.
+func (r *Recorder) Role() observe.Role { return observe.RoleHarness }
 
-// Start implements Measurement: a sample now and then every Interval.
-func (r *SoakRecorder) Start(ctx context.Context, sink Sink) error {
-	r.scraper = NewScraper(r.MetricsURL, r.Dial)
+// Start implements observe.Measurement: a sample now and then every Interval.
+func (r *Recorder) Start(ctx context.Context, sink observe.Sink) error {
+	r.scraper = observe.NewScraper(r.MetricsURL, r.Dial)
 	r.scraper.Keep = func(name string) bool {
 		return name == metricHeapAlloc || name == metricGoroutines || name == metricProcessStart
 	}
@@ -77,7 +80,7 @@ func (r *SoakRecorder) Start(ctx context.Context, sink Sink) error {
 // passes collect, e.g. a heap profile with ?gc=1, which runs a GC in the control plane), and the
 // harness runs a GC itself. The trends are fitted to these samples. It also keeps the traffic's
 // last minute (the steady state before the next fault).
-func (r *SoakRecorder) Settle(ctx context.Context, collect func(ctx context.Context) error, traffic *results.Traffic) results.SoakSample {
+func (r *Recorder) Settle(ctx context.Context, collect func(ctx context.Context) error, traffic *results.Traffic) results.SoakSample {
 	var collectErr error
 	if collect != nil {
 		collectErr = collect(ctx)
@@ -93,7 +96,7 @@ func (r *SoakRecorder) Settle(ctx context.Context, collect func(ctx context.Cont
 }
 
 // Fault records a fault of the cycle.
-func (r *SoakRecorder) Fault(f results.SoakFault) {
+func (r *Recorder) Fault(f results.SoakFault) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.soak.Faults = append(r.soak.Faults, f)
@@ -101,28 +104,28 @@ func (r *SoakRecorder) Fault(f results.SoakFault) {
 
 // Goroutines records the comparison of the goroutine profiles of the control plane and of the
 // harness (either may be nil).
-func (r *SoakRecorder) Goroutines(cp, harness *results.GoroutineDelta) {
+func (r *Recorder) Goroutines(cp, harness *results.GoroutineDelta) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.soak.ControlPlaneGoroutines, r.soak.HarnessGoroutines = cp, harness
 }
 
-func (r *SoakRecorder) add(to *[]results.SoakSample, x results.SoakSample) {
+func (r *Recorder) add(to *[]results.SoakSample, x results.SoakSample) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	*to = append(*to, x)
 }
 
 // sample reads both processes now.
-func (r *SoakRecorder) sample(ctx context.Context, gc bool) results.SoakSample {
+func (r *Recorder) sample(ctx context.Context, gc bool) results.SoakSample {
 	x := results.SoakSample{At: time.Now().UTC()}
-	heap, g := OwnMemory(gc)
+	heap, g := observe.OwnMemory(gc)
 	x.HarnessHeapBytes, x.HarnessGoroutines = heap, g
 	// The harness's live heap on every sample: a GC here costs milliseconds, and the trend
 	// fitted to a sample every Interval is one a short soak can judge.
 	x.HarnessLiveBytes = heap
 	if !gc {
-		x.HarnessLiveBytes, _ = OwnMemory(true)
+		x.HarnessLiveBytes, _ = observe.OwnMemory(true)
 	}
 	err := r.scraper.Scrape(ctx)
 	if err == nil {
@@ -146,29 +149,29 @@ func (r *SoakRecorder) sample(ctx context.Context, gc bool) results.SoakSample {
 	return x
 }
 
-// Gather implements Measurement: the samples, the faults, and the trends fitted to the settled
+// Gather implements observe.Measurement: the samples, the faults, and the trends fitted to the settled
 // samples (the control plane's by process lifetime).
-func (r *SoakRecorder) Gather(s *results.Summary) {
+func (r *Recorder) Gather(s *results.Summary) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := results.Measurement{Name: r.Name(), Role: string(r.Role()), Samples: r.reads, Failures: r.fails, OK: r.reads > r.fails}
 	if r.lastErr != nil {
 		st.Error = r.lastErr.Error()
 	}
-	status(s, st)
+	observe.RecordStatus(s, st)
 	out := r.soak
 	out.Faults = append([]results.SoakFault(nil), r.soak.Faults...)
 	out.Samples = append([]results.SoakSample(nil), r.soak.Samples...)
 	out.Settled = append([]results.SoakSample(nil), r.soak.Settled...)
-	out.ControlPlaneHeap, out.HarnessHeap = SoakTrends(out.Samples, out.Settled)
+	out.ControlPlaneHeap, out.HarnessHeap = Trends(out.Samples, out.Settled)
 	s.Soak = &out
 }
 
-// SoakTrends fits the live heaps against time: the control plane's over the settled samples
+// Trends fits the live heaps against time: the control plane's over the settled samples
 // where it was read, one segment per process lifetime; the harness's over the periodic and
 // settled samples' live heap from the first settled sample on (before it the run is still
 // starting: traffic ramps up, the steady period), one segment. nil where too few points remain.
-func SoakTrends(samples, settled []results.SoakSample) (cp, harness *results.Growth) {
+func Trends(samples, settled []results.SoakSample) (cp, harness *results.Growth) {
 	if len(settled) == 0 {
 		return nil, nil
 	}
