@@ -107,6 +107,8 @@ type plan struct {
 	Needs      []string `json:"needs"`
 	// DryRun is set by run --dry-run: every input was checked as the run checks it.
 	DryRun bool `json:"dryRun,omitempty"`
+	// KeepCluster is run --keep-cluster's value when it keeps the cluster (on-failure, always).
+	KeepCluster string `json:"keepCluster,omitempty"`
 }
 
 // planParam is a resolved parameter; Default says it was not given with --set.
@@ -264,6 +266,9 @@ func printPlan(w io.Writer, format string, p plan) error {
 	fmt.Fprintln(w, "needs:")
 	for _, n := range p.Needs {
 		fmt.Fprintf(w, "  %s\n", n)
+	}
+	if p.KeepCluster != "" {
+		fmt.Fprintf(w, "keeps the cluster at the end: %s (--keep-cluster)\n", p.KeepCluster)
 	}
 	if p.DryRun {
 		fmt.Fprintln(w, "dry run: every input checked as the run checks it; nothing created")

@@ -125,6 +125,14 @@ func TestRunDryRun(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &p), out)
 	assert.True(t, p.DryRun)
 	assert.Equal(t, "cp-oom-restart", p.Experiment)
+	assert.Empty(t, p.KeepCluster, "the default tears the cluster down")
+
+	code, out, errOut = runSplit(t, "run", "cp-oom-restart", "--dry-run", "--images", images, "--keep-cluster=on-failure")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "keeps the cluster at the end: on-failure")
+	code, _, errOut = runSplit(t, "run", "cp-oom-restart", "--dry-run", "--images", images, "--keep-cluster=sometimes")
+	assert.Equal(t, 2, code, "a bad --keep-cluster is refused by a dry run as by a run")
+	assert.Contains(t, errOut, "--keep-cluster")
 
 	code, out, errOut = runSplit(t, "run", "cp-oom-restart", "--dry-run", "--images", images, "--out", filepath.Join(cwd, "mine"))
 	require.Equal(t, 0, code, errOut)

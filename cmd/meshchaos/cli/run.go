@@ -100,6 +100,9 @@ func (j job) dryRun(w io.Writer, format string) error {
 	}
 	p := newPlan(j, c.def, c.vals, c.sut)
 	p.DryRun = true
+	if keep, err := experiment.ParseKeep(j.Keep); err == nil && keep != experiment.KeepNever {
+		p.KeepCluster = string(keep) // check refused a bad value already
+	}
 	return printPlan(w, format, p)
 }
 
