@@ -62,6 +62,10 @@ func TestControlPlaneManifests(t *testing.T) {
 	probe, _, _ := unstructured.NestedMap(c, "readinessProbe")
 	require.Equal(t, map[string]any{"httpGet": map[string]any{"path": "/ready", "port": float64(8080)},
 		"initialDelaySeconds": float64(1), "periodSeconds": float64(3), "timeoutSeconds": float64(5), "failureThreshold": float64(3)}, probe)
+	// GOMAXPROCS from the CPU limit, as istiod's chart has it.
+	env, _, _ := unstructured.NestedSlice(c, "env")
+	require.Contains(t, env, map[string]any{"name": "GOMAXPROCS",
+		"valueFrom": map[string]any{"resourceFieldRef": map[string]any{"resource": "limits.cpu", "divisor": "1"}}})
 	ports, _, _ := unstructured.NestedSlice(kinds["Service"].Object, "spec", "ports")
 	var names []string
 	for _, p := range ports {
