@@ -1,5 +1,9 @@
 // Package sotwserver serves SotW xDS streams as go-control-plane's server (v0.14.0) does, but
 // keeps a stream's subscription when a request repeats the names it was last set from.
+//
+// Its stream loop is derived from go-control-plane v0.14.0's pkg/server/sotw/v3 (server.go and
+// ads.go), Copyright 2020 Envoyproxy Authors, licensed under the Apache License, Version 2.0
+// (http://www.apache.org/licenses/LICENSE-2.0); the change is sameNames and where it is used.
 package sotwserver
 
 import (
