@@ -59,6 +59,7 @@ func NewRoot() *cobra.Command {
 		root.AddCommand(c())
 	}
 	addCompletions(root)
+	addExamples(root)
 	return root
 }
 

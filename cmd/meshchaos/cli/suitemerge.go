@@ -41,7 +41,7 @@ shard's start, finishedAt the last shard's end, and suite.json says mergedShards
 			return mergeSuite(args, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	cmd.Flags().StringVar(&o.Out, "out", "", "output directory (default runs/suite-NAME-TIME)")
+	cmd.Flags().StringVar(&o.Out, "out", "", "the merged suite's directory to create: the shards' run directories, suite.json, junit.xml, index.html (default runs/suite-NAME-TIME)")
 	cmd.Flags().StringVar(&o.History, "history", "", "history directory: append the merged result and show trends across nights")
 	cmd.Flags().IntVar(&o.Nights, "nights", 30, "how many executions of the history the trends show")
 	outputFlag(cmd, &o.Output)
