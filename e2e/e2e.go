@@ -38,7 +38,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/cluster"
 	"github.com/meshchaos/meshchaos/harness/cluster/kind"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
-	"github.com/meshchaos/meshchaos/harness/experiment"
+	"github.com/meshchaos/meshchaos/harness/kit"
 	"github.com/meshchaos/meshchaos/harness/runner"
 	"github.com/meshchaos/meshchaos/harness/subject"
 	"github.com/meshchaos/meshchaos/results"
@@ -180,7 +180,7 @@ func run(ctx context.Context, t *testing.T, name string, o Options, sets []strin
 	if err != nil {
 		return results.Summary{}, "", err
 	}
-	exp, err := d.Build(experiment.Env{Substrate: given{e.c, e.substrate}, ControlPlane: sut}, v)
+	exp, err := d.Build(kit.Env{Substrate: given{e.c, e.substrate}, ControlPlane: sut}, v)
 	if err != nil {
 		return results.Summary{}, "", err
 	}

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshchaos/meshchaos/harness/chaos"
-	"github.com/meshchaos/meshchaos/harness/experiment"
+	"github.com/meshchaos/meshchaos/harness/kit"
 	"github.com/meshchaos/meshchaos/harness/kube"
 	"github.com/meshchaos/meshchaos/harness/mesh"
 	"github.com/meshchaos/meshchaos/harness/params"
@@ -22,7 +22,7 @@ import (
 // proxies' node is CPU-throttled, so the proxies reconnect to the restarted process before it
 // has synced. An ungated control plane hands them an incomplete config: 503 NC / 404 NR.
 func init() {
-	register(experiment.Definition{
+	register(kit.Definition{
 		Name:    "cp-oom-restart",
 		Summary: "control plane OOM-killed by the kernel while kube-proxy on the proxies' node is CPU-throttled (incident 1: 503 NC/NR from an unsynced restart)",
 		Params: params.Set{
@@ -82,7 +82,7 @@ func init() {
 	})
 }
 
-func cpOOMChaos(ctx context.Context, s *experiment.State) error {
+func cpOOMChaos(ctx context.Context, s *kit.State) error {
 	v, m, pod := s.Params, s.Mesh, s.CPPod
 	gwNode := m.Spec.Gateway.Node
 	kp, err := m.Cluster.KubeProxyCgroup(gwNode)
@@ -110,14 +110,14 @@ func cpOOMChaos(ctx context.Context, s *experiment.State) error {
 	if _, err := waitControlPlaneReady(ctx, s, killedAt); err != nil {
 		return err
 	}
-	return experiment.Sleep(ctx, time.Until(throttledAt.Add(v.Duration("throttleWindow"))))
+	return kit.Sleep(ctx, time.Until(throttledAt.Add(v.Duration("throttleWindow"))))
 }
 
 // oomKillControlPlane drives the control plane over its memory limit (its ballast hook, else a
 // generic memory hog) until
 // the kernel kills it (the harness does not: an OOM kill is the fault), and returns the ballast
 // (to clear) and when the container ended. Only a kill after this call counts.
-func oomKillControlPlane(ctx context.Context, s *experiment.State) (*chaos.Ballast, time.Time, error) {
+func oomKillControlPlane(ctx context.Context, s *kit.State) (*chaos.Ballast, time.Time, error) {
 	v, m, pod := s.Params, s.Mesh, s.CPPod
 	if s.Memory == nil {
 		return nil, time.Time{}, fmt.Errorf("the control plane's memory cgroup is not readable on substrate %s: the ballast's effect cannot be proven", m.Cluster.Name())
@@ -156,7 +156,7 @@ func oomKillControlPlane(ctx context.Context, s *experiment.State) (*chaos.Balla
 
 // waitControlPlaneReady waits for the control plane's pod to be Ready again after a kill at
 // killedAt and puts the time it took on the timeline.
-func waitControlPlaneReady(ctx context.Context, s *experiment.State, killedAt time.Time) (time.Time, error) {
+func waitControlPlaneReady(ctx context.Context, s *kit.State, killedAt time.Time) (time.Time, error) {
 	pod := s.CPPod
 	ready, err := kube.WaitPod(ctx, s.Mesh.Client, pod.Namespace, pod.Name, 3*time.Minute, func(p *corev1.Pod) (bool, error) {
 		ok, at := kube.PodReady(p)

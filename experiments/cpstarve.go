@@ -23,7 +23,7 @@ import (
 	"github.com/meshchaos/meshchaos/experiments/cpstarve"
 	"github.com/meshchaos/meshchaos/harness/cgroup"
 	"github.com/meshchaos/meshchaos/harness/chaos"
-	"github.com/meshchaos/meshchaos/harness/experiment"
+	"github.com/meshchaos/meshchaos/harness/kit"
 	"github.com/meshchaos/meshchaos/harness/kube"
 	"github.com/meshchaos/meshchaos/harness/mesh"
 	"github.com/meshchaos/meshchaos/harness/observe"
@@ -48,7 +48,7 @@ import (
 const starveNamespace = "starve-apps"
 
 func init() {
-	register(experiment.Definition{
+	register(kit.Definition{
 		Name:    "cp-cpu-starvation",
 		Summary: "a noisy neighbour exhausts the CPU of the node running the control plane and the gateways (incident 3: Running but serving nothing, webhooks fail open/closed)",
 		// Its probes admit a pod through the control plane's injection webhook.
@@ -156,7 +156,7 @@ func starveMesh(v params.Values) mesh.Spec {
 	}
 }
 
-func starveChaos(ctx context.Context, s *experiment.State) error {
+func starveChaos(ctx context.Context, s *kit.State) error {
 	v, m := s.Params, s.Mesh
 	pods, err := m.Cluster.PodsCgroup(busyNode)
 	if err != nil {
@@ -178,7 +178,7 @@ func starveChaos(ctx context.Context, s *experiment.State) error {
 	if err := s.Inject(ctx, &chaos.CPUThrottle{Target: fmt.Sprintf("pods/node%d", busyNode), Group: pods, CPUs: v.Float("nodeCPU")}); err != nil {
 		return err
 	}
-	if err := experiment.Sleep(ctx, v.Duration("baseline")); err != nil {
+	if err := kit.Sleep(ctx, v.Duration("baseline")); err != nil {
 		return err
 	}
 	// The hog's own proof asks only 5 % of what it wants: it is confined to the node's budget,
@@ -224,7 +224,7 @@ func starveChaos(ctx context.Context, s *experiment.State) error {
 	})
 	// Give the probes a last sample after the recovery, then leave the budget (cleared with
 	// the chaos phase).
-	if err := experiment.Sleep(ctx, time.Second); err != nil {
+	if err := kit.Sleep(ctx, time.Second); err != nil {
 		return err
 	}
 	sum := s.Summary()
@@ -241,7 +241,7 @@ func starveChaos(ctx context.Context, s *experiment.State) error {
 
 // hostLoad puts the host's load average on the timeline: the local substrate's nodes share the
 // host, so a busy host gives the whole cluster less than its budget.
-func hostLoad(s *experiment.State, when string) {
+func hostLoad(s *kit.State, when string) {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return
@@ -273,7 +273,7 @@ func recovered(p *results.Probes) bool {
 
 // createInjectedNamespace creates a namespace of the run's whose pods the control plane's
 // webhook injects (the run's label also has the reference publish its root certificate there).
-func createInjectedNamespace(ctx context.Context, s *experiment.State, name string) error {
+func createInjectedNamespace(ctx context.Context, s *kit.State, name string) error {
 	l := map[string]string{kube.OwnerLabel: s.Mesh.Cluster.Name()}
 	for k, v := range s.CP.(subject.Injector).InjectionLabels() {
 		l[k] = v
@@ -289,7 +289,7 @@ func createInjectedNamespace(ctx context.Context, s *experiment.State, name stri
 // both webhooks through the apiserver (dry runs: nothing is created, the webhooks are called),
 // the control plane's pods as Kubernetes reports them, and the CPU of the busy node and of the
 // control plane.
-func starveProbes(s *experiment.State, pods *cgroup.Group, xdsOpts []grpc.DialOption) []observe.Probe {
+func starveProbes(s *kit.State, pods *cgroup.Group, xdsOpts []grpc.DialOption) []observe.Probe {
 	v, m := s.Params, s.Mesh
 	cs := m.Client
 	ic, icErr := istioclient.NewForConfig(m.Cluster.RESTConfig())
@@ -362,7 +362,7 @@ func starveProbes(s *experiment.State, pods *cgroup.Group, xdsOpts []grpc.DialOp
 
 // cpPodOn is the control plane's pod on node k when one runs there (its CPU is the one the
 // neighbour takes), else the pod the kit follows.
-func cpPodOn(s *experiment.State, k int) *corev1.Pod {
+func cpPodOn(s *kit.State, k int) *corev1.Pod {
 	list, err := s.Mesh.Client.CoreV1().Pods(s.CP.Namespace()).List(context.Background(), metav1.ListOptions{LabelSelector: s.CP.Selector()})
 	if err != nil {
 		return s.CPPod
@@ -379,7 +379,7 @@ func cpPodOn(s *experiment.State, k int) *corev1.Pod {
 // gateways) during the window and times each until every gateway serves its host: the staleness
 // of a config change made while the control plane is starved.
 type staleness struct {
-	s      *experiment.State
+	s      *kit.State
 	prober *observe.Prober
 	n      int
 	wg     sync.WaitGroup

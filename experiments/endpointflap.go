@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/meshchaos/meshchaos/harness/chaos"
-	"github.com/meshchaos/meshchaos/harness/experiment"
+	"github.com/meshchaos/meshchaos/harness/kit"
 	"github.com/meshchaos/meshchaos/harness/kube"
 	"github.com/meshchaos/meshchaos/harness/mesh"
 	"github.com/meshchaos/meshchaos/harness/observe"
@@ -23,7 +23,7 @@ import (
 // 0→1 of its endpoints made istiod (≤ 1.15.0) see "service accounts changed" and push everything
 // to every proxy; push time P99 reached ≈ 5 s. The fix keeps such changes incremental (EDS).
 func init() {
-	register(experiment.Definition{
+	register(kit.Definition{
 		Name:    "endpoint-flap",
 		Summary: "a single-pod service flaps Ready/NotReady under a fleet of proxies (incident 2: a full push on every 0→1)",
 		Params: params.Set{
@@ -198,7 +198,7 @@ func unreadyWindows(changes []results.EndpointChange) [][2]time.Time {
 	return out
 }
 
-func endpointFlapChaos(ctx context.Context, s *experiment.State) error {
+func endpointFlapChaos(ctx context.Context, s *kit.State) error {
 	v, m := s.Params, s.Mesh
 	ns := m.Namespace
 	sel := "app=" + flapService
@@ -231,7 +231,7 @@ func endpointFlapChaos(ctx context.Context, s *experiment.State) error {
 }
 
 // flapPod makes the pod flap the chosen way for flapFor.
-func flapPod(ctx context.Context, s *experiment.State, kind, ns, sel string) error {
+func flapPod(ctx context.Context, s *kit.State, kind, ns, sel string) error {
 	v, m := s.Params, s.Mesh
 	until := time.Now().Add(v.Duration("flapFor"))
 	// repeat injects a fault that ends on its own until flapFor is over, leaving the pod Ready
@@ -248,7 +248,7 @@ func flapPod(ctx context.Context, s *experiment.State, kind, ns, sel string) err
 			if err := s.Clear(ctx, inj); err != nil {
 				return err
 			}
-			if err := experiment.Sleep(ctx, min(v.Duration("ready"), time.Until(until))); err != nil {
+			if err := kit.Sleep(ctx, min(v.Duration("ready"), time.Until(until))); err != nil {
 				return err
 			}
 		}
@@ -269,7 +269,7 @@ func flapPod(ctx context.Context, s *experiment.State, kind, ns, sel string) err
 			return err
 		}
 		// From the first transition on (the switch may take a while on a loaded machine).
-		if err := experiment.Sleep(ctx, v.Duration("flapFor")); err != nil {
+		if err := kit.Sleep(ctx, v.Duration("flapFor")); err != nil {
 			return err
 		}
 		return s.Clear(ctx, flap)

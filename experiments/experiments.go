@@ -1,21 +1,21 @@
 // Package experiments is the catalog: one experiment per incident (docs/DESIGN.md), each a
-// declarative experiment.Definition in a file of its own — its parameters, the mesh it needs,
-// its fault sequence and its checks. The kit (harness/experiment) runs them all the same way.
+// declarative kit.Definition in a file of its own — its parameters, the mesh it needs,
+// its fault sequence and its checks. The kit (harness/kit) runs them all the same way.
 package experiments
 
 import (
 	"sort"
 
-	"github.com/meshchaos/meshchaos/harness/experiment"
+	"github.com/meshchaos/meshchaos/harness/kit"
 )
 
-var catalog = map[string]experiment.Definition{}
+var catalog = map[string]kit.Definition{}
 
-func register(d experiment.Definition) { catalog[d.Name] = d }
+func register(d kit.Definition) { catalog[d.Name] = d }
 
 // List returns the catalog sorted by name.
-func List() []experiment.Definition {
-	out := make([]experiment.Definition, 0, len(catalog))
+func List() []kit.Definition {
+	out := make([]kit.Definition, 0, len(catalog))
 	for _, d := range catalog {
 		out = append(out, d)
 	}
@@ -24,7 +24,7 @@ func List() []experiment.Definition {
 }
 
 // Lookup finds an experiment by name.
-func Lookup(name string) (experiment.Definition, bool) {
+func Lookup(name string) (kit.Definition, bool) {
 	d, ok := catalog[name]
 	return d, ok
 }

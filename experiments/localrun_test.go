@@ -25,7 +25,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/cluster/existing"
 	"github.com/meshchaos/meshchaos/harness/cluster/kind"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
-	"github.com/meshchaos/meshchaos/harness/experiment"
+	"github.com/meshchaos/meshchaos/harness/kit"
 	"github.com/meshchaos/meshchaos/harness/runner"
 	"github.com/meshchaos/meshchaos/harness/subject"
 	"github.com/meshchaos/meshchaos/internal/prereq"
@@ -155,7 +155,7 @@ func (l *localRunner) run(name, cp string, sets []string, timeout time.Duration)
 	require.NoError(t, err)
 	// Each run its own cluster name: runs of one experiment may run side by side (runCases).
 	clusterName := fmt.Sprintf("t%d-%d", os.Getpid()%10000, runSeq.Add(1))
-	exp, err := d.Build(experiment.Env{Substrate: l.sub, ControlPlane: sut, ClusterName: clusterName, AllowCPChaos: l.allowCPChaos}, v)
+	exp, err := d.Build(kit.Env{Substrate: l.sub, ControlPlane: sut, ClusterName: clusterName, AllowCPChaos: l.allowCPChaos}, v)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

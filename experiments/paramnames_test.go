@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/meshchaos/meshchaos/harness/experiment"
+	"github.com/meshchaos/meshchaos/harness/kit"
 	"github.com/meshchaos/meshchaos/harness/params"
 	"github.com/meshchaos/meshchaos/harness/suite"
 )
@@ -140,7 +140,7 @@ func TestDefinitionsReadTheirValues(t *testing.T) {
 	}
 }
 
-func readAll(d experiment.Definition, v params.Values) {
+func readAll(d kit.Definition, v params.Values) {
 	if d.Hosts != nil {
 		_ = d.Hosts(v)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/meshchaos/meshchaos/harness/experiment"
+	"github.com/meshchaos/meshchaos/harness/kit"
 	"github.com/meshchaos/meshchaos/harness/mesh"
 	"github.com/meshchaos/meshchaos/harness/observe"
 	"github.com/meshchaos/meshchaos/harness/oracle"
@@ -38,7 +38,7 @@ import (
 // runtime, informers, the kube services) does not grow with the config and would flatten the
 // exponent at small scales.
 func init() {
-	register(experiment.Definition{
+	register(kit.Definition{
 		Name:    "serviceentry-scale",
 		Summary: "ServiceEntries in steps: control-plane heap per endpoint, growth exponent, correctness oracles, capacity (incident 4: O(n²) memory, #25309, #25678)",
 		Params: params.Set{
@@ -86,7 +86,7 @@ const (
 
 // scaleRun is one run's step state.
 type scaleRun struct {
-	s       *experiment.State
+	s       *kit.State
 	cfg     *rest.Config
 	rec     *observe.ScaleSteps
 	client  *oracle.Client
@@ -100,7 +100,7 @@ type scaleRun struct {
 	prev    int
 }
 
-func scaleSteps(ctx context.Context, s *experiment.State) error {
+func scaleSteps(ctx context.Context, s *kit.State) error {
 	v, m := s.Params, s.Mesh
 	if s.Profiles == nil || s.Memory == nil {
 		return fmt.Errorf("serviceentry-scale needs the control plane's pprof and memory cgroup (control plane %s)", s.CP.Name())

@@ -8,7 +8,7 @@ import (
 
 	"github.com/meshchaos/meshchaos/experiments/soak"
 	"github.com/meshchaos/meshchaos/harness/chaos"
-	"github.com/meshchaos/meshchaos/harness/experiment"
+	"github.com/meshchaos/meshchaos/harness/kit"
 	"github.com/meshchaos/meshchaos/harness/kube"
 	"github.com/meshchaos/meshchaos/harness/mesh"
 	"github.com/meshchaos/meshchaos/harness/observe"
@@ -22,7 +22,7 @@ import (
 // every few minutes, cycling through the catalog's injectors; the control plane and the harness
 // must not grow (memory trend, goroutines) and every fault must recover.
 func init() {
-	register(experiment.Definition{
+	register(kit.Definition{
 		Name:    "soak",
 		Summary: "an hour of steady traffic with a fault every 5 minutes (backend crash, pod kill, kube-proxy throttle, control-plane OOM kill under a kube-proxy throttle, endpoint flap): no memory growth, no goroutine leak, every fault recovered",
 		Params: params.Set{
@@ -166,7 +166,7 @@ func goroutineGrowth(d *results.GoroutineDelta) (float64, error) {
 // soakFault is one fault of the cycle: inject, wait for its own sign of recovery, clear.
 type soakFault struct {
 	name string
-	run  func(ctx context.Context, s *experiment.State) error
+	run  func(ctx context.Context, s *kit.State) error
 }
 
 // soakCycle is the order the faults come in.
@@ -178,14 +178,14 @@ func soakCycle() []soakFault {
 		// pod's replacement (a new address) would never serve them again. So echo's containers
 		// crash (kubelet restarts them in place), and the pod killed is the flapping service's,
 		// whose endpoints follow its pods.
-		{"container-crash/echo", func(ctx context.Context, s *experiment.State) error {
+		{"container-crash/echo", func(ctx context.Context, s *kit.State) error {
 			crash := &chaos.ContainerCrash{Cluster: s.Mesh.Cluster, Client: s.Mesh.Client, Namespace: s.Mesh.Namespace, Selector: "app=echo"}
 			if err := s.Inject(ctx, crash); err != nil {
 				return err
 			}
 			return s.Clear(ctx, crash)
 		}},
-		{"pod-kill/" + flapService, func(ctx context.Context, s *experiment.State) error {
+		{"pod-kill/" + flapService, func(ctx context.Context, s *kit.State) error {
 			ns, sel := s.Mesh.Namespace, "app="+flapService
 			kill := &chaos.PodKill{Client: s.Mesh.Client, Namespace: ns, Selector: sel}
 			if err := s.Inject(ctx, kill); err != nil {
@@ -196,7 +196,7 @@ func soakCycle() []soakFault {
 			}
 			return s.Clear(ctx, kill)
 		}},
-		{"kube-proxy-throttle", func(ctx context.Context, s *experiment.State) error {
+		{"kube-proxy-throttle", func(ctx context.Context, s *kit.State) error {
 			node := s.Mesh.Spec.Gateway.Node
 			g, err := s.Mesh.Cluster.KubeProxyCgroup(node)
 			if err != nil {
@@ -206,7 +206,7 @@ func soakCycle() []soakFault {
 			if err := s.Inject(ctx, th); err != nil {
 				return err
 			}
-			if err := experiment.Sleep(ctx, s.Params.Duration("faultFor")); err != nil {
+			if err := kit.Sleep(ctx, s.Params.Duration("faultFor")); err != nil {
 				return err
 			}
 			return s.Clear(ctx, th)
@@ -215,7 +215,7 @@ func soakCycle() []soakFault {
 		// kube-proxy on the gateways' node is throttled, so the gateways reconnect to the
 		// restarted process as soon as it answers (alone, the kill lets them find it only once
 		// its endpoint is back, by when an ungated restart has mostly synced).
-		{"cp-oom-kill", func(ctx context.Context, s *experiment.State) error {
+		{"cp-oom-kill", func(ctx context.Context, s *kit.State) error {
 			node := s.Mesh.Spec.Gateway.Node
 			g, err := s.Mesh.Cluster.KubeProxyCgroup(node)
 			if err != nil {
@@ -236,18 +236,18 @@ func soakCycle() []soakFault {
 			if err := s.Clear(ctx, b); err != nil {
 				return err
 			}
-			if err := experiment.Sleep(ctx, time.Until(throttledAt.Add(s.Params.Duration("faultFor")))); err != nil {
+			if err := kit.Sleep(ctx, time.Until(throttledAt.Add(s.Params.Duration("faultFor")))); err != nil {
 				return err
 			}
 			return s.Clear(ctx, th)
 		}},
-		{"endpoint-flap", func(ctx context.Context, s *experiment.State) error {
+		{"endpoint-flap", func(ctx context.Context, s *kit.State) error {
 			ns, sel := s.Mesh.Namespace, "app="+flapService
 			flap := &chaos.EndpointFlap{Cluster: s.Mesh.Cluster, Client: s.Mesh.Client, Namespace: ns, Selector: sel, Up: 4 * time.Second, Down: 2 * time.Second}
 			if err := s.Inject(ctx, flap); err != nil {
 				return err
 			}
-			if err := experiment.Sleep(ctx, s.Params.Duration("faultFor")); err != nil {
+			if err := kit.Sleep(ctx, s.Params.Duration("faultFor")); err != nil {
 				return err
 			}
 			if err := s.Clear(ctx, flap); err != nil {
@@ -259,7 +259,7 @@ func soakCycle() []soakFault {
 	}
 }
 
-func soakChaos(ctx context.Context, s *experiment.State) error {
+func soakChaos(ctx context.Context, s *kit.State) error {
 	v, m := s.Params, s.Mesh
 	if s.Profiles == nil {
 		return fmt.Errorf("control plane %s serves no pprof: the soak needs its goroutine and heap profiles", s.CP.Name())
@@ -284,7 +284,7 @@ func soakChaos(ctx context.Context, s *experiment.State) error {
 	cycle := soakCycle()
 	start := time.Now()
 	for i := 0; i < soakFaults(v); i++ {
-		if err := experiment.Sleep(ctx, time.Until(start.Add(time.Duration(i)*every))); err != nil {
+		if err := kit.Sleep(ctx, time.Until(start.Add(time.Duration(i)*every))); err != nil {
 			return err
 		}
 		settle(ctx, i)
@@ -327,7 +327,7 @@ func soakChaos(ctx context.Context, s *experiment.State) error {
 }
 
 // soakGoroutines saves the goroutine profiles of the control plane and of the harness.
-func soakGoroutines(ctx context.Context, s *experiment.State, reason string) (cp, harness string, err error) {
+func soakGoroutines(ctx context.Context, s *kit.State, reason string) (cp, harness string, err error) {
 	p, err := s.Profiles.Capture(ctx, observe.Goroutine, reason)
 	if err != nil {
 		return "", "", fmt.Errorf("control-plane goroutine profile (%s): %w", reason, err)

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/meshchaos/meshchaos/harness/cluster"
-	"github.com/meshchaos/meshchaos/harness/experiment"
+	"github.com/meshchaos/meshchaos/harness/kit"
 	"github.com/meshchaos/meshchaos/harness/kube"
 	"github.com/meshchaos/meshchaos/harness/mesh"
 	"github.com/meshchaos/meshchaos/harness/observe"
@@ -40,7 +40,7 @@ const (
 )
 
 func init() {
-	register(experiment.Definition{
+	register(kit.Definition{
 		Name:    "sidecar-startup",
 		Summary: "app pods start before their injected sidecar has its config (incident 5: first call refused, exit 1, restarts); start modes none / hold / native / resilient side by side",
 		// The start orders are the injecting control plane's: meshchaos's proxy injected, by
@@ -144,7 +144,7 @@ func startupValue(mode string, f func(results.Startup) float64) func(*results.Su
 	}
 }
 
-func startupChaos(ctx context.Context, s *experiment.State) error {
+func startupChaos(ctx context.Context, s *kit.State) error {
 	for _, mode := range modesOf(s.Params) {
 		if err := startupMode(ctx, s, mode); err != nil {
 			return fmt.Errorf("mode %s: %w", mode, err)
@@ -156,7 +156,7 @@ func startupChaos(ctx context.Context, s *experiment.State) error {
 
 // recordInjections puts the control plane's own count of sidecar injections on the timeline:
 // evidence that its webhook, not the manifest, gave the pods their sidecars.
-func recordInjections(s *experiment.State) {
+func recordInjections(s *kit.State) {
 	sum := s.Summary()
 	if sum.ControlPlaneStats == nil {
 		return
@@ -184,7 +184,7 @@ func recordInjections(s *experiment.State) {
 // startupMode deploys the app in its own injected namespace, waits until every pod is Ready,
 // measures, keeps one injected pod spec, and removes the namespace so the next mode starts on
 // a quiet node.
-func startupMode(ctx context.Context, s *experiment.State, mode string) error {
+func startupMode(ctx context.Context, s *kit.State, mode string) error {
 	v, m := s.Params, s.Mesh
 	ns := modeNamespace(mode)
 	node := m.Spec.Gateway.Node
@@ -233,7 +233,7 @@ func startupMode(ctx context.Context, s *experiment.State, mode string) error {
 }
 
 // savePodSpec writes one injected pod's metadata and spec to startup/<mode>-pod.yaml.
-func savePodSpec(ctx context.Context, s *experiment.State, ns, mode string) (string, error) {
+func savePodSpec(ctx context.Context, s *kit.State, ns, mode string) (string, error) {
 	pods, err := s.Mesh.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + startupApp, Limit: 1})
 	if err != nil {
 		return "", err
@@ -258,7 +258,7 @@ func savePodSpec(ctx context.Context, s *experiment.State, ns, mode string) (str
 // first with a grace period of 1 s: measured already, they need no drain (the proxy's takes 5 s,
 // which made four modes wait 20 s), and the next mode still starts on a node without them. Their
 // Deployment and ReplicaSet go before them, orphaning them, so that none is replaced.
-func removeNamespace(ctx context.Context, s *experiment.State, ns string) error {
+func removeNamespace(ctx context.Context, s *kit.State, ns string) error {
 	orphan, grace := metav1.DeletePropagationOrphan, int64(1)
 	apps, all := s.Mesh.Client.AppsV1(), metav1.ListOptions{}
 	// In this order: a Deployment left alone makes a new ReplicaSet.

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshchaos/meshchaos/experiments"
-	"github.com/meshchaos/meshchaos/harness/experiment"
+	"github.com/meshchaos/meshchaos/harness/kit"
 	"github.com/meshchaos/meshchaos/harness/params"
 	"github.com/meshchaos/meshchaos/harness/subject"
 )
@@ -127,7 +127,7 @@ type planTime struct {
 	Note                 string  `json:"note"`
 }
 
-func newPlan(j job, def experiment.Definition, vals params.Values, sut subject.ControlPlane) plan {
+func newPlan(j job, def kit.Definition, vals params.Values, sut subject.ControlPlane) plan {
 	p := plan{Experiment: def.Name, Summary: def.Summary, Substrate: j.Substrate, ControlPlane: j.CP,
 		Params: []planParam{}, Namespaces: []string{}, Workloads: []string{}, Faults: def.Summary,
 		NodeAccess: append([]string{}, def.NodeAccess...), CPFaults: append([]string{}, def.CPFaults...),

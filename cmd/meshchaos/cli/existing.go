@@ -10,7 +10,7 @@ import (
 
 	"github.com/meshchaos/meshchaos/harness/cluster"
 	"github.com/meshchaos/meshchaos/harness/cluster/existing"
-	"github.com/meshchaos/meshchaos/harness/experiment"
+	"github.com/meshchaos/meshchaos/harness/kit"
 	"github.com/meshchaos/meshchaos/harness/params"
 	"github.com/meshchaos/meshchaos/harness/subject"
 )
@@ -59,7 +59,7 @@ func (e existingFlags) provider() (cluster.Substrate, error) {
 
 // checkNodeAccess refuses, before anything starts, an experiment whose faults or measures need
 // node access on an existing cluster where it was not allowed, and names them.
-func checkNodeAccess(sub cluster.Substrate, def experiment.Definition) error {
+func checkNodeAccess(sub cluster.Substrate, def kit.Definition) error {
 	p, ok := sub.(existing.Substrate)
 	if !ok || p.AllowNodeChaos || len(def.NodeAccess) == 0 {
 		return nil
@@ -69,7 +69,7 @@ func checkNodeAccess(sub cluster.Substrate, def experiment.Definition) error {
 
 // checkInstalled reads a control plane installed before the run (subject.Attached) and refuses,
 // before anything starts, a placement the experiment asks that it does not already have.
-func checkInstalled(sub cluster.Substrate, sut subject.ControlPlane, def experiment.Definition, vals params.Values) error {
+func checkInstalled(sub cluster.Substrate, sut subject.ControlPlane, def kit.Definition, vals params.Values) error {
 	a, ok := sut.(subject.Attached)
 	p, isExisting := sub.(existing.Substrate)
 	if !ok || !isExisting || def.Mesh == nil {

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshchaos/meshchaos/experiments"
-	"github.com/meshchaos/meshchaos/harness/experiment"
+	"github.com/meshchaos/meshchaos/harness/kit"
 	"github.com/meshchaos/meshchaos/harness/params"
 )
 
@@ -88,7 +88,7 @@ func catalogJSON() catalogDoc {
 	return doc
 }
 
-func experimentJSON(d experiment.Definition) experimentDoc {
+func experimentJSON(d kit.Definition) experimentDoc {
 	e := experimentDoc{Name: d.Name, Summary: d.Summary, Params: []paramDoc{},
 		NodeAccess: append([]string{}, d.NodeAccess...), CPFaults: append([]string{}, d.CPFaults...)}
 	for _, p := range d.Params {

@@ -18,7 +18,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/cluster/kind"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
-	"github.com/meshchaos/meshchaos/harness/experiment"
+	"github.com/meshchaos/meshchaos/harness/kit"
 	"github.com/meshchaos/meshchaos/harness/mesh"
 	"github.com/meshchaos/meshchaos/harness/params"
 	"github.com/meshchaos/meshchaos/harness/runner"
@@ -79,8 +79,8 @@ existing substrate the run's namespaces, its agent and its node labels stay.`,
 	j.flags(cmd)
 	cmd.Flags().StringArrayVar(&j.Sets, "set", nil, "experiment parameter name=value (repeatable; see 'meshchaos list')")
 	cmd.Flags().StringVar(&j.Out, "out", "", "the run directory to create: summary.json, reports, charts, logs (default runs/EXPERIMENT-CP-TIME; one holding a run is refused)")
-	cmd.Flags().StringVar(&j.Keep, "keep-cluster", string(experiment.KeepNever), "leave the run's cluster up at the end: never, on-failure (verdict fail or error) or always (--keep-cluster alone)")
-	cmd.Flags().Lookup("keep-cluster").NoOptDefVal = string(experiment.KeepAlways)
+	cmd.Flags().StringVar(&j.Keep, "keep-cluster", string(kit.KeepNever), "leave the run's cluster up at the end: never, on-failure (verdict fail or error) or always (--keep-cluster alone)")
+	cmd.Flags().Lookup("keep-cluster").NoOptDefVal = string(kit.KeepAlways)
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "check every input as the run does and print its plan (as 'meshchaos describe'), creating nothing")
 	outputFlag(cmd, &output)
 	return cmd
@@ -100,7 +100,7 @@ func (j job) dryRun(w io.Writer, format string) error {
 	}
 	p := newPlan(j, c.def, c.vals, c.sut)
 	p.DryRun = true
-	if keep, err := experiment.ParseKeep(j.Keep); err == nil && keep != experiment.KeepNever {
+	if keep, err := kit.ParseKeep(j.Keep); err == nil && keep != kit.KeepNever {
 		p.KeepCluster = string(keep) // check refused a bad value already
 	}
 	return printPlan(w, format, p)
@@ -155,7 +155,7 @@ type prepared struct {
 
 // checked is a job whose every input was checked: what a run and a dry run share.
 type checked struct {
-	def  experiment.Definition
+	def  kit.Definition
 	vals params.Values
 	sut  subject.ControlPlane
 	exp  runner.Experiment
@@ -179,7 +179,7 @@ func (j job) check() (*checked, error) {
 	if err != nil {
 		return nil, Usagef("%v", err)
 	}
-	keep, err := experiment.ParseKeep(j.Keep)
+	keep, err := kit.ParseKeep(j.Keep)
 	if err != nil {
 		return nil, Usagef("--keep-cluster: %v", err)
 	}
@@ -194,7 +194,7 @@ func (j job) check() (*checked, error) {
 	if err != nil {
 		return nil, Usagef("%v", err)
 	}
-	exp, err := def.Build(experiment.Env{Substrate: sub, ControlPlane: sut, ClusterName: j.Name, XDS: xds, AllowCPChaos: j.Existing.AllowCPChaos, Keep: keep}, vals)
+	exp, err := def.Build(kit.Env{Substrate: sub, ControlPlane: sut, ClusterName: j.Name, XDS: xds, AllowCPChaos: j.Existing.AllowCPChaos, Keep: keep}, vals)
 	if err != nil {
 		return nil, Usagef("%v", err)
 	}

@@ -1,9 +1,9 @@
-// Package experiment is the experiment kit: a declarative Definition (parameters, the mesh it
+// Package kit is the experiment kit: a declarative Definition (parameters, the mesh it
 // needs, its fault sequence, its checks) and one generic lifecycle for all of them:
 // setup (mesh up, routes proven, measurements started) → steady (traffic) → chaos (the faults,
 // each with evidence, cleared at the end) → recovery (traffic ends) → teardown. An experiment
 // reads like a test story; everything it names is a small value from the harness packages.
-package experiment
+package kit
 
 import (
 	"context"
