@@ -10,6 +10,7 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 )
@@ -547,18 +548,24 @@ func (a axis) shade(p *plot.Plot, top float64) error {
 			return err
 		}
 	}
-	if len(names.Labels) > 0 {
-		lb, err := plotter.NewLabels(names)
-		if err != nil {
-			return err
-		}
-		for i := range lb.TextStyle {
-			lb.TextStyle[i].Font.Size = vg.Points(7)
-			lb.TextStyle[i].Color = color.Gray{0x80}
-			lb.TextStyle[i].YAlign = draw.YTop
-		}
-		p.Add(lb)
+	return addLabels(p, names, 7, color.Gray{0x80}, func(s *text.Style) { s.YAlign = draw.YTop })
+}
+
+// addLabels adds small grey labels (markers' numbers, phases' names) of size pt to p.
+func addLabels(p *plot.Plot, labels plotter.XYLabels, pt float64, c color.Color, align func(*text.Style)) error {
+	if len(labels.Labels) == 0 {
+		return nil
 	}
+	lb, err := plotter.NewLabels(labels)
+	if err != nil {
+		return err
+	}
+	for i := range lb.TextStyle {
+		lb.TextStyle[i].Font.Size = vg.Points(pt)
+		lb.TextStyle[i].Color = c
+		align(&lb.TextStyle[i])
+	}
+	p.Add(lb)
 	return nil
 }
 
@@ -592,17 +599,5 @@ func addMarkers(p *plot.Plot, markers []Marker, xmin, xmax, ymax float64) error 
 		labels.XYs = append(labels.XYs, plotter.XY{X: m.Offset, Y: ymax * 1.1})
 		labels.Labels = append(labels.Labels, m.Event.Detail)
 	}
-	if len(labels.Labels) > 0 {
-		lb, err := plotter.NewLabels(labels)
-		if err != nil {
-			return err
-		}
-		for i := range lb.TextStyle {
-			lb.TextStyle[i].Font.Size = vg.Points(8)
-			lb.TextStyle[i].Color = color.Gray{0x30}
-			lb.TextStyle[i].XAlign = draw.XCenter
-		}
-		p.Add(lb)
-	}
-	return nil
+	return addLabels(p, labels, 8, color.Gray{0x30}, func(s *text.Style) { s.XAlign = draw.XCenter })
 }
