@@ -588,10 +588,7 @@ func (c *existingCluster) NodeQuery(ctx context.Context, k int, argv ...string) 
 	if !c.allow {
 		return nil, ErrNodeChaosNotAllowed
 	}
-	if k < 1 || k > len(c.nodes) {
-		return nil, fmt.Errorf("node %d: the cluster has %d node(s)", k, len(c.nodes))
-	}
-	s, err := c.session(c.nodes[k-1])
+	s, err := c.nodeSession(k)
 	if err != nil {
 		return nil, err
 	}
@@ -634,11 +631,16 @@ func (c *existingCluster) session(node string) (*session, error) {
 	return s, nil
 }
 
-func (c *existingCluster) nodeGroup(k int, op string) (*cgroup.Group, error) {
+// nodeSession is node k's agent session.
+func (c *existingCluster) nodeSession(k int) (*session, error) {
 	if k < 1 || k > len(c.nodes) {
 		return nil, fmt.Errorf("node %d: the cluster has %d node(s)", k, len(c.nodes))
 	}
-	s, err := c.session(c.nodes[k-1])
+	return c.session(c.nodes[k-1])
+}
+
+func (c *existingCluster) nodeGroup(k int, op string) (*cgroup.Group, error) {
+	s, err := c.nodeSession(k)
 	if err != nil {
 		return nil, err
 	}
