@@ -79,8 +79,9 @@ mod=$($GO list -m)
 tbin=$out/bin.$tier
 rm -rf "$tbin" && mkdir -p "$tbin"
 binname() { printf '%s' "$1" | tr './' '_-'; }
-printf '%s\n' "${jobs[@]}" | awk '{ print $1 }' | awk '!seen[$0]++' |
-  GO=$GO tbin=$tbin xargs -P 2 -I{} sh -c 'f="$tbin/$(printf "%s" "{}" | tr "./" "_-")"; nice -n 10 $GO test -c -o "$f.test" "{}" >"$f.log" 2>&1; touch "$f.done"' &
+# One line a package: PACKAGE FILE (its binary's path without .test), named by binname alone.
+for j in "${jobs[@]}"; do p=${j%% *}; printf '%s %s\n' "$p" "$tbin/$(binname "$p")"; done | awk '!seen[$1]++' |
+  GO=$GO xargs -P 2 -L 1 sh -c 'nice -n 10 $GO test -c -o "$2.test" "$1" >"$2.log" 2>&1; touch "$2.done"' sh &
 builder=$!
 trap 'kill "$builder" 2>/dev/null; stop' EXIT
 
