@@ -87,6 +87,10 @@ func assertCPUStarvation(t *testing.T, c suite.Case, s results.Summary, _ string
 	if c.Expect.Verdict == results.VerdictFail {
 		assert.Less(t, f.CPCPU, 0.05, "the BestEffort control plane got (almost) no CPU")
 		assert.Greater(t, f.NeighbourShare, 90.0, "the neighbour took the busy node's CPU")
+		// Whether the starved webhook misses the apiserver's 10 s varies from run to run; that
+		// it fails or slows down by orders of magnitude does not.
+		assert.True(t, f.InjectSuccess < f.BaselineInject || f.InjectP99Ms > 1000,
+			"the starved injection webhook failed or slowed down (admitted %.1f %% of the baseline's %.1f %%, P99 %.0f ms)", f.InjectSuccess, f.BaselineInject, f.InjectP99Ms)
 		return
 	}
 	assert.Equal(t, 100.0, f.NeighbourShare, "the neighbour had the busy node to itself")

@@ -122,7 +122,13 @@ var bothWays = []Case{
 	fails("cp-oom-restart", "reference:ungated", unsyncedRestart),
 
 	alone(passes("cp-cpu-starvation", "cpQoS=guaranteed", "cpReplicas=2", "isolate=true")),
-	alone(fails("cp-cpu-starvation", "reference", []string{"xDS availability in the window, of the baseline's", "pod creations admitted by the injection webhook in the window, of the baseline's",
+	// Injection failed closed when the reference's readiness probe (1 s period, 1 failure) took
+	// the starved pod out of its Service; with istiod's probe (3 s period, 3 failures) the pod
+	// stays Ready through the window and its webhook answers within the apiserver's 10 s (100 %
+	// admitted at P99 4.6 s and 5.9 s, 2026-11-26, on 22 mCPU), as istiod's does: xDS is what
+	// the starved node reliably takes away. assertCPUStarvation holds the webhook to failing or
+	// slowing down.
+	alone(fails("cp-cpu-starvation", "reference", []string{"xDS availability in the window, of the baseline's", "pod creations admitted by the injection webhook in the window, of the baseline's?",
 		"invalid config accepted in the window (validation failed open)?", "config staleness P99?", "recovery after the window?"},
 		"cpQoS=besteffort", "cpReplicas=1", "isolate=false")),
 
