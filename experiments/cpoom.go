@@ -150,8 +150,12 @@ func oomKillControlPlane(ctx context.Context, s *kit.State) (*chaos.Ballast, tim
 	if err != nil {
 		return b, time.Time{}, fmt.Errorf("the control plane was not OOM-killed (memory limit %s): the chaos did not take effect: %w", v.String("cpMemoryLimit"), err)
 	}
-	s.Event("cp.oomkilled", pod.Name, "the kernel OOM-killed the control plane (container status OOMKilled)")
-	return b, kube.LastTermination(killed, s.CP.Container()).FinishedAt.Time, nil
+	// At the API's time of the kill (as the ready event after it), so that the time between
+	// the two is the control plane's, not the harness's polling.
+	killedAt, now := kube.LastTermination(killed, s.CP.Container()).FinishedAt.Time, time.Now().UTC()
+	s.RecordEvent(results.Event{At: killedAt.UTC(), ObservedAt: &now, Kind: results.EventCPOOMKilled, Object: pod.Name,
+		Detail: "the kernel OOM-killed the control plane (container status OOMKilled)"})
+	return b, killedAt, nil
 }
 
 // waitControlPlaneReady waits for the control plane's pod to be Ready again after a kill at
@@ -166,6 +170,8 @@ func waitControlPlaneReady(ctx context.Context, s *kit.State, killedAt time.Time
 		return time.Time{}, fmt.Errorf("the restarted control plane was not ready: %w", err)
 	}
 	_, readyAt := kube.PodReady(ready)
-	s.Event("cp.ready", pod.Name, fmt.Sprintf("ready %.1f s after the kill", readyAt.Sub(killedAt).Seconds()))
+	now := time.Now().UTC()
+	s.RecordEvent(results.Event{At: readyAt.UTC(), ObservedAt: &now, Kind: results.EventCPReady, Object: pod.Name,
+		Detail: fmt.Sprintf("ready %.1f s after the kill", readyAt.Sub(killedAt).Seconds())})
 	return readyAt, nil
 }

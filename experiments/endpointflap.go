@@ -81,15 +81,7 @@ func init() {
 				// Proof that the chaos happened and was seen: the pod's endpoint came back at
 				// least once, every readiness transition of the pod became an endpoint change, and
 				// every proxy received every change.
-				runner.Metric("flaps (endpoints 0→1 in the API)", convergence(func(c *results.Convergence) float64 {
-					n := 0
-					for i, ch := range c.Changes {
-						if ch.Ready > 0 && (i == 0 || c.Changes[i-1].Ready == 0) {
-							n++
-						}
-					}
-					return float64(n)
-				}), results.GE, 1, ""),
+				runner.Metric("flaps (endpoints 0→1 in the API)", convergence(func(c *results.Convergence) float64 { return float64(c.Flaps()) }), results.GE, 1, ""),
 				runner.Metric("pod readiness transitions not seen as endpoint changes", unseenTransitions, results.LE, 0, ""),
 				runner.Metric("endpoint changes missed by proxies", convergence(func(c *results.Convergence) float64 { return float64(c.Missed) }), results.LE, 0, ""),
 				// The flapping service fails only while it has no ready endpoint.

@@ -72,6 +72,42 @@ func convergenceMeasure(f func(*Convergence) float64) func(*Summary) (float64, b
 	}
 }
 
+// perFlap is a count of pushes made while the endpoint flapped (the chaos phase), per flap.
+func perFlap(f func(*Pushes) int64) func(*Summary) (float64, bool) {
+	return func(s *Summary) (float64, bool) {
+		if s.Convergence == nil || s.ControlPlaneStats == nil || s.ControlPlaneStats.ChaosPushes == nil {
+			return 0, false
+		}
+		n := s.Convergence.Flaps()
+		if n == 0 {
+			return 0, false
+		}
+		return float64(f(s.ControlPlaneStats.ChaosPushes)) / float64(n), true
+	}
+}
+
+// Timeline events the comparison reads: cp-oom-restart's kill and the control plane's
+// readiness after it.
+const (
+	EventCPOOMKilled = "cp.oomkilled"
+	EventCPReady     = "cp.ready"
+)
+
+// readyAfterKill is the time from the control plane's OOM kill to its pod's readiness
+// (cp-oom-restart's events, at the API's times: whole seconds).
+func readyAfterKill(s *Summary) (float64, bool) {
+	var killed time.Time
+	for _, e := range s.Events {
+		switch {
+		case e.Kind == EventCPOOMKilled && killed.IsZero():
+			killed = e.At
+		case e.Kind == EventCPReady && !killed.IsZero() && !e.At.Before(killed):
+			return e.At.Sub(killed).Seconds(), true
+		}
+	}
+	return 0, false
+}
+
 // probeAvailability is the share of a probe series' samples that succeeded, in percent.
 func probeAvailability(series string) func(*Summary) (float64, bool) {
 	return func(s *Summary) (float64, bool) {
@@ -131,6 +167,11 @@ var Measures = []Measure{
 	shown(lower("restarts", "", 0, 0, cpMeasure(func(c *ControlPlaneStats) (float64, bool) { return float64(c.Restarts), true }))),
 	shown(lower("oom kills", "", 0, 0, cpMeasure(func(c *ControlPlaneStats) (float64, bool) { return float64(c.OOMKills), true }))),
 	lower("convergence p99", "ms", 50, 0.25, convergenceMeasure(func(c *Convergence) float64 { return c.Latency.P99Ms })),
+	// Per flap, so that runs with different numbers of flaps compare (the fidelity table's
+	// measure: the reference against istiod).
+	shown(lower("full pushes per flap", "", 0.5, 0, perFlap(func(p *Pushes) int64 { return p.Full }))),
+	shown(lower("eds pushes per flap", "", 0.5, 0, perFlap(func(p *Pushes) int64 { return p.EDS }))),
+	shown(lower("ready after the kill", "s", 1, 0, readyAfterKill)),
 	lower("changes missed", "", 0.5, 0, convergenceMeasure(func(c *Convergence) float64 { return float64(c.Missed) })),
 	higher("xds availability", "%", 1, 0, probeAvailability("xds")),
 	lower("bytes per endpoint", "B", 64, 0.15, func(s *Summary) (float64, bool) {

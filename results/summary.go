@@ -313,6 +313,18 @@ type Convergence struct {
 	Early int `json:"early"`
 }
 
+// Flaps counts the service's returns from no ready endpoint to some (0→1 in the API): how many
+// times a flapping endpoint came back.
+func (c *Convergence) Flaps() int {
+	n := 0
+	for i, ch := range c.Changes {
+		if ch.Ready > 0 && (i == 0 || c.Changes[i-1].Ready == 0) {
+			n++
+		}
+	}
+	return n
+}
+
 // EndpointChange is one change of a service's ready endpoints and how the proxies received it.
 type EndpointChange struct {
 	At time.Time `json:"at"`

@@ -23,6 +23,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/kube"
 	"github.com/meshchaos/meshchaos/harness/subject"
 	"github.com/meshchaos/meshchaos/harness/traffic"
+	"github.com/meshchaos/meshchaos/results"
 	wlmanifests "github.com/meshchaos/meshchaos/workloads/manifests"
 )
 
@@ -263,7 +264,7 @@ func Up(ctx context.Context, provider cluster.Substrate, spec Spec, rec Recorder
 	if a, ok := spec.ControlPlane.(subject.Attached); ok {
 		rec.Event("cp.attached", spec.ControlPlane.Name(), a.Found())
 	} else {
-		rec.Event("cp.ready", spec.ControlPlane.Name(), fmt.Sprintf("first start ready in %s with %d ServiceEntries", time.Since(start).Round(100*time.Millisecond), spec.ServiceEntries.Count))
+		rec.Event(results.EventCPReady, spec.ControlPlane.Name(), fmt.Sprintf("first start ready in %s with %d ServiceEntries", time.Since(start).Round(100*time.Millisecond), spec.ServiceEntries.Count))
 	}
 	if err := m.chooseXDS(rec); err != nil {
 		return m, err
