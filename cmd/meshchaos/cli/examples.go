@@ -50,6 +50,11 @@ var examples = map[string][]string{
 		"sudo meshchaos upgrade-check --base istiod@2026-04 --candidate istiod@2026-08 --repeats 3",
 		"sudo meshchaos upgrade-check --base reference --candidate reference:ungated --out runs/upgrade",
 	},
+	"fidelity": {
+		"# is the reference still a fair stand-in for istiod? (the ratio table; exit 1 beyond 2x)",
+		"sudo meshchaos fidelity --istiod istiod@2026-08 --out runs/fidelity",
+		"sudo meshchaos fidelity --repeats 1 --set cp-oom-restart.serviceEntries=1000",
+	},
 	"version": {
 		"meshchaos version",
 		"meshchaos version -o json",

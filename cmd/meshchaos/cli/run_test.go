@@ -169,6 +169,7 @@ func TestExistingFlagsNeedTheExistingSubstrate(t *testing.T) {
 		"meshchaos run":           {"run", "cp-oom-restart"},
 		"meshchaos suite":         {"suite", "nightly"},
 		"meshchaos upgrade-check": {"upgrade-check", "--base", "reference", "--candidate", "reference:ungated"},
+		"meshchaos fidelity":      {"fidelity"},
 	}
 	var found []string
 	for _, c := range NewRoot().Commands() {

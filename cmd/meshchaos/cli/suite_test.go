@@ -62,7 +62,7 @@ func TestSuiteBadInputExitsTwo(t *testing.T) {
 	assert.Contains(t, msg, `no experiment of suite nightly has a parameter "bogus"`)
 	code, msg = run(t, "suite", "no-such-suite")
 	assert.Equal(t, 2, code)
-	assert.Contains(t, msg, "neither a built-in (capacity, honesty, nightly")
+	assert.Contains(t, msg, "neither a built-in (capacity, fidelity, honesty, nightly")
 }
 
 // TestSuiteTinyBothWays is the small honesty run `make test` makes through the suite runner:

@@ -36,12 +36,42 @@ type upgradeCheck struct {
 	made results.Created
 	// doing is told which run is on its way (nil: nobody asks).
 	doing *activity
+	// name is the command's name in its messages; labels name the two sides' directories and
+	// progress lines (default upgrade-check, base and candidate). finish, when set, replaces the
+	// comparison's report and exit code (meshchaos fidelity).
+	name   string
+	labels [2]string
+	finish func(stdout, stderr io.Writer, c *results.Comparison, errored []string) error
+}
+
+// sideLabel is the label of side "base" or "candidate".
+func (u *upgradeCheck) sideLabel(side string) string {
+	if side == "base" {
+		return u.label(0)
+	}
+	return u.label(1)
+}
+
+// label names side k (0 the base, 1 the candidate).
+func (u *upgradeCheck) label(k int) string {
+	if u.labels[k] != "" {
+		return u.labels[k]
+	}
+	return [2]string{"base", "candidate"}[k]
+}
+
+// command is the command's name in its messages.
+func (u *upgradeCheck) command() string {
+	if u.name != "" {
+		return u.name
+	}
+	return "upgrade-check"
 }
 
 // upgradeRun is one run of the plan: an entry's repeat on one side.
 type upgradeRun struct {
 	entry, repeat, repeats int
-	side                   string // "base" or "candidate"
+	side                   string // "base" or "candidate" (u.label names it)
 	p                      *prepared
 }
 
@@ -76,17 +106,7 @@ being torn down.
 Exit code: 0 no regression, 1 a regression, 2 bad input, runs that could not be carried out
 (the report lists them), or an interruption.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := u.prepare(cmd); err != nil {
-				// Refused: the run directories planned before the refusal go again.
-				u.made.RemoveEmpty()
-				return err
-			}
-			u.doing = newActivity("upgrade-check")
-			ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), u.doing)
-			defer stop()
-			return u.execute(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr())
-		},
+		RunE: u.runE(u.prepare),
 	}
 	u.substrateFlags(cmd)
 	cmd.Flags().StringVar(&u.base, "base", "", "the control plane today, as --cp spells it (e.g. reference)")
@@ -97,6 +117,22 @@ Exit code: 0 no regression, 1 a regression, 2 bad input, runs that could not be 
 	cmd.Flags().StringVar(&u.out, "out", "", "the upgrade check's directory to create: base/ and candidate/ (a run directory per run), comparison.md and comparison.json (default runs/upgrade-check-BASE-vs-CANDIDATE-TIME; one holding a comparison is refused)")
 	u.stats.register(cmd)
 	return cmd
+}
+
+// runE is the command's body: prepare (u.prepare, or a command's own that ends in it), then
+// execute the plan under the signal handling.
+func (u *upgradeCheck) runE(prepare func(*cobra.Command) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		if err := prepare(cmd); err != nil {
+			// Refused: the run directories planned before the refusal go again.
+			u.made.RemoveEmpty()
+			return err
+		}
+		u.doing = newActivity(u.command())
+		ctx, stop := interruptible(cmd.Context(), cmd.ErrOrStderr(), u.doing)
+		defer stop()
+		return u.execute(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	}
 }
 
 // prepare checks every input and prepares every run before anything starts: bad input costs a
@@ -147,15 +183,16 @@ func (u *upgradeCheck) prepare(cmd *cobra.Command) error {
 			n = u.repeats
 		}
 		for r := 1; r <= n; r++ {
-			for _, side := range []string{"base", "candidate"} {
+			for k, cp := range []string{u.base, u.cand} {
+				side := [2]string{"base", "candidate"}[k]
 				j := u.job
-				j.Experiment, j.Sets, j.CP = e.Experiment, e.Sets, map[string]string{"base": u.base, "candidate": u.cand}[side]
-				if j.Out, err = runDirIn(filepath.Join(u.out, side), fmt.Sprintf("%02d-%s-r%d", i+1, e.Experiment, r)); err != nil {
-					return Usagef("suite %s entry %d (%s, %s %s): %v", s.Name, i+1, e.Experiment, side, j.CP, err)
+				j.Experiment, j.Sets, j.CP = e.Experiment, e.Sets, cp
+				if j.Out, err = runDirIn(filepath.Join(u.out, u.label(k)), fmt.Sprintf("%02d-%s-r%d", i+1, e.Experiment, r)); err != nil {
+					return Usagef("suite %s entry %d (%s, %s %s): %v", s.Name, i+1, e.Experiment, u.label(k), j.CP, err)
 				}
 				p, err := j.prepare(&u.made)
 				if err != nil {
-					return fmt.Errorf("suite %s entry %d (%s, %s %s): %w", s.Name, i+1, e.Experiment, side, j.CP, err)
+					return fmt.Errorf("suite %s entry %d (%s, %s %s): %w", s.Name, i+1, e.Experiment, u.label(k), j.CP, err)
 				}
 				u.runs = append(u.runs, upgradeRun{entry: i + 1, repeat: r, repeats: n, side: side, p: p})
 			}
@@ -179,7 +216,7 @@ func (u *upgradeCheck) execute(ctx context.Context, stdout, stderr io.Writer) er
 		}
 		handOver(stderr, paths...)
 	}()
-	fmt.Fprintf(stderr, "upgrade-check: suite %s (%d entries), %d runs, base %s, candidate %s, into %s\n", u.suite, u.suiteEntries, len(u.runs), u.base, u.cand, u.out)
+	fmt.Fprintf(stderr, "%s: suite %s (%d entries), %d runs, %s %s, %s %s, into %s\n", u.command(), u.suite, u.suiteEntries, len(u.runs), u.label(0), u.base, u.label(1), u.cand, u.out)
 	var base, cand []results.Run
 	var errored []string
 	var spent time.Duration
@@ -197,8 +234,8 @@ func (u *upgradeCheck) execute(ctx context.Context, stdout, stderr io.Writer) er
 			eta = (spent / time.Duration(k) * time.Duration(len(u.runs)-k)).Round(time.Second).String()
 		}
 		fmt.Fprintf(stderr, "\n[%d/%d] entry %d %s, %s %s, repeat %d/%d — elapsed %s, ETA %s\n", k+1, len(u.runs), r.entry, r.p.Experiment,
-			r.side, r.p.CP, r.repeat, r.repeats, time.Since(u.startedAt).Round(time.Second), eta)
-		u.doing.set(fmt.Sprintf("upgrade-check run %d/%d (entry %d %s, %s %s)", k+1, len(u.runs), r.entry, r.p.Experiment, r.side, r.p.CP))
+			u.sideLabel(r.side), r.p.CP, r.repeat, r.repeats, time.Since(u.startedAt).Round(time.Second), eta)
+		u.doing.set(fmt.Sprintf("%s run %d/%d (entry %d %s, %s %s)", u.command(), k+1, len(u.runs), r.entry, r.p.Experiment, u.sideLabel(r.side), r.p.CP))
 		start := time.Now()
 		s, err := r.p.execute(ctx, runner.NewProgress(stderr))
 		spent += time.Since(start)
@@ -224,7 +261,7 @@ func (u *upgradeCheck) execute(ctx context.Context, stdout, stderr io.Writer) er
 		}
 		fmt.Fprintf(stderr, "[%d/%d] %s %s: %s in %s\n", k+1, len(u.runs), r.p.Experiment, r.p.CP, s.Verdict, time.Since(start).Round(time.Second))
 		if s.Verdict == results.VerdictError {
-			errored = append(errored, fmt.Sprintf("%s (%s): %s", r.p.Dir, r.side, s.Error))
+			errored = append(errored, fmt.Sprintf("%s (%s): %s", r.p.Dir, u.sideLabel(r.side), s.Error))
 		}
 		run := results.Run{Dir: r.p.Dir, Summary: &s}
 		if r.side == "base" {
@@ -237,15 +274,15 @@ func (u *upgradeCheck) execute(ctx context.Context, stdout, stderr io.Writer) er
 		}
 	}
 	if interrupted == nil && ctx.Err() != nil {
-		fmt.Fprintf(stderr, "upgrade-check: %v after its last run had given its verdict: nothing was cut short, the comparison stands\n", context.Cause(ctx))
+		fmt.Fprintf(stderr, "%s: %v after its last run had given its verdict: nothing was cut short, the comparison stands\n", u.command(), context.Cause(ctx))
 	}
 	if interrupted != nil {
-		fmt.Fprintf(stderr, "upgrade-check: %s: no verdict; %d of %d runs not made\n", interrupted, len(u.runs)-made, len(u.runs))
+		fmt.Fprintf(stderr, "%s: %s: no verdict; %d of %d runs not made\n", u.command(), interrupted, len(u.runs)-made, len(u.runs))
 		// The runs not made are listed as errored, so that the report shows every group the
 		// plan had, and what each side lacks.
 		for _, r := range u.runs[made:] {
 			s := results.Summary{Experiment: r.p.Experiment, ControlPlane: r.p.CP, Params: r.p.exp.Params,
-				Verdict: results.VerdictError, Error: "not run: the upgrade-check was " + interrupted.String()}
+				Verdict: results.VerdictError, Error: "not run: the " + u.command() + " was " + interrupted.String()}
 			run := results.Run{Dir: r.p.Dir, Summary: &s}
 			if r.side == "base" {
 				base = append(base, run)
@@ -265,6 +302,9 @@ func (u *upgradeCheck) execute(ctx context.Context, stdout, stderr io.Writer) er
 	c.Base, c.Candidate, c.Suite, c.StartedAt, c.FinishedAt = u.base, u.cand, u.suite, &u.startedAt, &finished
 	c.Interrupted = interrupted
 	fmt.Fprintln(stdout)
+	if u.finish != nil {
+		return u.finish(stdout, stderr, c, errored)
+	}
 	err = finishComparison(stdout, stderr, outputText, &u.made, c, u.out, false)
 	if err == nil && len(errored) > 0 {
 		err = WithExitCode(2, fmt.Errorf("no regression among the runs made, but %d could not be carried out (%s): the comparison rests on fewer runs; re-run", len(errored), errored[0]))

@@ -1,0 +1,43 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshchaos/meshchaos/results"
+)
+
+// TestFidelityWritesItsTableAndConcludesNothingUnmeasured: fidelity runs its plan as
+// upgrade-check does, into istiod/ and reference/, and writes the comparison and the table;
+// runs that measure none of the table's figures conclude nothing (exit 2), never "agrees".
+func TestFidelityWritesItsTableAndConcludesNothingUnmeasured(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "fidelity")
+	u := &upgradeCheck{name: "fidelity", labels: [2]string{"istiod", "reference"}, base: "istiod@2026-08", cand: "reference", suite: "fidelity", out: out}
+	u.finish = finishFidelity(u)
+	for _, side := range []string{"base", "candidate"} {
+		cp := map[string]string{"base": u.base, "candidate": u.cand}[side]
+		dir := filepath.Join(out, u.sideLabel(side), suiteRunName(0, "quick", "", 1, 1))
+		u.runs = append(u.runs, upgradeRun{entry: 1, repeat: 1, repeats: 1, side: side, p: stubRun(dir, cp, false, nil, nil)})
+	}
+	var stdout, stderr bytes.Buffer
+	err := u.execute(context.Background(), &stdout, &stderr)
+	assert.Equal(t, 2, exitCode(err), "%v\n%s", err, stderr.String())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "no figure of the table was measured")
+	assert.NotContains(t, stdout.String(), "agrees with istiod")
+	assert.Contains(t, stderr.String(), "fidelity: suite fidelity (0 entries), 2 runs, istiod istiod@2026-08, reference reference")
+	assert.Contains(t, stderr.String(), "istiod istiod@2026-08, repeat 1/1")
+	assert.FileExists(t, filepath.Join(out, "istiod", suiteRunName(0, "quick", "", 1, 1), results.SummaryFile))
+	assert.FileExists(t, filepath.Join(out, "reference", suiteRunName(0, "quick", "", 1, 1), results.SummaryFile))
+	assert.ElementsMatch(t, []string{results.FidelityJSONFile, results.FidelityMarkdownFile}, results.FidelityIn(out))
+	c := readComparison(t, out)
+	assert.Equal(t, "istiod@2026-08", c.Base, "istiod is the comparison's base")
+
+	// A second fidelity into the same directory is refused before anything runs.
+	assert.Equal(t, 2, exitCode(checkFidelityOut(out)))
+}
