@@ -533,26 +533,49 @@ func (a axis) shade(p *plot.Plot, top float64) error {
 		p.Add(poly)
 		return nil
 	}
-	var names plotter.XYLabels
 	for i, ph := range a.phases {
 		if i%2 == 1 {
 			if err := rect(ph, phaseShade, 0, top); err != nil {
 				return err
 			}
 		}
-		names.XYs = append(names.XYs, plotter.XY{X: ph.from, Y: top * 0.97})
-		names.Labels = append(names.Labels, " "+ph.name)
 	}
+	names, rightAligned := a.phaseNames(top)
 	for _, f := range a.faults {
 		if err := rect(f, faultShade, 0, top*0.9); err != nil {
 			return err
 		}
 	}
-	return addLabels(p, names, 7, color.Gray{0x80}, func(s *text.Style) { s.YAlign = draw.YTop })
+	return addLabels(p, names, 7, color.Gray{0x80}, func(i int, s *text.Style) {
+		s.YAlign = draw.YTop
+		if rightAligned[i] {
+			s.XAlign = draw.XRight
+		}
+	})
+}
+
+// phaseNames places the phases' names along the top edge: each from its phase's start, but a
+// phase that starts near the axis's end (teardown) is named leftwards from its end (right
+// aligned), so that its name is not cut off at the chart's right edge.
+func (a axis) phaseNames(top float64) (plotter.XYLabels, []bool) {
+	var names plotter.XYLabels
+	var right []bool
+	for _, ph := range a.phases {
+		late := a.max > a.min && ph.from > a.min+0.85*(a.max-a.min)
+		if late {
+			names.XYs = append(names.XYs, plotter.XY{X: max(ph.to, ph.from), Y: top * 0.97})
+			names.Labels = append(names.Labels, ph.name+" ")
+		} else {
+			names.XYs = append(names.XYs, plotter.XY{X: ph.from, Y: top * 0.97})
+			names.Labels = append(names.Labels, " "+ph.name)
+		}
+		right = append(right, late)
+	}
+	return names, right
 }
 
 // addLabels adds small grey labels (markers' numbers, phases' names) of size pt to p.
-func addLabels(p *plot.Plot, labels plotter.XYLabels, pt float64, c color.Color, align func(*text.Style)) error {
+func addLabels(p *plot.Plot, labels plotter.XYLabels, pt float64, c color.Color, align func(i int, s *text.Style)) error {
 	if len(labels.Labels) == 0 {
 		return nil
 	}
@@ -563,7 +586,7 @@ func addLabels(p *plot.Plot, labels plotter.XYLabels, pt float64, c color.Color,
 	for i := range lb.TextStyle {
 		lb.TextStyle[i].Font.Size = vg.Points(pt)
 		lb.TextStyle[i].Color = c
-		align(&lb.TextStyle[i])
+		align(i, &lb.TextStyle[i])
 	}
 	p.Add(lb)
 	return nil
@@ -599,5 +622,5 @@ func addMarkers(p *plot.Plot, markers []Marker, xmin, xmax, ymax float64) error 
 		labels.XYs = append(labels.XYs, plotter.XY{X: m.Offset, Y: ymax * 1.1})
 		labels.Labels = append(labels.Labels, m.Event.Detail)
 	}
-	return addLabels(p, labels, 8, color.Gray{0x30}, func(s *text.Style) { s.XAlign = draw.XCenter })
+	return addLabels(p, labels, 8, color.Gray{0x30}, func(_ int, s *text.Style) { s.XAlign = draw.XCenter })
 }

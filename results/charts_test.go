@@ -32,3 +32,14 @@ func TestTimeAxisSpansTheRunWithPhasesAndFaults(t *testing.T) {
 	lo, hi = ax.span(-2, 95)
 	assert.Equal(t, [2]float64{-2, 95}, [2]float64{lo, hi}, "data outside the run widens the axis")
 }
+
+// TestPhaseNamesStayInsideTheChart: the phases are named from their starts, but the last one,
+// starting near the end of the axis, is named leftwards from its end, where a name from its
+// start would run past the chart's right edge ("teardow").
+func TestPhaseNamesStayInsideTheChart(t *testing.T) {
+	ax := axis{min: 0, max: 100, phases: []band{{name: "setup", from: 0, to: 40}, {name: "chaos", from: 40, to: 95}, {name: "teardown", from: 95, to: 100}}}
+	names, right := ax.phaseNames(10)
+	assert.Equal(t, []string{" setup", " chaos", "teardown "}, names.Labels)
+	assert.Equal(t, []bool{false, false, true}, right)
+	assert.Equal(t, []float64{0, 40, 100}, []float64{names.XYs[0].X, names.XYs[1].X, names.XYs[2].X})
+}
