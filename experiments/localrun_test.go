@@ -159,7 +159,7 @@ func (l *localRunner) run(name, cp string, sets []string, timeout time.Duration)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	dir := t.TempDir()
+	dir := testRunDir(t)
 	s, err := runner.Execute(ctx, exp, runner.Options{Dir: dir, Progress: runner.NewProgress(testWriter{t})})
 	require.NotEqual(t, results.VerdictError, s.Verdict, "the run could not be carried out: %v %s", err, s.Error)
 	// The run directory is complete and readable by `meshchaos report`.
@@ -176,6 +176,23 @@ func (l *localRunner) run(name, cp string, sets []string, timeout time.Duration)
 	assert.Empty(t, l.leftovers(cluster), "teardown left no process, namespace, mount, cgroup, container or state")
 	assert.Empty(t, secretsIn(t, dir), "the run directory (summary, report, logs, profiles) holds no key or token")
 	return s, dir
+}
+
+// keepRunsEnv names a directory where the tests' run directories are kept (for reading a
+// failure's report and logs afterwards); unset, each run's directory goes with its test.
+const keepRunsEnv = "MESHCHAOS_TEST_RUNS"
+
+// testRunDir is a new run directory for t: under $MESHCHAOS_TEST_RUNS, kept, or a temporary one.
+func testRunDir(t *testing.T) string {
+	keep := os.Getenv(keepRunsEnv)
+	if keep == "" {
+		return t.TempDir()
+	}
+	name := strings.NewReplacer("/", "_", " ", "_", ":", "_").Replace(t.Name())
+	dir, err := os.MkdirTemp(keep, name+"-"+time.Now().UTC().Format("150405")+"-")
+	require.NoError(t, err, "%s=%s", keepRunsEnv, keep)
+	t.Logf("run directory %s (kept: %s is set)", dir, keepRunsEnv)
+	return dir
 }
 
 // secretPatterns are what must never be in a run directory: PEM private keys, kubeconfig
