@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/meshchaos/meshchaos/workloads/adsqueue"
+	"github.com/meshchaos/meshchaos/internal/adsqueue"
 )
 
 // State is what the client holds: every cluster it received and, for each EDS cluster, its

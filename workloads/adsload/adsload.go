@@ -36,7 +36,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/meshchaos/meshchaos/workloads/adsqueue"
+	"github.com/meshchaos/meshchaos/internal/adsqueue"
 	"github.com/meshchaos/meshchaos/workloads/xdscred"
 )
 
