@@ -11,6 +11,8 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/meshchaos/meshchaos/harness/cgroup"
 	"github.com/meshchaos/meshchaos/internal/ads"
@@ -201,7 +203,8 @@ func XDSProbe(addr, ns string, dial DialContext, typeURL string, opts ...grpc.Di
 		}
 		resp, err := s.Recv()
 		if err != nil {
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// gRPC may end the stream at the deadline a moment before ctx says so.
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) || grpcstatus.Code(err) == codes.DeadlineExceeded {
 				return 0, fmt.Errorf("xds probe: no response within the deadline")
 			}
 			return 0, fmt.Errorf("xds probe: %w", err)

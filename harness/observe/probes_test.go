@@ -91,7 +91,7 @@ func TestXDSProbeFailsAtItsDeadline(t *testing.T) {
 	var d net.Dialer
 	probe := XDSProbe(srv.Addr, "ns1", d.DialContext, resourcev3.ClusterType)
 	for range 2 {
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err := probe(ctx)
 		cancel()
 		require.EqualError(t, err, "xds probe: no response within the deadline")
