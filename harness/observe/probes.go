@@ -10,11 +10,12 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/meshchaos/meshchaos/harness/cgroup"
+	"github.com/meshchaos/meshchaos/internal/ads"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -186,23 +187,24 @@ func XDSProbe(addr, ns string, dial DialContext, typeURL string, opts ...grpc.Di
 		n++
 		id := fmt.Sprintf("sidecar~10.0.0.1~xds-probe-%d.%s~%s.svc.cluster.local", n, ns, ns)
 		mu.Unlock()
-		conn, err := grpc.NewClient("passthrough:///"+addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return dial(ctx, "tcp", a) }),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256 << 20))}, opts...)...)
+		conn, err := ads.Dial("passthrough:///"+addr, append([]grpc.DialOption{
+			grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return dial(ctx, "tcp", a) })}, opts...)...)
 		if err != nil {
 			return 0, fmt.Errorf("xds probe: %w", err)
 		}
 		defer conn.Close()
-		stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+		s, err := ads.Open(ctx, conn, ads.Options{Node: &corev3.Node{Id: id, Cluster: "xds-probe." + ns}, Inline: true})
 		if err != nil {
-			return 0, fmt.Errorf("xds probe: open stream: %w", err)
+			return 0, fmt.Errorf("xds probe: %w", err)
 		}
-		if err := stream.Send(&discovery.DiscoveryRequest{Node: &corev3.Node{Id: id, Cluster: "xds-probe." + ns}, TypeUrl: typeURL}); err != nil {
+		defer s.Close()
+		if err := s.Subscribe(typeURL); err != nil {
 			return 0, fmt.Errorf("xds probe: subscribe: %w", err)
 		}
-		resp, err := stream.Recv()
+		resp, err := s.Recv()
 		if err != nil {
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// gRPC may end the stream at the deadline a moment before ctx says so.
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) || grpcstatus.Code(err) == codes.DeadlineExceeded {
 				return 0, fmt.Errorf("xds probe: no response within the deadline")
 			}
 			return 0, fmt.Errorf("xds probe: %w", err)

@@ -83,3 +83,24 @@ func TestXDSProbeOnASecurePort(t *testing.T) {
 	_, err = XDSProbe(srv.Addr, "", d.DialContext, resourcev3.ClusterType)(ctx)
 	assert.Error(t, err, "plaintext to a TLS port")
 }
+
+// A server that takes the subscription and answers nothing fails the probe at its deadline,
+// saying so; each run is a new proxy (a node id of its own, one stream each).
+func TestXDSProbeFailsAtItsDeadline(t *testing.T) {
+	srv := xdstest.Start(t) // no snapshot: go-control-plane holds the request
+	var d net.Dialer
+	probe := XDSProbe(srv.Addr, "ns1", d.DialContext, resourcev3.ClusterType)
+	for range 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := probe(ctx)
+		cancel()
+		require.EqualError(t, err, "xds probe: no response within the deadline")
+	}
+	assert.Equal(t, 2, srv.Streams())
+	var ids []string
+	for _, r := range srv.Requests() {
+		ids = append(ids, r.GetNode().GetId())
+	}
+	assert.Equal(t, []string{"sidecar~10.0.0.1~xds-probe-1.ns1~ns1.svc.cluster.local",
+		"sidecar~10.0.0.1~xds-probe-2.ns1~ns1.svc.cluster.local"}, ids)
+}

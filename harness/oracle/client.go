@@ -18,9 +18,8 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/meshchaos/meshchaos/workloads/adsqueue"
+	"github.com/meshchaos/meshchaos/internal/ads"
 )
 
 // State is what the client holds: every cluster it received and, for each EDS cluster, its
@@ -83,66 +82,44 @@ func (c *Client) Err() error {
 }
 
 func (c *Client) session(ctx context.Context) error {
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1 << 30))}
+	var opts []grpc.DialOption
 	if c.Dial != nil {
 		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return c.Dial(ctx, "tcp", addr) }))
 	}
-	conn, err := grpc.NewClient(c.Addr, append(opts, c.DialOptions...)...)
+	conn, err := ads.Dial(c.Addr, append(opts, c.DialOptions...)...)
 	if err != nil {
-		return fmt.Errorf("oracle client: dial %s: %w", c.Addr, err)
+		return fmt.Errorf("oracle client: %w", err)
 	}
 	defer conn.Close()
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
-	if err != nil {
-		return fmt.Errorf("oracle client: open ADS stream to %s: %w", c.Addr, err)
-	}
 	id := c.NodeID
 	if id == "" {
 		id = SidecarID("default")
 	}
-	node := &corev3.Node{Id: id, Cluster: "oracle"}
-	// Requests go out from their own goroutine: sent from this loop, a large EDS subscription
-	// and a control plane writing a large push wait on each other for good (see adsqueue).
-	out := adsqueue.Start(sctx, stream.Send, cancel)
-	var edsNames []string
-	send := func(typeURL, version, nonce string, names []string) {
-		out.Put(typeURL, &discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typeURL, VersionInfo: version, ResponseNonce: nonce, ResourceNames: names})
+	s, err := ads.Open(ctx, conn, ads.Options{Node: &corev3.Node{Id: id, Cluster: "oracle"}})
+	if err != nil {
+		return fmt.Errorf("oracle client: %s: %w", c.Addr, err)
 	}
-	send(resourcev3.ClusterType, "", "", nil)
-	edsVersion, edsNonce := "", ""
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			if serr := out.Err(); serr != nil {
-				return fmt.Errorf("oracle client: send to %s: %w", c.Addr, serr)
-			}
-			return fmt.Errorf("oracle client: stream from %s: %w", c.Addr, err)
-		}
+	defer s.Close()
+	if err := s.Subscribe(resourcev3.ClusterType); err != nil {
+		return fmt.Errorf("oracle client: subscribe to %s: %w", c.Addr, err)
+	}
+	err = s.Run(func(resp *discoveryv3.DiscoveryResponse) error {
 		switch resp.GetTypeUrl() {
 		case resourcev3.ClusterType:
 			names, err := c.applyClusters(resp)
 			if err != nil {
 				return err
 			}
-			send(resourcev3.ClusterType, resp.GetVersionInfo(), resp.GetNonce(), nil)
-			if !equalStrings(names, edsNames) {
-				edsNames = names
-				// A new EDS subscription: the ACK state of the old one goes with it.
-				send(resourcev3.EndpointType, edsVersion, edsNonce, edsNames)
+			// EDS for the EDS clusters, once there are any (no names at all would be the wildcard).
+			if _, subscribed := s.Subscription(resourcev3.EndpointType); subscribed || len(names) > 0 {
+				return s.Subscribe(resourcev3.EndpointType, names...)
 			}
 		case resourcev3.EndpointType:
-			if err := c.applyEndpoints(resp); err != nil {
-				return err
-			}
-			edsVersion, edsNonce = resp.GetVersionInfo(), resp.GetNonce()
-			send(resourcev3.EndpointType, edsVersion, edsNonce, edsNames)
-		default:
-			send(resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce(), nil)
+			return c.applyEndpoints(resp)
 		}
-	}
+		return nil
+	})
+	return fmt.Errorf("oracle client: stream from %s: %w", c.Addr, err)
 }
 
 // applyClusters replaces the cluster set (CDS is State of the World) and returns the sorted EDS
@@ -246,18 +223,6 @@ func (c *Client) Compare(want Want) []Mismatch {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return Compare(want, c.state)
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // SidecarID is an Istio-style sidecar node id of a proxy in namespace ns.

@@ -14,12 +14,11 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/meshchaos/meshchaos/internal/ads"
 	"github.com/meshchaos/meshchaos/workloads/xdscred"
 )
 
@@ -204,20 +203,16 @@ func (a *Abuser) once(ctx context.Context, i int) {
 		a.malformed(sctx, conn, i)
 		return
 	}
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
+	// Inline: each misbehaviour goes out when it is meant to, and its send's error ends it.
+	s, err := ads.Open(sctx, conn, ads.Options{Node: a.node(i), Inline: true})
 	if err != nil {
 		a.end(err)
 		return
 	}
 	a.streams.Add(1)
-	node := a.node(i)
 	// Everything, as wildcards: CDS, EDS (every assignment), LDS, RDS.
-	for j, t := range types {
-		req := &discoveryv3.DiscoveryRequest{TypeUrl: t}
-		if j == 0 {
-			req.Node = node
-		}
-		if err := stream.Send(req); err != nil {
+	for _, t := range types {
+		if err := s.Subscribe(t); err != nil {
 			a.end(err)
 			return
 		}
@@ -230,31 +225,26 @@ func (a *Abuser) once(ctx context.Context, i int) {
 		// Drop mid-push: at the first response's arrival, or before it.
 		if rand.IntN(2) == 0 {
 			sleep(ctx, time.Duration(rand.IntN(20))*time.Millisecond)
-		} else if _, err := stream.Recv(); err == nil {
+		} else if _, err := s.Recv(); err == nil {
 			a.responses.Add(1)
 		}
 		a.end(context.Canceled)
 	case AbuseNACK:
-		for {
-			resp, err := stream.Recv()
-			if err != nil {
-				a.end(err)
-				return
-			}
+		// Reject every response, keeping no version (none is ever accepted), and say so twice
+		// (a repeated NACK of one nonce): once here, once as Run's reply.
+		s.Replied = func(*discoveryv3.DiscoveryResponse, time.Time) { a.nacks.Add(1) }
+		a.end(s.Run(func(resp *discoveryv3.DiscoveryResponse) error {
 			a.responses.Add(1)
-			// Reject it, keeping no version, and say so twice (a repeated NACK of one nonce).
-			nack := &discoveryv3.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce(),
-				ErrorDetail: &statuspb.Status{Code: int32(codes.InvalidArgument), Message: "abuse: rejecting everything"}}
-			for range 2 {
-				if err := stream.Send(nack); err != nil {
-					a.end(err)
-					return
-				}
-				a.nacks.Add(1)
+			if err := s.NACK(resp, errRejectAll); err != nil {
+				return err
 			}
-		}
+			a.nacks.Add(1)
+			return ads.Reject(errRejectAll)
+		}))
 	}
 }
+
+var errRejectAll = errors.New("abuse: rejecting everything")
 
 // flood holds Clients streams open over connections of at most 90 streams each, each stream
 // subscribed to clusters and read (so it costs the server a watch, not a blocked send).
@@ -272,15 +262,17 @@ func (a *Abuser) flood(ctx context.Context) error {
 			go func() {
 				defer wg.Done()
 				for ctx.Err() == nil {
-					stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+					// Read, never ACKed: each stream costs the server a watch.
+					s, err := ads.Open(ctx, conn, ads.Options{Node: a.node(j), Inline: true})
 					if err == nil {
 						a.streams.Add(1)
-						err = stream.Send(&discoveryv3.DiscoveryRequest{Node: a.node(j), TypeUrl: types[0]})
+						err = s.Subscribe(types[0])
 						for err == nil {
-							if _, err = stream.Recv(); err == nil {
+							if _, err = s.Recv(); err == nil {
 								a.responses.Add(1)
 							}
 						}
+						s.Close()
 					}
 					a.end(err)
 					sleep(ctx, 100*time.Millisecond)
@@ -317,19 +309,19 @@ func (a *Abuser) malformed(ctx context.Context, conn *grpc.ClientConn, i int) {
 		req = &discoveryv3.DiscoveryRequest{Node: node, TypeUrl: types[1],
 			ResourceNames: []string{strings.Repeat("o", a.o.OversizeBytes)}}
 	}
-	client := discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
+	// The request goes out as it is, outside any subscription's bookkeeping.
 	var err error
 	if d, ok := req.(*discoveryv3.DeltaDiscoveryRequest); ok {
-		var s discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
-		if s, err = client.DeltaAggregatedResources(ctx); err == nil {
+		var s *ads.DeltaStream
+		if s, err = ads.OpenDelta(ctx, conn, ads.Options{Inline: true}); err == nil {
 			a.streams.Add(1)
 			if err = s.Send(d); err == nil {
 				_, err = s.Recv()
 			}
 		}
 	} else {
-		var s discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
-		if s, err = client.StreamAggregatedResources(ctx); err == nil {
+		var s *ads.Stream
+		if s, err = ads.Open(ctx, conn, ads.Options{Inline: true}); err == nil {
 			a.streams.Add(1)
 			if err = s.Send(req.(*discoveryv3.DiscoveryRequest)); err == nil {
 				_, err = s.Recv()

@@ -30,18 +30,13 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/meshchaos/meshchaos/workloads/adsqueue"
+	"github.com/meshchaos/meshchaos/internal/ads"
 	"github.com/meshchaos/meshchaos/workloads/xdscred"
 )
-
-// maxResponseBytes is the largest xDS response a client takes (Envoy sets no limit).
-const maxResponseBytes = 1 << 30
 
 // Options configure a load.
 type Options struct {
@@ -172,14 +167,11 @@ func (l *Load) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("adsload: %w", err)
 	}
-	// Envoy sets no limit on a response's size; gRPC's default of 4 MiB is one CDS response of
-	// a few thousand services.
-	dialOpts := append(creds, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponseBytes)))
 	var wg sync.WaitGroup
 	for _, c := range l.clients {
-		conn, err := grpc.NewClient(l.opts.XDSAddress, dialOpts...)
+		conn, err := ads.Dial(l.opts.XDSAddress, creds...)
 		if err != nil {
-			return fmt.Errorf("adsload: dial %s: %w", l.opts.XDSAddress, err)
+			return fmt.Errorf("adsload: %w", err)
 		}
 		wg.Add(1)
 		go func() {
@@ -223,71 +215,42 @@ func (l *Load) runClient(ctx context.Context, c *client, conn *grpc.ClientConn) 
 	}
 }
 
-// session runs one ADS stream for c, as Envoy requests resources.
+// session runs one ADS stream for c, as Envoy requests resources: CDS, then EDS for its
+// clusters and LDS, then RDS for the listeners' routes, each follow-up after the ACK.
 func (l *Load) session(ctx context.Context, c *client, conn *grpc.ClientConn) (bool, error) {
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
+	held := map[string]string{}
+	for i, t := range types {
+		if v := c.versions[i].Load(); v != nil {
+			held[t] = *v
+		}
+	}
+	s, err := ads.Open(ctx, conn, ads.Options{Node: c.node, Versions: held})
 	if err != nil {
 		return false, err
 	}
+	defer s.Close()
 	l.streams.Add(1)
-	var versions, nonces [4]string
-	var names [4][]string
-	var sent [4]bool
-	for i := range types {
-		if v := c.versions[i].Load(); v != nil {
-			versions[i] = *v
-		}
+	if err := s.Subscribe(types[0]); err != nil {
+		return false, err
 	}
-	// Requests go out from their own goroutine, as Envoy's do: sent from the receive loop, a
-	// large EDS subscription and a control plane writing a large push wait on each other for
-	// good (see adsqueue).
-	out := adsqueue.Start(sctx, stream.Send, cancel)
-	first := true
-	send := func(i int, nack error) {
-		req := &discoveryv3.DiscoveryRequest{TypeUrl: types[i], VersionInfo: versions[i], ResponseNonce: nonces[i], ResourceNames: names[i]}
-		if nack != nil {
-			req.ErrorDetail = &statuspb.Status{Code: int32(codes.InvalidArgument), Message: nack.Error()}
-		}
-		sent[i] = true
-		if first {
-			req.Node, first = c.node, false
-			// The node goes on the first request only; that one is never replaced.
-			out.Put("", req)
-			return
-		}
-		out.Put(types[i], req)
-	}
-	send(0, nil)
 	if !c.connected.Swap(true) {
 		l.connected.Add(1)
 	}
 	got := false
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			if serr := out.Err(); serr != nil {
-				return got, fmt.Errorf("send: %w", serr)
-			}
-			return got, err
-		}
+	err = s.Run(func(resp *discoveryv3.DiscoveryResponse) error {
 		got = true
 		now := time.Now()
 		i := typeIndex(resp.GetTypeUrl())
 		if i < 0 {
-			continue
+			return ads.NoReply
 		}
 		l.responses[i].Add(1)
 		l.bytes[i].Add(int64(proto.Size(resp)))
-		nonces[i] = resp.GetNonce()
 		want, count, eps, tracked, derr := decode(i, resp, l.opts.Track)
 		if derr != nil {
 			l.nacks.Add(1)
-			send(i, derr)
-			continue
+			return ads.Reject(derr)
 		}
-		versions[i] = resp.GetVersionInfo()
 		v := resp.GetVersionInfo()
 		c.versions[i].Store(&v)
 		// SotW responses carry the whole set of the type (EDS/RDS: all subscribed names).
@@ -301,19 +264,17 @@ func (l *Load) session(ctx context.Context, c *client, conn *grpc.ClientConn) (b
 		}
 		l.record(i, v, now)
 		l.acks.Add(1)
-		send(i, nil)
-		// Follow-up subscriptions, after the ACK as Envoy does.
 		if want != nil {
-			j := i + 1 // CDS → EDS, LDS → RDS
-			if !sent[j] || !slices.Equal(want, names[j]) {
-				names[j] = want
-				send(j, nil)
+			if err := s.Subscribe(types[i+1], want...); err != nil { // CDS → EDS, LDS → RDS
+				return err
 			}
 		}
-		if i == 0 && !sent[2] {
-			send(2, nil)
+		if i == 0 {
+			return s.Subscribe(types[2])
 		}
-	}
+		return nil
+	})
+	return got, err
 }
 
 // track records a receipt of the tracked clusters when their usable endpoint count changed (the first

@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/meshchaos/meshchaos/workloads/adsqueue"
+	"github.com/meshchaos/meshchaos/internal/adsqueue"
 )
 
 // Request order on a new stream, as Envoy sends them: clusters before endpoints, listeners

@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"fmt"
 	"sync"
 	"time"
 
@@ -15,10 +14,11 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/meshchaos/meshchaos/internal/ads"
 )
 
 // Response is one received DiscoveryResponse, with its arrival time.
@@ -31,20 +31,16 @@ type Response struct {
 	Size int
 }
 
-// Client is one ADS stream.
+// Client is one ADS stream (internal/ads's, its requests sent inline so OnAcked's time is the
+// ACK's send) and what it received.
 type Client struct {
-	conn   *grpc.ClientConn
-	stream discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
-	node   *core.Node
-	cancel context.CancelFunc
+	conn *grpc.ClientConn
+	s    *ads.Stream
 
 	mu       sync.Mutex
 	latest   map[string]map[string]*anypb.Any // type → name → resource (SotW state)
 	received []Response
-	subs     map[string][]string
 	notify   chan Response
-	sendMu   sync.Mutex
-	err      error
 	done     chan struct{}
 
 	// OnResponse, if set before Run, is called with every response as it arrives.
@@ -58,20 +54,28 @@ type Client struct {
 // (e.g. codes.Unavailable while the control plane's sync gate is closed). opts are added to the
 // gRPC dial options (e.g. a dialer into a network namespace).
 func Dial(ctx context.Context, addr, id string, opts ...grpc.DialOption) (*Client, error) {
-	conn, err := dial(addr, opts...)
+	conn, s, err := open(ctx, addr, id, ads.Open, opts...)
 	if err != nil {
 		return nil, err
 	}
-	sctx, cancel := context.WithCancel(ctx)
-	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
+	return &Client{conn: conn, s: s, latest: map[string]map[string]*anypb.Any{}, notify: make(chan Response, 4096),
+		done: make(chan struct{})}, nil
+}
+
+// open dials addr and opens a stream of either kind on it as node id, its requests sent inline.
+func open[S any](ctx context.Context, addr, id string, openStream func(context.Context, grpc.ClientConnInterface, ads.Options) (S, error),
+	opts ...grpc.DialOption) (*grpc.ClientConn, S, error) {
+	var zero S
+	conn, err := ads.Dial(addr, opts...)
 	if err != nil {
-		cancel()
+		return nil, zero, err
+	}
+	s, err := openStream(ctx, conn, ads.Options{Node: &core.Node{Id: id, Cluster: "test"}, Inline: true})
+	if err != nil {
 		conn.Close()
-		return nil, err
+		return nil, zero, err
 	}
-	c := &Client{conn: conn, stream: stream, node: &core.Node{Id: id, Cluster: "test"}, cancel: cancel,
-		latest: map[string]map[string]*anypb.Any{}, notify: make(chan Response, 4096), done: make(chan struct{})}
-	return c, nil
+	return conn, s, nil
 }
 
 // DialSecure opens an ADS stream to a secure xDS port as a sidecar does: TLS verified against
@@ -84,50 +88,37 @@ func DialSecure(addr, id string, roots *x509.CertPool, serverName, token string)
 	return Dial(ctx, addr, id, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: serverName})))
 }
 
-// dial connects over plaintext, accepting responses up to 256 MiB (a full CDS at scale).
-func dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256 << 20))}, opts...)
-	conn, err := grpc.NewClient(addr, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", addr, err)
-	}
-	return conn, nil
+// Subscribe asks for typeURL (names empty: wildcard), and keeps the names for its ACKs. It may be
+// called before Run or after.
+func (c *Client) Subscribe(typeURL string, names ...string) error {
+	return c.s.Subscribe(typeURL, names...)
 }
 
-// Subscribe asks for typeURL (names empty: wildcard). It must be called before Run... or after:
-// requests are sent on the stream directly.
-func (c *Client) Subscribe(typeURL string, names ...string) error {
-	c.sendMu.Lock()
-	defer c.sendMu.Unlock()
-	return c.stream.Send(&discovery.DiscoveryRequest{Node: c.node, TypeUrl: typeURL, ResourceNames: names})
+// SetNames is Subscribe with the names as a slice.
+func (c *Client) SetNames(typeURL string, names []string) error {
+	return c.s.Subscribe(typeURL, names...)
 }
 
 // Run receives, records and ACKs responses until the stream ends; returns the stream error.
-// If follow is set, after a CDS response it subscribes to EDS for every EDS cluster (as Envoy).
 func (c *Client) Run() error {
 	defer close(c.done)
-	for {
-		resp, err := c.stream.Recv()
-		if err != nil {
-			c.mu.Lock()
-			c.err = err
-			c.mu.Unlock()
-			return err
-		}
-		r := Response{TypeURL: resp.GetTypeUrl(), Version: resp.GetVersionInfo(), Resources: resp.GetResources(), At: time.Now()}
-		if c.OnResponse != nil {
-			// Callback mode (benchmarks): no state kept, no decoding here.
-			r.Size = proto.Size(resp)
-			c.OnResponse(r)
-			if err := c.ack(resp); err != nil {
-				return err
-			}
+	if c.OnResponse != nil {
+		// Callback mode (benchmarks): no state kept, no decoding here.
+		var last Response
+		c.s.Replied = func(_ *discovery.DiscoveryResponse, at time.Time) {
 			if c.OnAcked != nil {
-				c.OnAcked(r, time.Now())
+				c.OnAcked(last, at)
 			}
-			continue
 		}
+		return c.s.Run(func(resp *discovery.DiscoveryResponse) error {
+			last = response(resp)
+			last.Size = proto.Size(resp)
+			c.OnResponse(last)
+			return nil
+		})
+	}
+	return c.s.Run(func(resp *discovery.DiscoveryResponse) error {
+		r := response(resp)
 		c.mu.Lock()
 		m := map[string]*anypb.Any{}
 		if old := c.latest[r.TypeURL]; old != nil && !fullState(r.TypeURL) {
@@ -145,35 +136,12 @@ func (c *Client) Run() error {
 		case c.notify <- r:
 		default:
 		}
-		if err := c.ack(resp); err != nil {
-			return err
-		}
-	}
+		return nil
+	})
 }
 
-func (c *Client) ack(resp *discovery.DiscoveryResponse) error {
-	c.sendMu.Lock()
-	defer c.sendMu.Unlock()
-	return c.stream.Send(&discovery.DiscoveryRequest{Node: c.node, TypeUrl: resp.GetTypeUrl(),
-		VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce(), ResourceNames: c.names(resp.GetTypeUrl())})
-}
-
-// names keeps the subscription for ACKs: the requested names are stored per type.
-func (c *Client) names(typeURL string) []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.subs[typeURL]
-}
-
-// SetNames records the names to keep subscribed to for typeURL (used in ACKs) and sends them.
-func (c *Client) SetNames(typeURL string, names []string) error {
-	c.mu.Lock()
-	if c.subs == nil {
-		c.subs = map[string][]string{}
-	}
-	c.subs[typeURL] = names
-	c.mu.Unlock()
-	return c.Subscribe(typeURL, names...)
+func response(resp *discovery.DiscoveryResponse) Response {
+	return Response{TypeURL: resp.GetTypeUrl(), Version: resp.GetVersionInfo(), Resources: resp.GetResources(), At: time.Now()}
 }
 
 func fullState(typeURL string) bool {
@@ -204,13 +172,12 @@ func (c *Client) Received() []Response {
 
 // Close ends the stream.
 func (c *Client) Close() {
-	c.cancel()
-	c.conn.Close()
+	c.CloseNoRun()
 	<-c.done
 }
 
 // CloseNoRun closes a client whose Run was never started.
 func (c *Client) CloseNoRun() {
-	c.cancel()
+	c.s.Close()
 	c.conn.Close()
 }
