@@ -94,12 +94,13 @@ func assertEndpointFlap(t *testing.T, c suite.Case, s results.Summary, _ string)
 		}
 		return
 	}
-	assert.InDelta(t, ups, s.ControlPlaneStats.ChaosPushes.Full, 1, "one full push per 0→1 of the endpoint")
+	// A full push per 0→1 of the endpoint, to every proxy (counted per proxy, as istiod's).
+	assert.GreaterOrEqual(t, s.ControlPlaneStats.ChaosPushes.Full, int64(ups-1), "a full push per 0→1 of the endpoint")
 	// The per-change table puts each full push next to its 0→1. Counters are scraped every
 	// 500 ms, so on a loaded machine one push may land in a neighbouring change's row.
 	attributed := 0
 	for i, ch := range s.Convergence.Changes {
-		if ch.Ready > 0 && (i == 0 || s.Convergence.Changes[i-1].Ready == 0) && ch.Pushes != nil && ch.Pushes.Full == 1 {
+		if ch.Ready > 0 && (i == 0 || s.Convergence.Changes[i-1].Ready == 0) && ch.Pushes != nil && ch.Pushes.Full >= 1 {
 			attributed++
 		}
 	}

@@ -169,8 +169,11 @@ func (r *Reference) PprofURL(pod *corev1.Pod) string { return r.AdminURL(pod) }
 // Metrics implements ControlPlane.
 func (r *Reference) Metrics() map[Measure]Metric {
 	return map[Measure]Metric{
-		FullPushes:       {Name: "meshchaos_controlplane_pushes_total", Labels: map[string]string{"kind": "full"}},
-		EDSPushes:        {Name: "meshchaos_controlplane_pushes_total", Labels: map[string]string{"kind": "eds"}},
+		// Responses per proxy, initial fetches included, as istiod's: the push cycles
+		// (meshchaos_controlplane_pushes_total) counted one push to 21 proxies as 1 where
+		// istiod's counts 21 (the fidelity table of 2026-11-26: EDS pushes per flap 2 vs 42).
+		FullPushes:       {Name: "pilot_xds_pushes", Labels: map[string]string{"type": "cds"}},
+		EDSPushes:        {Name: "pilot_xds_pushes", Labels: map[string]string{"type": "eds"}},
 		StreamsRefused:   {Name: "meshchaos_controlplane_xds_streams_refused_total"},
 		ConnectedProxies: {Name: "pilot_xds"},
 		HeapInUse:        {Name: "go_memstats_heap_inuse_bytes"},

@@ -21,9 +21,11 @@ type Measure string
 
 // Measures the harness reads. Counters unless said otherwise.
 const (
-	// FullPushes counts full pushes (every proxy gets every type).
+	// FullPushes counts full pushes as istiod does: CDS responses sent, one per proxy, a
+	// proxy's initial fetch included (pilot_xds_pushes{type=cds}).
 	FullPushes Measure = "full-pushes"
-	// EDSPushes counts incremental, endpoint-only pushes.
+	// EDSPushes counts endpoint pushes as istiod does: EDS responses sent, one per proxy
+	// (pilot_xds_pushes{type=eds}).
 	EDSPushes Measure = "eds-pushes"
 	// StreamsRefused counts xDS streams refused while the control plane was not ready.
 	StreamsRefused Measure = "streams-refused"

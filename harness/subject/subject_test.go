@@ -49,7 +49,7 @@ func TestReferenceMetricsExist(t *testing.T) {
 	// Labelled series exist once a label value is used: use exactly the mapped labels (With
 	// panics on a label name the metric does not have).
 	for _, measure := range []Measure{FullPushes, EDSPushes} {
-		m.Pushes.With(prometheus.Labels(ref.Metrics()[measure].Labels)).Add(0)
+		m.XDSPushes.With(prometheus.Labels(ref.Metrics()[measure].Labels)).Add(0)
 	}
 	m.PushCycleTime.With(prometheus.Labels(ref.Metrics()[FullPushTime].Labels)).Observe(0)
 	m.PushTime.WithLabelValues("eds").Observe(0)
