@@ -117,6 +117,7 @@ func TestBadInputMatrix(t *testing.T) {
 		input{[]string{"fidelity", "--reference", "istiod"}, "--reference"},
 		input{[]string{"fidelity", "--istiod", "istiod@no-such-pin"}, "no-such-pin"},
 		input{[]string{"fidelity", "--repeats", "101"}, "repeats"},
+		input{[]string{"fidelity", "--experiment", "sidecar-startup"}, "suite fidelity has cp-oom-restart, endpoint-flap"},
 		input{[]string{"fidelity", "--set", "bogus=1"}, "bogus"},
 		input{[]string{"fidelity", "--alpha", "NaN"}, "alpha"},
 		input{[]string{"fidelity", "--kubeconfig", "/nonexistent"}, "--substrate existing"},

@@ -54,6 +54,7 @@ var examples = map[string][]string{
 		"# is the reference still a fair stand-in for istiod? (the ratio table; exit 1 beyond 2x)",
 		"sudo meshchaos fidelity --istiod istiod@2026-08 --out runs/fidelity",
 		"sudo meshchaos fidelity --repeats 1 --set cp-oom-restart.serviceEntries=1000",
+		"sudo meshchaos fidelity --experiment endpoint-flap --experiment cp-oom-restart --repeats 2",
 	},
 	"version": {
 		"meshchaos version",

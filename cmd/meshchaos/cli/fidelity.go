@@ -48,6 +48,7 @@ runs that could not be carried out, or an interruption.`,
 	cmd.Flags().StringVar(&u.base, "istiod", subject.IstiodPrefix, "istiod as --cp spells it: istiod (the default build) or istiod@PIN")
 	cmd.Flags().StringVar(&u.cand, "reference", "reference", "the reference as --cp spells it")
 	cmd.Flags().IntVar(&u.repeats, "repeats", 0, "runs per experiment and side (default: the suite's 3)")
+	cmd.Flags().StringArrayVar(&u.only, "experiment", nil, "only this experiment of the suite (repeatable; default: all four)")
 	cmd.Flags().StringArrayVar(&u.sets, "set", nil, "[EXPERIMENT.]name=value for the suite's experiments (repeatable)")
 	cmd.Flags().StringVar(&u.out, "out", "", "the directory to create: istiod/ and reference/ (a run directory per run), comparison.md/.json and fidelity.md/.json (default runs/fidelity-ISTIOD-TIME; one holding a comparison or a table is refused)")
 	u.stats.register(cmd)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/meshchaos/meshchaos/harness/suite"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -40,4 +41,20 @@ func TestFidelityWritesItsTableAndConcludesNothingUnmeasured(t *testing.T) {
 
 	// A second fidelity into the same directory is refused before anything runs.
 	assert.Equal(t, 2, exitCode(checkFidelityOut(out)))
+}
+
+// TestOnlyExperiments: --experiment keeps those entries of the suite, in the suite's order, and
+// refuses a name the suite does not have, naming the ones it has.
+func TestOnlyExperiments(t *testing.T) {
+	s, ok := suite.Builtin(suite.Fidelity)
+	require.True(t, ok)
+	got, err := onlyExperiments(s, []string{"serviceentry-scale", "cp-oom-restart"})
+	require.NoError(t, err)
+	require.Len(t, got.Entries, 2)
+	assert.Equal(t, "cp-oom-restart", got.Entries[0].Experiment)
+	assert.Equal(t, "serviceentry-scale", got.Entries[1].Experiment)
+	assert.Len(t, s.Entries, 4, "the built-in suite itself is untouched")
+	_, err = onlyExperiments(s, []string{"soak"})
+	assert.Equal(t, 2, exitCode(err))
+	assert.ErrorContains(t, err, "suite fidelity has cp-oom-restart, endpoint-flap, cp-cpu-starvation, serviceentry-scale")
 }

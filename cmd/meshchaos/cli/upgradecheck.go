@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,6 +43,26 @@ type upgradeCheck struct {
 	name   string
 	labels [2]string
 	finish func(stdout, stderr io.Writer, c *results.Comparison, errored []string) error
+	// only keeps the suite's entries of these experiments (fidelity --experiment).
+	only []string
+}
+
+// onlyExperiments is s with only the entries of the named experiments; a name no entry has is
+// refused with the ones it has.
+func onlyExperiments(s suite.Suite, names []string) (suite.Suite, error) {
+	var have []string
+	for _, e := range s.Entries {
+		if !slices.Contains(have, e.Experiment) {
+			have = append(have, e.Experiment)
+		}
+	}
+	for _, n := range names {
+		if !slices.Contains(have, n) {
+			return s, Usagef("--experiment %q: suite %s has %s", n, s.Name, strings.Join(have, ", "))
+		}
+	}
+	s.Entries = slices.DeleteFunc(slices.Clone(s.Entries), func(e suite.Entry) bool { return !slices.Contains(names, e.Experiment) })
+	return s, nil
 }
 
 // sideLabel is the label of side "base" or "candidate".
@@ -154,6 +175,11 @@ func (u *upgradeCheck) prepare(cmd *cobra.Command) error {
 	s, err := suite.Load(u.suite)
 	if err != nil {
 		return Usagef("%v", err)
+	}
+	if len(u.only) > 0 {
+		if s, err = onlyExperiments(s, u.only); err != nil {
+			return err
+		}
 	}
 	u.suite, u.suiteEntries = s.Name, len(s.Entries)
 	if u.out == "" {
