@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -444,21 +445,28 @@ func TestDeltaUpdates(t *testing.T) {
 	xds.Set(t, "3", res[0], res[2], res[4], res[5])
 	eventually(t, "b removed", func() bool { return get(t, addr, "b.test", "/").flag == respflags.NoClusterFound })
 
+	// The proxy serves the new config before its ACK and unsubscription reach the server: wait
+	// for those requests, then hold them to what they must say.
 	var acks, subscribes int
-	for _, r := range xds.DeltaRequests() {
-		if r.GetResponseNonce() != "" && r.GetErrorDetail() == nil {
-			acks++
-		}
-		if r.GetTypeUrl() == resourcev3.EndpointType && len(r.GetResourceNamesSubscribe()) > 0 {
-			subscribes++
+	var unsubscribed []string
+	count := func() {
+		acks, subscribes, unsubscribed = 0, 0, nil
+		for _, r := range xds.DeltaRequests() {
+			if r.GetResponseNonce() != "" && r.GetErrorDetail() == nil {
+				acks++
+			}
+			if r.GetTypeUrl() == resourcev3.EndpointType && len(r.GetResourceNamesSubscribe()) > 0 {
+				subscribes++
+			}
+			unsubscribed = append(unsubscribed, r.GetResourceNamesUnsubscribe()...)
 		}
 	}
+	eventually(t, "the removal ACKed and b's assignment unsubscribed", func() bool {
+		count()
+		return acks >= 5 && slices.Contains(unsubscribed, "b")
+	})
 	assert.GreaterOrEqual(t, acks, 5, "delta responses are ACKed by nonce")
 	assert.Positive(t, subscribes, "EDS names are subscribed explicitly")
-	var unsubscribed []string
-	for _, r := range xds.DeltaRequests() {
-		unsubscribed = append(unsubscribed, r.GetResourceNamesUnsubscribe()...)
-	}
 	assert.Contains(t, unsubscribed, "b", "the removed cluster's assignment is unsubscribed")
 
 	// A malformed assignment is NACKed by nonce with the error; the old endpoints stay.
