@@ -87,6 +87,9 @@ func on(cp string, c Case) Case { c.ControlPlane = cp; return c }
 var (
 	// Incident 1: a restarted control plane that serves before it synced.
 	unsyncedRestart = []string{"5xx rate", "error rate", "error window"}
+	// The same, seen by proxyless gRPC clients: failed RPCs, and a channel without a usable
+	// config.
+	unsyncedGRPCRestart = []string{"gRPC failed RPCs", "gRPC time without a usable config"}
 	// Incident 2: a full push per 0→1 of an endpoint.
 	fullPushPerFlap = []string{"full pushes during the chaos"}
 )
@@ -120,6 +123,10 @@ var bothWays = []Case{
 
 	passes("cp-oom-restart"),
 	fails("cp-oom-restart", "reference:ungated", unsyncedRestart),
+	// grpc-go as the data plane: proxyless clients (xds:/// with grpc-go's own resolver and
+	// balancers) in place of the gateways, each reconnecting on grpc-go's own backoff.
+	nightly(passes("cp-oom-restart", "dataPlane=grpc")),
+	nightly(fails("cp-oom-restart", "reference:ungated", unsyncedGRPCRestart, "dataPlane=grpc")),
 
 	alone(passes("cp-cpu-starvation", "cpQoS=guaranteed", "cpReplicas=2", "isolate=true")),
 	// Injection failed closed when the reference's readiness probe (1 s period, 1 failure) took
@@ -138,6 +145,7 @@ var bothWays = []Case{
 	on("istiod@2026-08", passes("cp-oom-restart", "serviceEntries=1000")),
 	on("istiod@2026-04", passes("endpoint-flap")),
 	nightly(on("istiod@2026-04", passes("cp-oom-restart", "serviceEntries=1000"))),
+	nightly(on("istiod@2026-08", passes("cp-oom-restart", "serviceEntries=1000", "dataPlane=grpc"))),
 	nightly(on("istiod@2026-08", passes("endpoint-flap"))),
 	// istiod holds more per endpoint than the reference's 3072 B test budget: 3120-3260 B at
 	// 8000 endpoints at both pins (2026-11-25), falling with scale; its exponent is 0.93.
