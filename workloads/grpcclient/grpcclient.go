@@ -100,6 +100,7 @@ type channel struct {
 	conn     *grpc.ClientConn
 	everOK   bool
 	failedAt time.Time // start of the span without config; zero while RPCs succeed
+	logged   bool      // a failure before the first success was logged
 }
 
 // Clients are the running clients.
@@ -298,7 +299,7 @@ func (c *Clients) loop(ctx context.Context, ch *channel, offset time.Duration) {
 		if ctx.Err() != nil {
 			return
 		}
-		c.record(ch, at, status.Code(err), c.o.now())
+		c.record(ch, at, err, c.o.now())
 		select {
 		case <-ctx.Done():
 			return
@@ -307,8 +308,9 @@ func (c *Clients) loop(ctx context.Context, ch *channel, offset time.Duration) {
 	}
 }
 
-// record counts one RPC made at at that ended at end with code.
-func (c *Clients) record(ch *channel, at time.Time, code codes.Code, end time.Time) {
+// record counts one RPC made at at that ended at end with err.
+func (c *Clients) record(ch *channel, at time.Time, err error, end time.Time) {
+	code := status.Code(err)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	sec := at.Unix()
@@ -332,9 +334,14 @@ func (c *Clients) record(ch *channel, at time.Time, code codes.Code, end time.Ti
 		s.Failed = map[string]int64{}
 	}
 	s.Failed[code.String()]++
-	if ch.everOK && ch.failedAt.IsZero() {
+	switch {
+	case ch.everOK && ch.failedAt.IsZero():
 		ch.failedAt = at
-		c.o.Logger.Info("grpc channel failing", "channel", ch.name, "code", code.String())
+		c.o.Logger.Info("grpc channel failing", "channel", ch.name, "error", err)
+	case !ch.everOK && !ch.logged:
+		// Once: why a channel is not served yet (the pod is not ready until every one is).
+		ch.logged = true
+		c.o.Logger.Info("grpc channel not served yet", "channel", ch.name, "error", err)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meshchaos/meshchaos/workloads/echo"
+	"github.com/meshchaos/meshchaos/workloads/xdscred"
 	"github.com/meshchaos/meshchaos/workloads/xdstest"
 )
 
@@ -164,4 +165,23 @@ func TestNewRefusesWhatCannotWork(t *testing.T) {
 		_, err := New(o)
 		assert.Error(t, err, name)
 	}
+}
+
+// On a secure port the clients speak TLS against the control plane's root alone, under its
+// server name, with the pod's token on the stream (xdscred, as the sidecars), through the
+// channel credentials they register for grpc-go's bootstrap.
+func TestClientsReachASecurePort(t *testing.T) {
+	backend := startEcho(t)
+	ca := xdstest.NewCA(t)
+	xds := xdstest.StartSecure(t, xdstest.Auth{Cert: ca.ServerCert(t, "cp.ns.svc"), Tokens: []string{"tok"}})
+	xds.Set(t, "1", proxyless(t, "echo.test", backend)...)
+	c, err := New(Options{XDSAddress: xds.Addr, Targets: []string{"echo.test:80"}, Rate: 50,
+		Credentials: xdscred.Options{RootCertFile: ca.WriteRoot(t), TokenFile: xdstest.WriteFile(t, "token", "tok"), ServerName: "cp.ns.svc"}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	require.Eventually(t, func() bool { return c.Stats().Ready == 1 }, 20*time.Second, 20*time.Millisecond, "served over TLS with the token")
+	assert.Contains(t, xds.Presented(), "tok")
 }

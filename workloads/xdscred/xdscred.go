@@ -138,6 +138,13 @@ func (r *rootsTLS) ClientHandshake(ctx context.Context, authority string, conn n
 	if err != nil {
 		return nil, nil, err
 	}
+	if r.o.ServerName != "" {
+		// gRPC's TLS verifies the authority it is given, which is the server name only when
+		// the channel took its authority from Info (grpc.WithTransportCredentials); a channel
+		// given these as part of a credentials.Bundle (grpc-go's xDS client) passes the
+		// dialled address.
+		authority = r.o.ServerName
+	}
 	return c.ClientHandshake(ctx, authority, conn)
 }
 
