@@ -62,7 +62,9 @@ func init() {
 					// No gateway runs; its node is where the clients are, whose kube-proxy the
 					// chaos throttles.
 					Gateway: mesh.Gateway{Node: gw},
-					GRPC:    mesh.GRPCClients{Clients: v.Int("gateways"), Node: gw, Hosts: v.Int("hosts"), Rate: v.Int(params.Rate.Name)},
+					// The hosts a restarted control plane loads last, as istio's proxies found
+					// theirs missing (the gateways lose their routes either way).
+					GRPC: mesh.GRPCClients{Clients: v.Int("gateways"), Node: gw, Hosts: v.Int("hosts"), Rate: v.Int(params.Rate.Name), LastListed: true},
 				}
 			}
 			return mesh.Spec{

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"time"
 
@@ -62,6 +63,10 @@ type GRPCClients struct {
 	Node    int
 	Hosts   int
 	Rate    int
+	// LastListed calls the Hosts whose ServiceEntries the API server lists last (by name), not
+	// the first generated: the ones a control plane that serves while it loads its initial
+	// state has last.
+	LastListed bool
 }
 
 // ADSLoad is one adsload pod (workloads/adsload) whose Clients each connect to the control
@@ -335,15 +340,26 @@ func Up(ctx context.Context, provider cluster.Substrate, spec Spec, rec Recorder
 	return m, nil
 }
 
+// targets are the HOST:80 the clients call: the first Hosts generated, or the Hosts listed last.
+func (g GRPCClients) targets(exp Expected) []string {
+	hosts := exp.Hosts()
+	if g.LastListed {
+		slices.Sort(hosts) // se-N.mesh.test sorts as its ServiceEntry's name se-N does
+		slices.Reverse(hosts)
+	}
+	var targets []string
+	for _, h := range hosts[:min(g.Hosts, len(hosts))] {
+		targets = append(targets, net.JoinHostPort(h, "80"))
+	}
+	return targets
+}
+
 // deployGRPCClients deploys the gRPC clients' pod and waits until it is Ready: every channel
 // has made a successful RPC, proof that the control plane configured every client.
 func (m *Mesh) deployGRPCClients(ctx context.Context, rec Recorder) error {
 	const port = 8080
 	g := m.Spec.GRPC
-	var targets []string
-	for _, h := range m.Expected.Hosts()[:min(g.Hosts, len(m.Expected))] {
-		targets = append(targets, net.JoinHostPort(h, "80"))
-	}
+	targets := g.targets(m.Expected)
 	v := wlmanifests.Values{Substrate: m.wl, Namespace: m.Namespace, Clients: g.Clients, GRPCTargets: targets, GRPCRate: g.Rate, Port: port}
 	m.xdsValues(&v)
 	if err := m.deploy(ctx, "grpc-client", v, g.Node); err != nil {
