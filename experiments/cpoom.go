@@ -37,6 +37,8 @@ func init() {
 			params.FloatParam("kubeProxyCPU", 0.002, 0.001, 4, "CPUs", "kube-proxy's CPU quota on the gateways' node while throttled"),
 			params.DurationParam("throttleWindow", 30*time.Second, time.Second, time.Hour, "how long kube-proxy stays throttled"),
 			params.Nodes.WithDefault("2"),
+			params.EnumParam("dataPlane", dataPlaneXDSProxy, []string{dataPlaneXDSProxy, dataPlaneGRPC},
+				"the proxies that reconnect: xdsproxy gateways (HTTP traffic through them), or grpc, proxyless grpc-go clients (xds:/// with grpc-go's own resolver and balancers; one per gateway, a channel per host, rate RPCs a second in all)"),
 		},
 		Validate: func(v params.Values) error {
 			if v.Int("hosts") > v.Int("serviceEntries") {
@@ -51,6 +53,20 @@ func init() {
 			// The control plane on node 1, the gateways and backends on the last node: the
 			// gateways reach the control plane through kube-proxy's rules on their node.
 			gw := v.Int("nodes")
+			if v.String("dataPlane") == dataPlaneGRPC {
+				return mesh.Spec{
+					Nodes:          v.Int("nodes"),
+					CP:             subject.Placement{Node: 1, MemoryLimit: v.String("cpMemoryLimit"), CPULimit: v.String("cpCPULimit"), Ballast: true},
+					Backends:       []mesh.Backend{{Name: "echo", Replicas: 2, Node: gw}},
+					ServiceEntries: mesh.ServiceEntries{Count: v.Int("serviceEntries"), Backend: "echo"},
+					// No gateway runs; its node is where the clients are, whose kube-proxy the
+					// chaos throttles.
+					Gateway: mesh.Gateway{Node: gw},
+					// The hosts a restarted control plane loads last, as istio's proxies found
+					// theirs missing (the gateways lose their routes either way).
+					GRPC: mesh.GRPCClients{Clients: v.Int("gateways"), Node: gw, Hosts: v.Int("hosts"), Rate: v.Int(params.Rate.Name), LastListed: true},
+				}
+			}
 			return mesh.Spec{
 				Nodes:          v.Int("nodes"),
 				CP:             subject.Placement{Node: 1, MemoryLimit: v.String("cpMemoryLimit"), CPULimit: v.String("cpCPULimit"), Ballast: true},
@@ -67,7 +83,18 @@ func init() {
 			"the control plane's memory cgroup (working set before the OOM kill)",
 		},
 		CPFaults: []string{"OOM-kills it (a memory hog in its container's cgroup, or its ballast hook)"},
-		Checks: func(params.Values) []runner.Check {
+		Checks: func(v params.Values) []runner.Check {
+			if v.String("dataPlane") == dataPlaneGRPC {
+				return []runner.Check{
+					// Every RPC of the proxyless clients must succeed, as every request
+					// through the gateways must: a channel handed a config without its
+					// listener, cluster or endpoints fails its RPCs (UNAVAILABLE).
+					runner.GRPCFailedRPCs(results.LE, 0),
+					runner.GRPCNoConfig(results.LE, 0),
+					runner.OOMKills(results.GE, 1),
+					runner.Restarts(results.GE, 1),
+				}
+			}
 			return []runner.Check{
 				runner.StatusRate("5xx", results.LE, 0),
 				// Also 404 NR (an emptied route table) and transport errors.
@@ -81,6 +108,12 @@ func init() {
 		},
 	})
 }
+
+// cp-oom-restart's data planes (parameter dataPlane).
+const (
+	dataPlaneXDSProxy = "xdsproxy"
+	dataPlaneGRPC     = "grpc"
+)
 
 func cpOOMChaos(ctx context.Context, s *kit.State) error {
 	v, m, pod := s.Params, s.Mesh, s.CPPod

@@ -3,6 +3,7 @@ package experiments
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/meshchaos/meshchaos/controlplane/manifests"
 	"github.com/meshchaos/meshchaos/controlplane/regress"
+	"github.com/meshchaos/meshchaos/harness/observe"
 	"github.com/meshchaos/meshchaos/harness/subject"
 	"github.com/meshchaos/meshchaos/harness/suite"
 	"github.com/meshchaos/meshchaos/results"
@@ -67,12 +69,34 @@ func init() { caseAssertions["cp-oom-restart"] = assertCPOOMRestart }
 func assertCPOOMRestart(t *testing.T, c suite.Case, s results.Summary, _ string) {
 	require.NotNil(t, s.ControlPlaneStats)
 	assert.GreaterOrEqual(t, s.ControlPlaneStats.OOMKills, 1, "the kernel killed the control plane")
+	if slices.Contains(c.Variant, "dataPlane="+dataPlaneGRPC) {
+		assertCPOOMRestartGRPC(t, c, s)
+		return
+	}
 	if c.Expect.Verdict == results.VerdictPass {
 		assert.Zero(t, s.Traffic.Errors)
 		return
 	}
 	flagged := s.Traffic.ByFlag["NC"] + s.Traffic.ByFlag["NR"]
 	assert.Positive(t, flagged, "errors carry NC/NR response flags: %v", s.Traffic.ByFlag)
+}
+
+// assertCPOOMRestartGRPC: with proxyless gRPC clients as the data plane no gateway traffic
+// runs; the clients' RPCs all succeed through a gated restart, and an ungated one leaves
+// channels without a usable config, their RPCs failing with a status other than OK.
+func assertCPOOMRestartGRPC(t *testing.T, c suite.Case, s results.Summary) {
+	assert.Nil(t, s.Traffic, "no HTTP traffic: the gRPC clients are the data plane")
+	g := s.Attacks[observe.GRPCAttack]
+	require.NotNil(t, g, "the gRPC clients' RPCs were measured")
+	require.NotNil(t, g.NoConfigSeconds)
+	assert.Positive(t, g.ByCode["OK"])
+	t.Logf("gRPC clients: %d of %d RPCs failed, by code %v, longest time without config %.2f s", g.Errors, g.Requests, g.ByCode, *g.NoConfigSeconds)
+	if c.Expect.Verdict == results.VerdictPass {
+		assert.Zero(t, g.Errors)
+		return
+	}
+	assert.Positive(t, g.Errors)
+	assert.Positive(t, *g.NoConfigSeconds)
 }
 
 // TestCPOOMRestartBothWaysKind runs cp-oom-restart's cases on kind clusters.

@@ -72,6 +72,7 @@ var Catalog = []Spec{
 	{Name: "xdsproxy", Binary: Self, Args: []string{"workload", "xdsproxy"}},
 	{Name: "startup-app", Binary: Self, Args: []string{"workload", "startup-app", "--addr", ":8080"}},
 	{Name: "adsload", Binary: Self, Args: []string{"workload", "adsload", "--listen", ":8080"}},
+	{Name: "grpc-client", Binary: Self, Args: []string{"workload", "grpc-xds-client", "--listen", ":8080"}},
 	// The noisy neighbour (chaos.NoisyNeighbour); --cpus is set by the pod.
 	{Name: "hog", Binary: Self, Args: []string{"workload", "hog"}},
 }

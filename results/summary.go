@@ -195,7 +195,11 @@ type Traffic struct {
 	// (inclusive); 0 without errors.
 	ErrorWindowSeconds float64      `json:"errorWindowSeconds"`
 	ErrorWindow        *ErrorWindow `json:"errorWindow,omitempty"`
-	Series             []Second     `json:"series"`
+	// NoConfigSeconds, for proxyless gRPC clients, is the longest time one channel had no
+	// usable config: from its first failed RPC after a success to its next success (to the end
+	// of the traffic when none came). Nil for traffic through proxies, 0 when no channel lost it.
+	NoConfigSeconds *float64 `json:"noConfigSeconds,omitempty"`
+	Series          []Second `json:"series"`
 }
 
 // Latency holds latency quantiles in milliseconds.

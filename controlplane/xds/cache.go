@@ -313,7 +313,10 @@ func (c *Caches) scopeCache(sc *ScopeCaches, typeURL string, node *core.Node) *w
 }
 
 // wantAPIListeners makes sc's generations include its API listeners from now on, generating
-// them at once if sc has been generated (waiting for a generation in progress).
+// them at once if sc has been generated (waiting for a generation in progress). The flag is
+// set only once they are filled: a client that sees it set gets the cache without the lock,
+// and must never be answered from a cache still empty (grpc-go drops a listener a SotW
+// answer leaves out).
 func (c *Caches) wantAPIListeners(sc *ScopeCaches) {
 	if sc.apiWanted.Load() {
 		return
@@ -323,10 +326,10 @@ func (c *Caches) wantAPIListeners(sc *ScopeCaches) {
 	if sc.apiWanted.Load() {
 		return
 	}
-	sc.apiWanted.Store(true)
 	if sc.generated && c.fillAPI != nil {
 		c.fillAPI(sc)
 	}
+	sc.apiWanted.Store(true)
 }
 
 // movableWatch is an open watch on a scope's cache. When its proxy's scope changes (a

@@ -38,7 +38,9 @@ type Definition struct {
 	Mesh func(v params.Values) mesh.Spec
 	// Hosts is how many generated hosts the traffic targets (through every gateway pod). nil: the
 	// experiment sends no traffic (a control-plane-only experiment, e.g. scale): no route wait,
-	// no steady phase, the chaos phase right after setup.
+	// no steady phase, the chaos phase right after setup. A mesh without gateways whose data
+	// plane is proxyless gRPC clients (mesh.Spec.GRPC) has their RPCs as its traffic: they run
+	// from their start, and the phases last as the traffic would.
 	Hosts func(v params.Values) int
 	// Chaos is the fault sequence; injectors started with State.Inject are cleared when it ends.
 	Chaos func(ctx context.Context, s *State) error
@@ -211,6 +213,9 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 	}
 	s := &State{Params: v, CP: env.ControlPlane}
 	var targets []traffic.Target
+	// Without gateways the gRPC clients' own RPCs are the traffic: no Vegeta attack.
+	httpTraffic := spec.Gateway.Replicas > 0 || spec.GRPC.Clients == 0
+	var trafficEnd time.Time
 	setup := func(ctx context.Context, r *runner.Run) error {
 		s.Run = r
 		if spec.Nodes == 1 && spec.Gateway.Node != 0 {
@@ -224,7 +229,7 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 		if s.CPPod, err = m.ControlPlanePod(ctx); err != nil {
 			return err
 		}
-		if d.Hosts != nil {
+		if d.Hosts != nil && httpTraffic {
 			targets = m.Targets(d.Hosts(v))
 			if err := m.WaitRoutes(ctx, targets, 2*time.Minute); err != nil {
 				return err
@@ -234,6 +239,10 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 		return r.Measure(s.standardMeasurements(spec, d.MetricsInterval)...)
 	}
 	steady := func(ctx context.Context, r *runner.Run) error {
+		if !httpTraffic {
+			trafficEnd = time.Now().Add(v.Duration(params.Length.Name))
+			return Sleep(ctx, v.Duration(params.Steady.Name))
+		}
 		if err := r.StartTraffic(traffic.Options{Name: "gateway", Targets: targets, Rate: v.Int(params.Rate.Name),
 			Duration: v.Duration(params.Length.Name), DialContext: s.Mesh.Cluster.Dialer(spec.Gateway.Node)}); err != nil {
 			return err
@@ -248,7 +257,12 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 		{Name: "steady", Do: steady},
 		{Name: "chaos", Do: chaosPhase},
 		{Name: "recovery", Do: func(ctx context.Context, r *runner.Run) error {
-			err := r.WaitTraffic(ctx)
+			var err error
+			if httpTraffic {
+				err = r.WaitTraffic(ctx)
+			} else {
+				err = Sleep(ctx, time.Until(trafficEnd))
+			}
 			s.recordCPFigures()
 			return err
 		}},
@@ -324,6 +338,9 @@ func (s *State) standardMeasurements(spec mesh.Spec, metricsEvery time.Duration)
 	}
 	if len(s.Mesh.GatewayIPs) > 0 {
 		ms = append(ms, &observe.Proxies{IPs: s.Mesh.GatewayIPs, Dial: c.Dialer(max(spec.Gateway.Node, 1)), As: "gateway"})
+	}
+	if s.Mesh.GRPCClientURL != "" {
+		ms = append(ms, &observe.GRPCClients{URL: s.Mesh.GRPCClientURL, Dial: c.Dialer(max(spec.GRPC.Node, 1))})
 	}
 	if g, err := c.PodCgroup(pod); err == nil {
 		if mem, err := observe.OpenGroupMemory(g); err == nil {

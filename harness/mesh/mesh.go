@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"time"
 
@@ -47,9 +48,26 @@ type Spec struct {
 	Gateway Gateway
 	// ADSLoad is a fleet of ADS clients standing in for sidecars; Clients 0 deploys none.
 	ADSLoad ADSLoad
+	// GRPC is grpc-go as a data plane, proxyless gRPC clients; Clients 0 deploys none.
+	GRPC GRPCClients
 	// XDS is how the mesh's xDS clients reach the control plane: XDSAuto (the secure port
 	// when it serves one), XDSSecure or XDSPlaintext.
 	XDS string
+}
+
+// GRPCClients is one pod of proxyless gRPC clients (workloads/grpcclient): Clients xDS clients,
+// each with its own ADS stream, as proxyless pods of a fleet, and one xds:///HOST:80 channel
+// for each of the first Hosts generated ServiceEntry hosts, making Rate RPCs a second in all
+// from the moment they start. Their RPCs reach echo's gRPC health service on its HTTP port.
+type GRPCClients struct {
+	Clients int
+	Node    int
+	Hosts   int
+	Rate    int
+	// LastListed calls the Hosts whose ServiceEntries the API server lists last (by name), not
+	// the first generated: the ones a control plane that serves while it loads its initial
+	// state has last.
+	LastListed bool
 }
 
 // ADSLoad is one adsload pod (workloads/adsload) whose Clients each connect to the control
@@ -107,6 +125,8 @@ type Mesh struct {
 	wl wlmanifests.Substrate
 	// ADSLoadURL is the adsload pod's HTTP base URL (/stats, /metrics, /tracked); "" without one.
 	ADSLoadURL string
+	// GRPCClientURL is the gRPC clients' pod's HTTP base URL (/stats, /ready); "" without one.
+	GRPCClientURL string
 	// Namespace holds the mesh's workloads and generated config: "default" on a cluster of the
 	// run's own, a namespace the run creates on a shared one (cluster.Shared).
 	Namespace string
@@ -167,6 +187,12 @@ func (s Spec) Validate() error {
 	node("adsload", s.ADSLoad.Node)
 	if s.ADSLoad.Clients < 0 {
 		errs = append(errs, fmt.Errorf("adsload clients %d: want 0 or more", s.ADSLoad.Clients))
+	}
+	if g := s.GRPC; g.Clients > 0 {
+		node("grpc clients", g.Node)
+		if g.Hosts < 1 || g.Hosts > s.ServiceEntries.Count || g.Rate < 1 {
+			errs = append(errs, fmt.Errorf("grpc clients: %d hosts of %d ServiceEntries at %d RPCs/s: want 1 to the ServiceEntries' count, and a rate", g.Hosts, s.ServiceEntries.Count, g.Rate))
+		}
 	}
 	names := map[string]bool{}
 	for _, b := range s.Backends {
@@ -269,7 +295,7 @@ func Up(ctx context.Context, provider cluster.Substrate, spec Spec, rec Recorder
 	if err := m.chooseXDS(rec); err != nil {
 		return m, err
 	}
-	if spec.Gateway.Replicas > 0 || spec.ADSLoad.Clients > 0 {
+	if spec.Gateway.Replicas > 0 || spec.ADSLoad.Clients > 0 || spec.GRPC.Clients > 0 {
 		if err := m.WaitRootCert(ctx, ns); err != nil {
 			return m, err
 		}
@@ -307,7 +333,49 @@ func Up(ctx context.Context, provider cluster.Substrate, spec Spec, rec Recorder
 		m.ADSLoadURL = "http://" + net.JoinHostPort(ips[0], fmt.Sprint(port))
 		rec.Event("adsload.ready", "adsload", fmt.Sprintf("%d ADS clients", a.Clients))
 	}
+	if g := spec.GRPC; g.Clients > 0 {
+		if err := m.deployGRPCClients(ctx, rec); err != nil {
+			return m, err
+		}
+	}
 	return m, nil
+}
+
+// targets are the HOST:80 the clients call: the first Hosts generated, or the Hosts listed last.
+func (g GRPCClients) targets(exp Expected) []string {
+	hosts := exp.Hosts()
+	if g.LastListed {
+		slices.Sort(hosts) // se-N.mesh.test sorts as its ServiceEntry's name se-N does
+		slices.Reverse(hosts)
+	}
+	var targets []string
+	for _, h := range hosts[:min(g.Hosts, len(hosts))] {
+		targets = append(targets, net.JoinHostPort(h, "80"))
+	}
+	return targets
+}
+
+// deployGRPCClients deploys the gRPC clients' pod and waits until it is Ready: every channel
+// has made a successful RPC, proof that the control plane configured every client.
+func (m *Mesh) deployGRPCClients(ctx context.Context, rec Recorder) error {
+	const port = 8080
+	g := m.Spec.GRPC
+	targets := g.targets(m.Expected)
+	v := wlmanifests.Values{Substrate: m.wl, Namespace: m.Namespace, Clients: g.Clients, GRPCTargets: targets, GRPCRate: g.Rate, Port: port}
+	m.xdsValues(&v)
+	if err := m.deploy(ctx, "grpc-client", v, g.Node); err != nil {
+		return fmt.Errorf("deploy the gRPC clients (every channel must make a successful RPC to be ready): %w", err)
+	}
+	ips, err := kube.PodIPs(ctx, m.Client, m.Namespace, "app=grpc-client")
+	if err != nil {
+		return err
+	}
+	if len(ips) != 1 {
+		return fmt.Errorf("want 1 grpc-client pod, found %d", len(ips))
+	}
+	m.GRPCClientURL = "http://" + net.JoinHostPort(ips[0], fmt.Sprint(port))
+	rec.Event("grpc-client.ready", "grpc-client", fmt.Sprintf("%d xDS clients × %d hosts (xds:///HOST:80), %d RPCs/s, every channel served", g.Clients, len(targets), g.Rate))
+	return nil
 }
 
 // EnvoyImageEnv names the Envoy image the kind substrate's data plane runs (default

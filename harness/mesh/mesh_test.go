@@ -153,3 +153,14 @@ func TestServiceCluster(t *testing.T) {
 	assert.Equal(t, "||flap.meshchaos-workloads.svc.", serviceCluster("flap", "meshchaos-workloads"))
 	assert.Contains(t, "outbound|80||flap.meshchaos-workloads.svc.cluster.local", serviceCluster("flap", "meshchaos-workloads"))
 }
+
+// The gRPC clients call the first generated hosts, or those whose ServiceEntries the API server
+// lists last (by name: se-999 after se-2999).
+func TestGRPCClientsTargets(t *testing.T) {
+	exp := Expected{}
+	for i := range 3000 {
+		exp[Host(i)] = nil
+	}
+	assert.Equal(t, []string{"se-0.mesh.test:80", "se-1.mesh.test:80"}, GRPCClients{Hosts: 2}.targets(exp))
+	assert.Equal(t, []string{"se-999.mesh.test:80", "se-998.mesh.test:80", "se-997.mesh.test:80"}, GRPCClients{Hosts: 3, LastListed: true}.targets(exp))
+}

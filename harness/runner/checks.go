@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/meshchaos/meshchaos/harness/observe"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -217,4 +218,56 @@ func WorkloadRestarts(role string, op results.Op, n float64) Check {
 		}
 		return float64(s.Workloads[role].Restarts), nil
 	}, op, n, "")
+}
+
+// grpcTraffic is the proxyless gRPC clients' traffic (observe.GRPCAttack), measured or not.
+func grpcTraffic(s *results.Summary) (*results.Traffic, error) {
+	if err := measured(s, "rpcs", "grpc-client"); err != nil {
+		return nil, err
+	}
+	t := s.Attacks[observe.GRPCAttack]
+	if t == nil || t.Requests == 0 {
+		return nil, errors.New("the gRPC clients made no RPC in the measured window")
+	}
+	return t, nil
+}
+
+// GRPCFailedRPCs checks how many of the proxyless gRPC clients' RPCs failed (any status but
+// OK); the detail gives the codes, the failed RPCs per second and the time without config.
+func GRPCFailedRPCs(op results.Op, n float64) Check {
+	return func(s *results.Summary) (results.Check, error) {
+		const name = "gRPC failed RPCs"
+		t, err := grpcTraffic(s)
+		if err != nil {
+			return results.Check{}, fmt.Errorf("check %q: %w", name, err)
+		}
+		c := results.NewCheck(name, float64(t.Errors), op, n, "")
+		c.Detail = fmt.Sprintf("%d of %d RPCs failed; by code %s", t.Errors, t.Requests, countsText(t.ByCode))
+		if w := t.ErrorWindow; w != nil {
+			peak := int64(0)
+			for _, sec := range t.Series {
+				peak = max(peak, sec.Errors)
+			}
+			c.Detail += fmt.Sprintf("; in seconds %d–%d of the traffic, at most %d a second", w.FirstSecond, w.LastSecond, peak)
+		}
+		if t.NoConfigSeconds != nil {
+			c.Detail += fmt.Sprintf("; longest time a channel had no usable config %.2f s", *t.NoConfigSeconds)
+		}
+		return c, nil
+	}
+}
+
+// GRPCNoConfig checks the longest time one proxyless gRPC channel had no usable config, in
+// seconds (from its first failed RPC after a success to its next success).
+func GRPCNoConfig(op results.Op, seconds float64) Check {
+	return Metric("gRPC time without a usable config", func(s *results.Summary) (float64, error) {
+		t, err := grpcTraffic(s)
+		if err != nil {
+			return 0, err
+		}
+		if t.NoConfigSeconds == nil {
+			return 0, errors.New("the gRPC clients' time without config was not measured")
+		}
+		return *t.NoConfigSeconds, nil
+	}, op, seconds, "s")
 }

@@ -93,6 +93,9 @@ var (
 		"invalid config accepted in the window (validation failed open)?", "config staleness P99?", "recovery after the window?"}
 	// Incident 1: a restarted control plane that serves before it synced.
 	unsyncedRestart = []string{"5xx rate", "error rate", "error window"}
+	// The same, seen by proxyless gRPC clients: failed RPCs, and a channel without a usable
+	// config.
+	unsyncedGRPCRestart = []string{"gRPC failed RPCs", "gRPC time without a usable config"}
 	// Incident 2: a full push per 0→1 of an endpoint.
 	fullPushPerFlap = []string{"full pushes during the chaos"}
 )
@@ -126,6 +129,13 @@ var bothWays = []Case{
 
 	passes("cp-oom-restart"),
 	fails("cp-oom-restart", "reference:ungated", unsyncedRestart),
+	// grpc-go as the data plane: proxyless clients (xds:/// with grpc-go's own resolver and
+	// balancers) in place of the gateways, each reconnecting on grpc-go's own backoff (1 s,
+	// 1.6 s, 2.6 s… after a failed attempt), which reaches an ungated restart's ~2 s of loading
+	// 3000 ServiceEntries at 100m only now and then (failed RPCs in 1 of 3 runs, 2026-11-26);
+	// 6000 make the window longer than grpc-go's retries.
+	nightly(passes("cp-oom-restart", "dataPlane=grpc", "serviceEntries=6000")),
+	nightly(fails("cp-oom-restart", "reference:ungated", unsyncedGRPCRestart, "dataPlane=grpc", "serviceEntries=6000")),
 
 	alone(passes("cp-cpu-starvation", "cpQoS=guaranteed", "cpReplicas=2", "isolate=true")),
 	// Injection failed closed when the reference's readiness probe (1 s period, 1 failure) took
@@ -142,6 +152,7 @@ var bothWays = []Case{
 	on("istiod@2026-08", passes("cp-oom-restart", "serviceEntries=1000")),
 	on("istiod@2026-04", passes("endpoint-flap")),
 	nightly(on("istiod@2026-04", passes("cp-oom-restart", "serviceEntries=1000"))),
+	nightly(on("istiod@2026-08", passes("cp-oom-restart", "dataPlane=grpc", "serviceEntries=1000"))),
 	nightly(on("istiod@2026-08", passes("endpoint-flap"))),
 	// istiod holds more per endpoint than the reference's 3072 B test budget: 3120-3260 B at
 	// 8000 endpoints at both pins (2026-11-25), falling with scale; its exponent is 0.93.

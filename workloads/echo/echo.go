@@ -1,5 +1,6 @@
 // Package echo is the backend workload: an HTTP server that answers with the pod's name and IP,
-// so traffic through a proxy shows which endpoint served each request.
+// so traffic through a proxy shows which endpoint served each request, and serves gRPC's health
+// service on the same port for proxyless gRPC clients (grpc.go).
 package echo
 
 import (
@@ -139,7 +140,7 @@ func Serve(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: Handler(o), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: withGRPC(Handler(o)), ReadHeaderTimeout: 10 * time.Second, Protocols: protocols()}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -1,11 +1,11 @@
 // Package manifests renders the Kubernetes manifests of meshchaos's workloads: a gateway (proxy
 // Deployment + Service), echo backends, an app with a sidecar proxy in both start orders (plain:
 // app first, the incident; hold: proxy first with a postStart hook that waits for /ready, the
-// fix), and adsload. The same templates serve every substrate: the Substrate sets image names,
+// fix), adsload and the proxyless gRPC client. The same templates serve every substrate: the Substrate sets image names,
 // pull policy and which proxy runs — xdsproxy on the local substrate, Envoy on kind — behind the
 // same admin port and /ready, so experiments observe both alike.
 //
-// Values.SecureXDS makes the proxies and adsload reach the control plane's secure port as
+// Values.SecureXDS makes the proxies, adsload and the gRPC client reach the control plane's secure port as
 // Istio's sidecars reach istiod's 15012: the control plane's root ConfigMap and a projected
 // ServiceAccount token mounted where Istio's sidecar template mounts them, and the flags that
 // read them. Envoy is refused in that mode (see SecureXDS).
@@ -130,6 +130,12 @@ type Values struct {
 	Clients int
 	Track   string
 
+	// GRPC client (workloads/grpcclient): Clients xDS clients (default 100) with one
+	// xds:///HOST:PORT channel per GRPCTargets entry, GRPCRate RPCs per second in all; Port
+	// serves its /stats and /ready.
+	GRPCTargets []string
+	GRPCRate    int
+
 	// SecureXDS, when set, puts the proxies (gateway, the app's sidecar) and adsload on the
 	// control plane's secure port (XDSAddress should name it, e.g. :15012). The injected app
 	// variant and echo ignore it.
@@ -165,7 +171,7 @@ const (
 )
 
 // Names lists the manifests Render knows.
-var Names = []string{"gateway", "echo", "app", "adsload"}
+var Names = []string{"gateway", "echo", "app", "adsload", "grpc-client"}
 
 // data is what the templates see.
 type data struct {
@@ -179,6 +185,8 @@ type data struct {
 	AppArgs        []string
 	// XDSCredArgs are the flags of SecureXDS (empty without it).
 	XDSCredArgs []string
+	// GRPCArgs are the gRPC client's arguments.
+	GRPCArgs []string
 }
 
 // Render returns the YAML (several documents) of manifest name.
@@ -229,7 +237,7 @@ func Render(name string, v Values) ([]byte, error) {
 			d.SecureXDS = nil // no xDS client of ours in these pods
 		case sx.RootConfigMap == "":
 			return nil, fmt.Errorf("manifest %s: SecureXDS.RootConfigMap (the control plane's root ConfigMap, e.g. istio-ca-root-cert) is required", name)
-		case name != "adsload" && v.Substrate.Proxy == Envoy:
+		case name != "adsload" && name != "grpc-client" && v.Substrate.Proxy == Envoy:
 			return nil, fmt.Errorf("manifest %s: SecureXDS is not supported with Envoy (substrate %s): Envoy cannot read a rotating token file; use xdsproxy (local) or plaintext", name, v.Substrate.Name)
 		default:
 			c := *sx
@@ -244,7 +252,7 @@ func Render(name string, v Values) ([]byte, error) {
 		}
 	}
 	switch name {
-	case "gateway", "app", "adsload":
+	case "gateway", "app", "adsload", "grpc-client":
 		if injected {
 			break // the injector knows the control plane's address
 		}
@@ -258,6 +266,10 @@ func Render(name string, v Values) ([]byte, error) {
 			return nil, err
 		}
 		d.ProxyPorts = []int{v.Port}
+	case "grpc-client":
+		if err := d.grpcClient(); err != nil {
+			return nil, err
+		}
 	case "app":
 		if v.Dependency == "" {
 			return nil, fmt.Errorf("manifest app: Dependency (the Host the app calls at start) is required")
@@ -344,6 +356,26 @@ func (d *data) proxy(role string, labels map[string]string) error {
 	default:
 		return fmt.Errorf("unknown proxy %q", d.Substrate.Proxy)
 	}
+	return nil
+}
+
+// grpcClient fills the gRPC client's arguments: its xDS clients speak as proxyless gRPC pods
+// of its namespace (Istio's sidecar~IP~POD.NS~NS.svc.cluster.local node id, one per client, the
+// pod's metadata; the client adds GENERATOR=grpc).
+func (d *data) grpcClient() error {
+	if len(d.GRPCTargets) == 0 || d.GRPCRate < 1 {
+		return fmt.Errorf("manifest grpc-client: GRPCTargets (HOST:PORT to call) and GRPCRate (RPCs per second) are required")
+	}
+	md, err := json.Marshal(nodeMetadata(d.Name, map[string]string{"app": d.Name, "meshchaos.io/role": "grpc-client"}))
+	if err != nil {
+		return err
+	}
+	d.GRPCArgs = []string{"--xds", d.XDSAddress, "--node-id", "sidecar~$(POD_IP)~$(POD_NAME)-%d.$(POD_NAMESPACE)~$(POD_NAMESPACE).svc.cluster.local",
+		"--metadata", string(md), "--clients", strconv.Itoa(d.Clients), "--rate", strconv.Itoa(d.GRPCRate), "--listen", fmt.Sprintf(":%d", d.Port)}
+	for _, t := range d.GRPCTargets {
+		d.GRPCArgs = append(d.GRPCArgs, "--target", t)
+	}
+	d.GRPCArgs = append(d.GRPCArgs, d.XDSCredArgs...)
 	return nil
 }
 

@@ -50,6 +50,9 @@ func render(t *testing.T, name string, v Values) []runtime.Object {
 	if v.Dependency == "" {
 		v.Dependency = "echo.default.svc.cluster.local"
 	}
+	if v.GRPCTargets == nil {
+		v.GRPCTargets, v.GRPCRate = []string{"se-0.mesh.test:80"}, 10
+	}
 	b, err := Render(name, v)
 	require.NoError(t, err)
 	return decode(t, b)
@@ -88,6 +91,26 @@ func TestLocalUsesImportedImagesAndXDSProxy(t *testing.T) {
 	assert.Equal(t, "/ready", gw.ReadinessProbe.HTTPGet.Path)
 	assert.Nil(t, gw.Lifecycle, "the gateway holds nothing")
 	assert.Contains(t, gw.Ports, corev1.ContainerPort{Name: "http-80", ContainerPort: 80}, "the listener port")
+}
+
+// The gRPC clients speak as proxyless pods of their namespace (one node id per client, the
+// pod's metadata), call every target, and reach a secure port with the sidecars' files.
+func TestGRPCClientArgs(t *testing.T) {
+	c := deployment(t, render(t, "grpc-client", Values{Substrate: Kind(""), Clients: 3, GRPCRate: 100,
+		GRPCTargets: []string{"se-0.mesh.test:80", "se-1.mesh.test:80"}, SecureXDS: &SecureXDS{RootConfigMap: "istio-ca-root-cert"}})).Spec.Template.Spec
+	require.Len(t, c.Containers, 1)
+	args := strings.Join(c.Containers[0].Args, " ")
+	for _, want := range []string{"--node-id sidecar~$(POD_IP)~$(POD_NAME)-%d.$(POD_NAMESPACE)~$(POD_NAMESPACE).svc.cluster.local",
+		"--clients 3", "--rate 100", "--listen :8080", "--target se-0.mesh.test:80 --target se-1.mesh.test:80",
+		"--xds-root-cert " + RootCertFile, "--xds-token " + TokenFile, `"NAMESPACE":"$(POD_NAMESPACE)"`} {
+		assert.Contains(t, args, want)
+	}
+	assert.Equal(t, "meshchaos.local/grpc-client:dev", c.Containers[0].Image)
+	assert.Equal(t, "/ready", c.Containers[0].ReadinessProbe.HTTPGet.Path, "ready once every channel was served")
+	assert.Equal(t, "istio-ca-root-cert", c.Volumes[0].ConfigMap.Name, "grpc-go is no Envoy: secure on kind too")
+
+	_, err := Render("grpc-client", withDefaults(Values{Substrate: Local()}))
+	assert.ErrorContains(t, err, "GRPCTargets")
 }
 
 func TestAppStartOrderVariants(t *testing.T) {

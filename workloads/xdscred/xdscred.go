@@ -72,20 +72,32 @@ func (o Options) Validate() error {
 // TLS against exactly them and, with a token, the token on every RPC. The roots are read here
 // once, so a missing or bad file fails the dial with its path.
 func (o Options) DialOptions() ([]grpc.DialOption, error) {
-	if err := o.Validate(); err != nil {
+	tc, err := o.TransportCredentials()
+	if err != nil {
 		return nil, err
 	}
-	if !o.Secure() {
-		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
-	}
-	if _, err := o.roots(); err != nil {
-		return nil, err
-	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(&rootsTLS{o: o})}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(tc)}
 	if o.HasToken() {
 		opts = append(opts, grpc.WithPerRPCCredentials(o.PerRPC()))
 	}
 	return opts, nil
+}
+
+// TransportCredentials are DialOptions' transport alone (plaintext without roots, else TLS
+// against exactly them, read again at every handshake), for clients configured with
+// credentials rather than dial options (grpc-go's xDS bootstrap). The roots are read here
+// once, so a missing or bad file fails at once with its path.
+func (o Options) TransportCredentials() (credentials.TransportCredentials, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if !o.Secure() {
+		return insecure.NewCredentials(), nil
+	}
+	if _, err := o.roots(); err != nil {
+		return nil, err
+	}
+	return &rootsTLS{o: o}, nil
 }
 
 // roots reads the trusted roots.
@@ -125,6 +137,13 @@ func (r *rootsTLS) ClientHandshake(ctx context.Context, authority string, conn n
 	c, err := r.tls()
 	if err != nil {
 		return nil, nil, err
+	}
+	if r.o.ServerName != "" {
+		// gRPC's TLS verifies the authority it is given, which is the server name only when
+		// the channel took its authority from Info (grpc.WithTransportCredentials); a channel
+		// given these as part of a credentials.Bundle (grpc-go's xDS client) passes the
+		// dialled address.
+		authority = r.o.ServerName
 	}
 	return c.ClientHandshake(ctx, authority, conn)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/meshchaos/meshchaos/workloads/adsload"
+	"github.com/meshchaos/meshchaos/workloads/grpcclient"
 	"github.com/meshchaos/meshchaos/workloads/startupapp"
 	"github.com/meshchaos/meshchaos/workloads/xdscred"
 	"github.com/meshchaos/meshchaos/workloads/xdsproxy"
@@ -27,6 +28,7 @@ func init() {
 	registerWorkload(newXDSProxyCmd)
 	registerWorkload(newStartupAppCmd)
 	registerWorkload(newADSLoadCmd)
+	registerWorkload(newGRPCClientCmd)
 }
 
 // signalContext ends on SIGTERM/SIGINT: how kubelet stops a container.
@@ -53,6 +55,33 @@ func addXDSCredFlags(f *pflag.FlagSet, o *xdscred.Options) {
 		"send this file's token as 'authorization: Bearer' on every stream, read each time (Istio: /var/run/secrets/tokens/istio-token, a projected ServiceAccount token with audience istio-ca); needs --xds-root-cert (env XDS_TOKEN)")
 	f.StringVar(&o.ServerName, "xds-server-name", os.Getenv("XDS_SERVER_NAME"),
 		"the name the server's certificate must carry when --xds is not that name, e.g. istiod.istio-system.svc; needs --xds-root-cert (env XDS_SERVER_NAME)")
+}
+
+// xdsClientSetup is what every xDS client workload does with its common flags: --metadata
+// (JSON) into md, the logger at --log-level, the credentials' flags checked.
+func xdsClientSetup(metadata string, md *map[string]any, logLevel string, cred xdscred.Options) (*slog.Logger, error) {
+	if metadata != "" {
+		if err := json.Unmarshal([]byte(metadata), md); err != nil {
+			return nil, Usagef("--metadata: want a JSON object: %v", err)
+		}
+	}
+	log, err := workloadLogger(logLevel)
+	if err != nil {
+		return nil, err
+	}
+	return log, checkXDSCred(cred, log)
+}
+
+// serveStats serves a workload's HTTP handler (stats, readiness) on listen in the background
+// and returns the address it listens on and how to stop it.
+func serveStats(listen string, h http.Handler) (string, func(), error) {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return "", nil, fmt.Errorf("listen %s: %w", listen, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	return ln.Addr().String(), func() { srv.Close() }, nil
 }
 
 // checkXDSCred refuses flag combinations that cannot work. TLS without a token is allowed, with
@@ -89,19 +118,11 @@ admin /ready, /config_dump and /stats on --admin.`,
 			if _, _, err := net.SplitHostPort(o.XDSAddress); err != nil {
 				return Usagef("--xds %q: want HOST:PORT", o.XDSAddress)
 			}
-			if metadata != "" {
-				if err := json.Unmarshal([]byte(metadata), &o.Metadata); err != nil {
-					return Usagef("--metadata: want a JSON object: %v", err)
-				}
-			}
-			log, err := workloadLogger(logLevel)
+			log, err := xdsClientSetup(metadata, &o.Metadata, logLevel, o.Credentials)
 			if err != nil {
 				return err
 			}
 			o.Logger = log
-			if err := checkXDSCred(o.Credentials, log); err != nil {
-				return err
-			}
 			p, err := xdsproxy.New(o)
 			if err != nil {
 				return Usagef("%v", err)
@@ -201,14 +222,11 @@ func newADSLoadCmd() *cobra.Command {
 			if o.Clients < 1 {
 				return Usagef("--clients must be at least 1")
 			}
-			log, err := workloadLogger(logLevel)
+			log, err := xdsClientSetup("", nil, logLevel, o.Credentials)
 			if err != nil {
 				return err
 			}
 			o.Logger = log
-			if err := checkXDSCred(o.Credentials, log); err != nil {
-				return err
-			}
 			if abuse != "" {
 				a := adsload.AbuseOptions{XDSAddress: o.XDSAddress, Credentials: o.Credentials, Mode: abuse, Clients: o.Clients,
 					Period: period, Logger: log}
@@ -221,17 +239,15 @@ func newADSLoadCmd() *cobra.Command {
 			if err != nil {
 				return Usagef("%v", err)
 			}
-			ln, err := net.Listen("tcp", listen)
+			addr, stopServing, err := serveStats(listen, l.Handler())
 			if err != nil {
-				return fmt.Errorf("adsload: listen %s: %w", listen, err)
+				return fmt.Errorf("adsload: %w", err)
 			}
-			srv := &http.Server{Handler: l.Handler(), ReadHeaderTimeout: 10 * time.Second}
-			go srv.Serve(ln)
-			defer srv.Close()
+			defer stopServing()
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
 			log.Info("adsload starting", "xds", o.XDSAddress, "tls", o.Credentials.Secure(), "token", o.Credentials.HasToken(),
-				"clients", o.Clients, "stats", ln.Addr().String())
+				"clients", o.Clients, "stats", addr)
 			if err := l.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 				return err
 			}
@@ -249,6 +265,64 @@ func newADSLoadCmd() *cobra.Command {
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&abuse, "abuse", "", "misbehave instead, to test a control plane: "+strings.Join(adsload.AbuseModes, ", ")+" (see adsload.Abuse*); prints the counts as JSON at the end")
 	f.DurationVar(&period, "abuse-period", 5*time.Second, "how often a slow consumer (--abuse slow) reopens its stream")
+	return cmd
+}
+
+func newGRPCClientCmd() *cobra.Command {
+	var o grpcclient.Options
+	var listen, logLevel, metadata string
+	cmd := &cobra.Command{
+		Use:   "grpc-xds-client",
+		Short: "Run proxyless gRPC clients (grpc-go's xds:/// resolver and balancers) making health RPCs at a fixed rate; counts on /stats",
+		Long: `grpc-xds-client is grpc-go as a data plane: --clients xDS clients, each with its own bootstrap
+(node id --node-id with %d the client's index, metadata GENERATOR=grpc as istiod's proxyless mode
+expects) and one xds:///HOST:PORT channel per --target, make grpc.health.v1 Check RPCs, --rate
+per second in all. /stats serves, as JSON, the RPCs per second (OK and failed by status code) and
+each channel's spans without a usable config; /ready is 200 once every channel has succeeded.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.XDSAddress == "" || len(o.Targets) == 0 {
+				return Usagef("grpc-xds-client needs --xds HOST:PORT and at least one --target HOST:PORT")
+			}
+			if o.Clients < 1 || o.Rate <= 0 {
+				return Usagef("--clients must be at least 1 and --rate more than 0")
+			}
+			log, err := xdsClientSetup(metadata, &o.Metadata, logLevel, o.Credentials)
+			if err != nil {
+				return err
+			}
+			o.Logger = log
+			c, err := grpcclient.New(o)
+			if err != nil {
+				return Usagef("%v", err)
+			}
+			addr, stopServing, err := serveStats(listen, c.Handler())
+			if err != nil {
+				c.Close()
+				return fmt.Errorf("grpc-xds-client: %w", err)
+			}
+			defer stopServing()
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			log.Info("grpc-xds-client starting", "xds", o.XDSAddress, "tls", o.Credentials.Secure(), "token", o.Credentials.HasToken(),
+				"clients", o.Clients, "targets", o.Targets, "rate", o.Rate, "stats", addr)
+			if err := c.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.XDSAddress, "xds", os.Getenv("XDS_ADDRESS"), "ADS server HOST:PORT (env XDS_ADDRESS)")
+	addXDSCredFlags(f, &o.Credentials)
+	f.StringVar(&o.NodeID, "node-id", "", "node id; %d is the client's index (default sidecar~127.0.0.1~grpc-client-%d.default~default.svc.cluster.local)")
+	f.StringVar(&metadata, "metadata", "", "node metadata as a JSON object (GENERATOR=grpc is added)")
+	f.StringArrayVar(&o.Targets, "target", nil, "HOST:PORT dialled as xds:///HOST:PORT by every client (repeat for more)")
+	f.IntVar(&o.Clients, "clients", 1, "number of xDS clients, each with its own ADS stream")
+	f.Float64Var(&o.Rate, "rate", 10, "RPCs per second in all, spread over the channels")
+	f.DurationVar(&o.Timeout, "timeout", time.Second, "deadline of each RPC")
+	f.StringVar(&listen, "listen", "127.0.0.1:8080", "HTTP address for /stats and /ready; in a pod the manifest gives :PORT")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }
 
