@@ -101,10 +101,15 @@ func secs(f float64) string {
 func Build(s *results.Summary, charts []results.Chart) *Report {
 	r := &Report{Experiment: s.Experiment, Verdict: string(s.Verdict), Error: s.Error, Schema: s.Schema}
 	r.About = about(s)
-	for _, sec := range []*Section{
-		checks(s), traffic(s), scale(s), soak(s), controlPlane(s), convergence(s), workloads(s),
-		startup(s), faults(s), measurements(s), logs(s), profiles(s), chartsSection(s, charts), timeline(s),
-	} {
+	sections := []*Section{checks(s), traffic("Traffic", s.Traffic)}
+	// The further attacks (endpoint-flap's to the flapping service, the grpc-go clients' RPCs)
+	// beside the main traffic.
+	for _, name := range results.SortedKeys(s.Attacks) {
+		sections = append(sections, traffic("Traffic: "+name, s.Attacks[name]))
+	}
+	sections = append(sections, scale(s), soak(s), controlPlane(s), convergence(s), workloads(s),
+		startup(s), faults(s), measurements(s), logs(s), profiles(s), chartsSection(s, charts), timeline(s))
+	for _, sec := range sections {
 		if sec != nil {
 			r.Sections = append(r.Sections, *sec)
 		}
@@ -172,14 +177,16 @@ func checks(s *results.Summary) *Section {
 	return &Section{Title: "Checks", Blocks: []Block{{Table: t}}}
 }
 
-func traffic(s *results.Summary) *Section {
-	t := s.Traffic
+func traffic(title string, t *results.Traffic) *Section {
 	if t == nil {
 		return nil
 	}
-	sec := &Section{Title: "Traffic"}
+	sec := &Section{Title: title}
 	sec.Blocks = append(sec.Blocks, para(plain("%d requests, %d errors (%s). Latency p50 %s, p90 %s, p99 %s, max %s.",
 		t.Requests, t.Errors, pct(t.ErrorRate), ms(t.LatencyMs.P50), ms(t.LatencyMs.P90), ms(t.LatencyMs.P99), ms(t.LatencyMs.Max))))
+	if t.NoConfigSeconds != nil {
+		sec.Blocks = append(sec.Blocks, para(plain("Longest time a client channel had no usable config: %.2f s.", *t.NoConfigSeconds)))
+	}
 	if w := t.ErrorWindow; w != nil {
 		sec.Blocks = append(sec.Blocks, para(plain("Error window: %v s (seconds %d–%d of traffic), longest run of error seconds %d s from second %d.",
 			t.ErrorWindowSeconds, w.FirstSecond, w.LastSecond, w.LongestRunSeconds, w.LongestRunStart)))
@@ -191,7 +198,7 @@ func traffic(s *results.Summary) *Section {
 		if items != nil {
 			sec.Blocks = append(sec.Blocks, Block{Items: items})
 		}
-	} else {
+	} else if t.Errors == 0 {
 		sec.Blocks = append(sec.Blocks, para(plain("No errors.")))
 	}
 	codes := &Table{Head: []string{"Status code", "Requests"}}

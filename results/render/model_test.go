@@ -33,6 +33,11 @@ func full(t *testing.T) *results.Summary {
 	s.Scale = scaleFixture(t)
 	s.Soak = soakFixture()
 	s.Logs = logsFixture()
+	noConfig := 2.28
+	s.Attacks = map[string]*results.Traffic{
+		"grpc": {Requests: 4100, Errors: 125, ErrorRate: 125.0 / 4100, ByCode: map[string]int64{"OK": 3975, "Unavailable": 125}, NoConfigSeconds: &noConfig},
+		"flap": {Requests: 400, Errors: 40, ErrorRate: 0.1, ByCode: map[string]int64{"200": 360, "503": 40}},
+	}
 	s.Kept = &results.KeptCluster{Name: "cpoo4242", Substrate: "local", Kubeconfig: "/var/lib/meshchaos/clusters/cpoo4242/kubeconfig", Why: "keep on-failure, verdict fail"}
 	require.NoError(t, s.Validate())
 	return s
@@ -67,6 +72,22 @@ func TestLogsListedInBoth(t *testing.T) {
 	}
 }
 
+// TestAttacksInBoth: the further attacks (endpoint-flap's, the grpc-go clients' RPCs) are
+// reported as the main traffic is, with the clients' longest time without config.
+func TestAttacksInBoth(t *testing.T) {
+	s := full(t)
+	for _, render := range []func(*results.Summary, []results.Chart) ([]byte, error){Markdown, HTML} {
+		b, err := render(s, nil)
+		require.NoError(t, err)
+		out := html.UnescapeString(string(b))
+		for _, want := range []string{"Traffic: grpc", "4100 requests, 125 errors (3.049 %)", "Unavailable",
+			"Longest time a client channel had no usable config: 2.28 s", "Traffic: flap", "400 requests, 40 errors"} {
+			assert.Contains(t, out, want)
+		}
+		assert.NotContains(t, out, "No errors.", "no section with errors says it had none")
+	}
+}
+
 var h2 = regexp.MustCompile(`<h2>(.*?)</h2>`)
 
 // headings are the section titles of report.md and report.html, in order.
@@ -91,7 +112,7 @@ func headings(t *testing.T, s *results.Summary) (md, htm []string) {
 // for a run with every section and for one with none of the optional ones.
 func TestEverySectionInBoth(t *testing.T) {
 	md, htm := headings(t, full(t))
-	assert.Equal(t, []string{"Checks", "Traffic", "Scale", "Soak", "Control plane", "Endpoint convergence at the proxies", "Workloads",
+	assert.Equal(t, []string{"Checks", "Traffic", "Traffic: flap", "Traffic: grpc", "Scale", "Soak", "Control plane", "Endpoint convergence at the proxies", "Workloads",
 		"App start-up by sidecar start mode", "Faults", "Measurements", "Logs", "Heap profiles", "Charts", "Timeline"}, md,
 		"the fixture populates every section: a new section belongs here too")
 	assert.Equal(t, md, htm)
