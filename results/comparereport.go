@@ -245,8 +245,13 @@ func WriteComparison(dir string, c *Comparison) error {
 
 // ComparisonIn names the comparison files (comparison.json, comparison.md) dir already holds.
 func ComparisonIn(dir string) []string {
+	return filesIn(dir, ComparisonJSONFile, ComparisonMarkdownFile)
+}
+
+// filesIn names those of files that dir holds.
+func filesIn(dir string, files ...string) []string {
 	var found []string
-	for _, f := range []string{ComparisonJSONFile, ComparisonMarkdownFile} {
+	for _, f := range files {
 		if _, err := os.Lstat(filepath.Join(dir, f)); err == nil {
 			found = append(found, f)
 		}

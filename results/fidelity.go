@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -289,12 +288,4 @@ func WriteFidelity(dir string, f *Fidelity) error {
 }
 
 // FidelityIn names the fidelity files dir already holds.
-func FidelityIn(dir string) []string {
-	var found []string
-	for _, f := range []string{FidelityJSONFile, FidelityMarkdownFile} {
-		if _, err := os.Lstat(filepath.Join(dir, f)); err == nil {
-			found = append(found, f)
-		}
-	}
-	return found
-}
+func FidelityIn(dir string) []string { return filesIn(dir, FidelityJSONFile, FidelityMarkdownFile) }
