@@ -39,6 +39,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/cluster"
 	"github.com/meshchaos/meshchaos/harness/kube"
 	"github.com/meshchaos/meshchaos/harness/netns"
+	"github.com/meshchaos/meshchaos/images"
 )
 
 // KubernetesVersion is the version 'make bins' builds and 'make kind-node-image' packages.
@@ -531,12 +532,20 @@ func (c *Cluster) loadImages(ctx context.Context) error {
 	}
 	tars, _ := filepath.Glob(filepath.Join(c.cfg.ImagesDir, "*.tar"))
 	start := time.Now()
+	// One archive for the images that share layers: each node imports every layer once.
+	bundle, rest, err := images.Bundle(tars, filepath.Join(c.cfg.Home, ".images"))
+	if err != nil {
+		return err
+	}
+	if bundle != "" {
+		tars = append([]string{bundle}, rest...)
+	}
 	for _, t := range tars {
 		if err := c.LoadImageArchive(ctx, t); err != nil {
 			return err
 		}
 	}
-	c.cfg.Logf("[kind] loaded %d images into %d nodes in %s", len(tars), len(c.all), time.Since(start).Round(100*time.Millisecond))
+	c.cfg.Logf("[kind] loaded %d image archive(s) into %d nodes in %s", len(tars), len(c.all), time.Since(start).Round(100*time.Millisecond))
 	return nil
 }
 

@@ -133,6 +133,14 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// One archive for the images that share layers: each node imports every layer once.
+	bundle, rest, err := images.Bundle(imgs, filepath.Join(cfg.Home, "images"))
+	if err != nil {
+		return nil, err
+	}
+	if bundle != "" {
+		imgs = append([]string{bundle}, rest...)
+	}
 	if err := claim(l); err != nil {
 		return nil, err
 	}
@@ -280,11 +288,13 @@ func (c *Cluster) startNode(ctx context.Context, n *node, containerdPath string,
 	if err := n.startContainerd(ctx, containerdPath); err != nil {
 		return err
 	}
+	start := time.Now()
 	for _, img := range imgs {
 		if err := n.importImage(ctx, img); err != nil {
 			return err
 		}
 	}
+	c.step("node %d: %d image archive(s) imported in %s", n.k, len(imgs), time.Since(start).Round(100*time.Millisecond))
 	if err := n.startKubelet(paths[bins.Kubelet]); err != nil {
 		return err
 	}
