@@ -142,11 +142,13 @@ func TestExecuteOOMIncidentRunDir(t *testing.T) {
 				// What kubelet and the proxies would do: the container is restarted, and until its
 				// caches are complete the proxies have no cluster (503 NC).
 				r.RecordEvent(results.Event{At: ended.UTC(), Kind: observe.PodOOMKilled, Object: "memhog", Detail: "reason OOMKilled, exit code 137"})
-				injectedAt = time.Now()
-				px.set(respflags.NoClusterFound)
 				if err := startCP(r); err != nil {
 					return err
 				}
+				// The fault begins at the restart it is measured from (starting the process
+				// took 0.3 s under load, errors "before" the restart).
+				injectedAt = time.Now()
+				px.set(respflags.NoClusterFound)
 				r.Event(observe.PodRestarted, "memhog", "restart count 1")
 				time.Sleep(2 * time.Second)
 				px.set("")
@@ -197,8 +199,7 @@ func TestExecuteOOMIncidentRunDir(t *testing.T) {
 	assert.Equal(t, map[string]int64{respflags.NoClusterFound: nc}, tr.ByFlag)
 	assert.Equal(t, nc, tr.ByCode["503"])
 	assert.Equal(t, nc, tr.Errors)
-	// The proxy answered NC for d seconds (2 s asleep plus the restart, longer on a loaded
-	// machine); an interval of d touches between ⌊d⌋ and ⌈d⌉+1 whole seconds of the traffic,
+	// The proxy answered NC for d seconds (2 s asleep, longer on a loaded machine); an interval of d touches between ⌊d⌋ and ⌈d⌉+1 whole seconds of the traffic,
 	// depending on where it starts within a second.
 	d := clearedAt.Sub(injectedAt).Seconds()
 	assert.InDelta(t, 100*d, nc, 20, "%.2f s of NC at 100 rps", d)
