@@ -2,6 +2,7 @@ package existing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,6 +36,9 @@ type forwarder struct {
 	// plane's) refuses it. Those go through the agent's dial.
 	refused map[string]bool
 	tried   map[string]bool
+	// carried are addresses a port-forward has carried bytes from: the kubelet reaches them,
+	// so a later failure of one connection is that connection's, never a reason to change path.
+	carried map[string]bool
 }
 
 // probeWait is how long a first connection to an address waits for the kubelet to refuse it.
@@ -128,22 +133,40 @@ func (f *forwarder) dial(p podRef, addr, port string) (net.Conn, error) {
 		c.Close()
 		return nil, fmt.Errorf("port-forward %s: %w", addr, err)
 	}
-	fc := &forwardConn{Stream: data, conn: c, errs: errStream, addr: addr}
+	fc := &forwardConn{Stream: data, conn: c, errs: errStream, addr: addr, errDone: make(chan struct{}), carried: func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.carried[addr] = true
+	}}
 	refused := make(chan struct{})
 	go func() {
-		// A message on the error stream is the kubelet failing the connection (refused, …).
+		defer close(fc.errDone)
+		// A message on the error stream is the kubelet failing the connection: it could not
+		// connect to the port (refused, …), or the connection it made failed later (reset, …).
 		b, _ := io.ReadAll(errStream)
-		if len(b) > 0 {
-			f.mu.Lock()
-			first := !f.refused[addr]
-			f.refused[addr] = true
-			f.mu.Unlock()
-			if first {
-				f.c.logf("port-forward to %s refused (%s): dialling it through the agent", addr, strings.TrimSpace(string(b)))
-			}
-			close(refused)
-			fc.Close()
+		if len(b) == 0 {
+			return
 		}
+		msg := strings.TrimSpace(string(b))
+		ferr := fmt.Errorf("port-forward to %s: the kubelet ended the connection: %s", addr, msg)
+		fc.failure.Store(&ferr)
+		f.mu.Lock()
+		// Only an address no port-forward ever carried a byte from is one the kubelet cannot
+		// reach; one connection of a reachable address failing is that connection's failure,
+		// and the traffic keeps its path.
+		unreachable := !fc.got.Load() && !f.carried[addr]
+		first := unreachable && !f.refused[addr]
+		if unreachable {
+			f.refused[addr] = true
+		}
+		f.mu.Unlock()
+		if first {
+			f.c.logf("port-forward to %s refused (%s): dialling it through the agent", addr, msg)
+		}
+		if unreachable {
+			close(refused)
+		}
+		fc.Close()
 	}()
 	f.mu.Lock()
 	known := f.tried[addr]
@@ -170,9 +193,61 @@ type forwardConn struct {
 	errs httpstream.Stream
 	addr string
 	once sync.Once
+
+	got     atomic.Bool           // a byte came from the pod
+	carried func()                // records that the address carried a byte
+	errDone chan struct{}         // closed when the error stream has ended
+	failure atomic.Pointer[error] // the kubelet's message, when it ended the connection
 }
 
-func (c *forwardConn) fail(error) { c.Close() }
+// pathEndWait bounds how long a read that reached the end of its stream waits for the error
+// stream to end too (the kubelet closes the error stream first, so this is rarely waited).
+const pathEndWait = time.Second
+
+// Read is the stream's Read, except that the end of a stream the harness's own path ended
+// (the kubelet's message, or the multiplexed connection to the pod lost) is that error rather
+// than io.EOF: to an HTTP client a bare EOF reads as the pod closing the connection, and the
+// measurement would blame the mesh for the port-forward's failure.
+func (c *forwardConn) Read(p []byte) (int, error) {
+	n, err := c.Stream.Read(p)
+	if n > 0 && !c.got.Swap(true) && c.carried != nil {
+		c.carried()
+	}
+	if errors.Is(err, io.EOF) {
+		if perr := c.pathError(); perr != nil {
+			return n, perr
+		}
+	}
+	return n, err
+}
+
+// pathError is why the stream ended when the harness's path ended it; nil when the pod did.
+func (c *forwardConn) pathError() error {
+	select {
+	case <-c.errDone:
+	case <-time.After(pathEndWait):
+	}
+	if e := c.failure.Load(); e != nil {
+		return *e
+	}
+	// A connection torn down resets its streams before it closes: the end of this stream
+	// may come just before the connection's.
+	select {
+	case <-c.conn.CloseChan():
+		return fmt.Errorf("port-forward to %s: %w", c.addr, errForwardLost)
+	case <-time.After(lostWait):
+		return nil
+	}
+}
+
+// lostWait is how long the end of a stream waits for its connection's end to show; the pod
+// closing a connection costs its reader this much (the runtime holds the stream a second
+// after the pod's close anyway).
+const lostWait = 250 * time.Millisecond
+
+// errForwardLost: the multiplexed port-forward connection to the pod (through the API server
+// and the kubelet) closed under a connection it carried.
+var errForwardLost = errors.New("the port-forward connection to the pod was lost")
 
 func (c *forwardConn) Close() error {
 	c.once.Do(func() {

@@ -155,7 +155,7 @@ func (p Substrate) Up(ctx context.Context, s cluster.Spec) (cluster.Cluster, err
 		return nil, err
 	}
 	c.allow = p.AllowNodeChaos
-	c.fwd = &forwarder{c: c, pods: map[string]podRef{}, conns: map[string]httpstream.Connection{}, refused: map[string]bool{}, tried: map[string]bool{}}
+	c.fwd = &forwarder{c: c, pods: map[string]podRef{}, conns: map[string]httpstream.Connection{}, refused: map[string]bool{}, tried: map[string]bool{}, carried: map[string]bool{}}
 	if err := c.up(ctx, s); err != nil {
 		// Down has its own budget.
 		if derr := c.Down(context.Background()); derr != nil {
