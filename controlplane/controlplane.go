@@ -172,6 +172,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	}
 	cp.source = src
 	src.OnEvent = cp.countEvent
+	src.SyncedBeforeApplied = opts.Regress.On(regress.GateBeforeEvents)
 
 	if opts.SecureXDS != nil || opts.Webhook != nil {
 		if cp.CA, err = cp.loadCA(ctx); err != nil {

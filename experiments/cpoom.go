@@ -27,7 +27,7 @@ func init() {
 		Summary: "control plane OOM-killed by the kernel while kube-proxy on the proxies' node is CPU-throttled (incident 1: 503 NC/NR from an unsynced restart)",
 		Params: params.Set{
 			params.Rate, params.Length, params.Steady,
-			params.IntParam("hosts", 4, 1, 10000, "", "ServiceEntry hosts the traffic targets"),
+			params.IntParam("hosts", 4, 1, 10000, "", "ServiceEntry hosts the traffic targets: spread over the order the API server lists them in, the last-listed included (dataPlane=grpc: the last-listed)"),
 			params.IntParam("gateways", 3, 1, 20, "", "gateway replicas; each reconnects on its own jittered backoff, as a fleet of Envoys does"),
 			params.IntParam("serviceEntries", 3000, 1, 20000, "", "ServiceEntries preloaded (a fresh control plane needs seconds to sync them)"),
 			params.CPMemory.WithDefault("256Mi"),
@@ -72,7 +72,11 @@ func init() {
 				CP:             subject.Placement{Node: 1, MemoryLimit: v.String("cpMemoryLimit"), CPULimit: v.String("cpCPULimit"), Ballast: true},
 				Backends:       []mesh.Backend{{Name: "echo", Replicas: 2, Node: gw}},
 				ServiceEntries: mesh.ServiceEntries{Count: v.Int("serviceEntries"), Backend: "echo"},
-				Gateway:        mesh.Gateway{Replicas: v.Int("gateways"), Node: gw},
+				// The traffic's hosts spread over the order the API server lists the
+				// ServiceEntries in, the last-listed included: a control plane that serves
+				// while it loads its initial state has some and lacks others, as the
+				// incident's proxies found some clusters and not others.
+				Gateway: mesh.Gateway{Replicas: v.Int("gateways"), Node: gw, Spread: true},
 			}
 		},
 		Hosts: func(v params.Values) int { return v.Int("hosts") },

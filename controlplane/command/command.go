@@ -67,6 +67,7 @@ model, /ready answers 503 and xDS streams are refused (the sync gate).
 
 Regression switches (--regress NAME, repeatable) re-create historical bugs:
   ungated                         serve xDS before sync (incident 1)
+  gate-before-events              open the gate at informer sync, before the initial events are applied (incident 1; istio 1.7–1.8)
   full-push-on-endpoint-reappear  endpoints 0→N force a full push (incident 2; istio 1.12.3–1.13, 1.14.2–1.15.0)
   quadratic-scope                 per-service copies of the registry, O(n²) memory (incident 4)
   se-endpoint-port                after an endpoint delete, EDS uses the ServiceEntry port

@@ -17,6 +17,11 @@ const (
 	// so a proxy that reconnects to a restarted control plane gets an incomplete CDS/LDS and
 	// answers 503 NR/NC (incident 1; the historical behaviour before istio PR 25733).
 	Ungated Switch = "ungated"
+	// GateBeforeEvents opens the sync gate when the informers have synced but before the events
+	// they delivered are applied to the model: a restarted control plane serves a partly built
+	// config for as long as applying its initial state takes (istio 1.7–1.8: the gate of PR
+	// 25733 waited on HasSynced, before the handlers' queue drained; fixed in 1.9).
+	GateBeforeEvents Switch = "gate-before-events"
 	// FullPushOnEndpointReappear keeps, per service, the set of service accounts of its ready
 	// endpoints (empty ones ignored), drops it when no endpoint is ready (an incremental push)
 	// and forces a full push when an update brings a different set: every 0→N of a workload
@@ -39,7 +44,7 @@ const (
 )
 
 // All lists every switch, in documentation order.
-var All = []Switch{Ungated, FullPushOnEndpointReappear, QuadraticScope, SEEndpointPort, WEStaleLabel}
+var All = []Switch{Ungated, GateBeforeEvents, FullPushOnEndpointReappear, QuadraticScope, SEEndpointPort, WEStaleLabel}
 
 // Set is a set of enabled switches; the zero value is the plain (correct) build.
 type Set map[Switch]bool

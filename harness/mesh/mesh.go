@@ -97,8 +97,15 @@ type Backend struct {
 type Gateway struct {
 	Replicas int
 	Node     int
-	// Hosts is how many generated ServiceEntry hosts (the first ones) the gateways route.
+	// Hosts is how many generated ServiceEntry hosts the gateways route: the first ones
+	// generated, or with Spread, ones spread over the order the API server lists them in.
 	Hosts int
+	// Spread picks the Hosts evenly over the ServiceEntries' list order (by name: se-0, se-1,
+	// se-10, …, se-999), the last-listed one included: a control plane that serves while it
+	// loads its initial state (which it lists and applies in that order) has some of them and
+	// lacks the last, as the incident's proxies found some clusters and not others. Without
+	// it, the first generated hosts are also among the first listed.
+	Spread bool
 	// Services are backends (by name) whose Kubernetes Service the gateways route too.
 	Services []string
 }
@@ -439,9 +446,35 @@ func (m *Mesh) ControlPlanePod(ctx context.Context) (*corev1.Pod, error) {
 	return &pods.Items[0], nil
 }
 
-// Targets are every (gateway pod, host) pair for the first hosts generated ServiceEntries.
+// Targets are every (gateway pod, host) pair for hosts of the generated ServiceEntries: the
+// first generated, or spread over their list order (Gateway.Spread).
 func (m *Mesh) Targets(hosts int) []traffic.Target {
-	return m.HostTargets(m.Expected.Hosts()[:min(hosts, len(m.Expected))]...)
+	return m.HostTargets(m.gatewayHosts(hosts)...)
+}
+
+// gatewayHosts are n of the generated hosts: the first generated, or with Gateway.Spread ones
+// spread over their list order.
+func (m *Mesh) gatewayHosts(n int) []string {
+	hosts := m.Expected.Hosts()
+	if m.Spec.Gateway.Spread {
+		return spreadOverListOrder(hosts, n)
+	}
+	return hosts[:min(n, len(hosts))]
+}
+
+// spreadOverListOrder picks n of hosts at even steps of the order the API server lists their
+// ServiceEntries in (by name), the last-listed included, and returns them in that order.
+func spreadOverListOrder(hosts []string, n int) []string {
+	listed := slices.Clone(hosts)
+	slices.Sort(listed) // se-N.mesh.test sorts as its ServiceEntry's name se-N does
+	if n >= len(listed) {
+		return listed
+	}
+	out := make([]string, 0, n)
+	for k := 1; k <= n; k++ {
+		out = append(out, listed[(k*len(listed)+n-1)/n-1]) // the last of the k-th n-th
+	}
+	return out
 }
 
 // HostTargets are GET / on port 80 of every gateway pod for each of hosts (any host the gateways

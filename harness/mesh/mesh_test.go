@@ -69,6 +69,25 @@ func TestTargetsEveryGatewayTimesHost(t *testing.T) {
 	assert.Len(t, m.Targets(99), 10, "no more hosts than were generated")
 }
 
+// With Spread the gateways route, and the traffic targets, hosts spread over the order the API
+// server lists their ServiceEntries in (by name: se-999 last of 3000), the last one included.
+func TestSpreadTargetsHostsOverTheListOrder(t *testing.T) {
+	exp := Expected{}
+	for i := range 3000 {
+		exp[Host(i)] = nil
+	}
+	m := &Mesh{Spec: Spec{Gateway: Gateway{Spread: true}}, Expected: exp, GatewayIPs: []string{"10.244.1.5"}}
+	assert.Equal(t, []string{"se-1672.mesh.test", "se-2347.mesh.test", "se-322.mesh.test", "se-999.mesh.test"}, m.gatewayHosts(4))
+	assert.Equal(t, []string{"se-999.mesh.test"}, m.gatewayHosts(1), "one host: the last listed")
+	ts := m.Targets(2)
+	require.Len(t, ts, 2)
+	assert.Equal(t, "se-2347.mesh.test", ts[0].Header.Get("Host"))
+	assert.Equal(t, "se-999.mesh.test", ts[1].Header.Get("Host"))
+	assert.Len(t, m.gatewayHosts(5000), 3000, "no more hosts than were generated")
+	m.Spec.Gateway.Spread = false
+	assert.Equal(t, []string{"se-0.mesh.test", "se-1.mesh.test"}, m.gatewayHosts(2), "without Spread: the first generated")
+}
+
 func TestSyntheticServiceEntriesWithOwnEndpointPorts(t *testing.T) {
 	g := ServiceEntries{Count: 3, From: 500, Prefix: "port", Endpoints: 4, EndpointPort: 9000}
 	objs, exp := g.Objects(nil)

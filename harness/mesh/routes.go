@@ -103,7 +103,7 @@ func (m *Mesh) createRoutes(ctx context.Context) error {
 		return err
 	}
 	g := m.Spec.Gateway
-	hosts := m.Expected.Hosts()[:min(g.Hosts, len(m.Expected))]
+	hosts := m.gatewayHosts(g.Hosts)
 	for _, svc := range g.Services {
 		hosts = append(hosts, m.ServiceHost(svc))
 	}

@@ -136,6 +136,14 @@ var bothWays = []Case{
 	// 6000 make the window longer than grpc-go's retries.
 	nightly(passes("cp-oom-restart", "dataPlane=grpc", "serviceEntries=6000")),
 	nightly(fails("cp-oom-restart", "reference:ungated", unsyncedGRPCRestart, "dataPlane=grpc", "serviceEntries=6000")),
+	// istio 1.7–1.8's gate, open before the initial events were applied: it serves a partial
+	// config for the half second to second applying 3000 ServiceEntries takes at 100m CPU, to
+	// the proxies that reconnect in it. Three gateways on Envoy's jittered backoff missed it
+	// (3 of 3 runs passed); of twelve, 6, 8 and 1 landed in it (2026-11-26): nightly until the
+	// margin of the last is known to hold.
+	nightly(fails("cp-oom-restart", "reference:gate-before-events", unsyncedRestart, "gateways=12")),
+	// The same fleet through the gated reference's restart: not one error.
+	nightly(passes("cp-oom-restart", "gateways=12")),
 
 	alone(passes("cp-cpu-starvation", "cpQoS=guaranteed", "cpReplicas=2", "isolate=true")),
 	// Injection failed closed when the reference's readiness probe (1 s period, 1 failure) took
