@@ -95,6 +95,16 @@ func Bundle(tarballs []string, cacheDir string) (bundle string, rest []string, e
 	return bundle, rest, nil
 }
 
+// Imports are the archives to import for tarballs: their Bundle first and the tarballs it
+// could not take after it, or the tarballs as they are when there is nothing to share.
+func Imports(tarballs []string, cacheDir string) ([]string, error) {
+	bundle, rest, err := Bundle(tarballs, cacheDir)
+	if err != nil || bundle == "" {
+		return rest, err
+	}
+	return append([]string{bundle}, rest...), nil
+}
+
 // singleTag is the tag of the one image a docker archive holds (ok false when it holds more,
 // none, or an untagged one).
 func singleTag(path string) (name.Tag, bool, error) {

@@ -58,6 +58,9 @@ func TestBundleHoldsEachImageAndEachLayerOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{two}, rest)
 	require.FileExists(t, bundle)
+	imports, err := Imports(paths, cache)
+	require.NoError(t, err)
+	assert.Equal(t, []string{bundle, two}, imports, "the bundle, then what it could not take")
 
 	m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(bundle) })
 	require.NoError(t, err)
@@ -142,4 +145,7 @@ func TestBundleOfOneImageIsTheImage(t *testing.T) {
 	assert.Empty(t, bundle)
 	assert.Equal(t, []string{p}, rest)
 	assert.NoDirExists(t, filepath.Join(dir, "cache"))
+	imports, err := Imports([]string{p}, filepath.Join(dir, "cache"))
+	require.NoError(t, err)
+	assert.Equal(t, []string{p}, imports)
 }

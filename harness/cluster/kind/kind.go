@@ -533,12 +533,9 @@ func (c *Cluster) loadImages(ctx context.Context) error {
 	tars, _ := filepath.Glob(filepath.Join(c.cfg.ImagesDir, "*.tar"))
 	start := time.Now()
 	// One archive for the images that share layers: each node imports every layer once.
-	bundle, rest, err := images.Bundle(tars, filepath.Join(c.cfg.Home, ".images"))
+	tars, err := images.Imports(tars, filepath.Join(c.cfg.Home, ".images"))
 	if err != nil {
 		return err
-	}
-	if bundle != "" {
-		tars = append([]string{bundle}, rest...)
 	}
 	for _, t := range tars {
 		if err := c.LoadImageArchive(ctx, t); err != nil {

@@ -134,12 +134,8 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		return nil, err
 	}
 	// One archive for the images that share layers: each node imports every layer once.
-	bundle, rest, err := images.Bundle(imgs, filepath.Join(cfg.Home, "images"))
-	if err != nil {
+	if imgs, err = images.Imports(imgs, filepath.Join(cfg.Home, "images")); err != nil {
 		return nil, err
-	}
-	if bundle != "" {
-		imgs = append([]string{bundle}, rest...)
 	}
 	if err := claim(l); err != nil {
 		return nil, err
