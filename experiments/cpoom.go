@@ -56,7 +56,7 @@ func init() {
 			if v.String("dataPlane") == dataPlaneGRPC {
 				return mesh.Spec{
 					Nodes:          v.Int("nodes"),
-					CP:             subject.Placement{Node: 1, MemoryLimit: v.String("cpMemoryLimit"), CPULimit: v.String("cpCPULimit"), Ballast: true},
+					CP:             subject.Placement{Node: 1, Ballast: true},
 					Backends:       []mesh.Backend{{Name: "echo", Replicas: 2, Node: gw}},
 					ServiceEntries: mesh.ServiceEntries{Count: v.Int("serviceEntries"), Backend: "echo"},
 					// No gateway runs; its node is where the clients are, whose kube-proxy the
@@ -69,7 +69,7 @@ func init() {
 			}
 			return mesh.Spec{
 				Nodes:          v.Int("nodes"),
-				CP:             subject.Placement{Node: 1, MemoryLimit: v.String("cpMemoryLimit"), CPULimit: v.String("cpCPULimit"), Ballast: true},
+				CP:             subject.Placement{Node: 1, Ballast: true},
 				Backends:       []mesh.Backend{{Name: "echo", Replicas: 2, Node: gw}},
 				ServiceEntries: mesh.ServiceEntries{Count: v.Int("serviceEntries"), Backend: "echo"},
 				// The traffic's hosts spread over the order the API server lists the

@@ -55,7 +55,7 @@ func init() {
 			dp := v.Int("nodes") // the data plane on the last node, the control plane on the first
 			return mesh.Spec{
 				Nodes: v.Int("nodes"),
-				CP:    subject.Placement{Node: 1, MemoryLimit: v.String("cpMemoryLimit"), CPULimit: v.String("cpCPULimit")},
+				CP:    subject.Placement{Node: 1},
 				Backends: []mesh.Backend{
 					{Name: "echo", Replicas: 2, Node: dp},
 					{Name: flapService, Replicas: 1, Node: dp},

@@ -22,7 +22,7 @@ func TestEndpointFlapParams(t *testing.T) {
 	assert.Equal(t, 2*time.Second, v.Duration("unready"))
 	assert.Equal(t, 4*time.Second, v.Duration("ready"))
 	assert.Equal(t, 60*time.Second, v.Duration("flapFor"))
-	spec := d.Mesh(v)
+	spec := d.MeshSpec(v)
 	assert.Equal(t, 200, spec.ADSLoad.Clients)
 	assert.Equal(t, "flap", spec.ADSLoad.TrackService)
 	for bad, want := range map[string]string{

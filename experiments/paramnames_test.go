@@ -148,3 +148,37 @@ func readAll(d kit.Definition, v params.Values) {
 		_ = d.Checks(v)
 	}
 }
+
+// TestControlPlaneLimitsReachThePlacement: every experiment that declares cpMemoryLimit and
+// cpCPULimit gets them as its control plane's limits (the kit applies them), unless it shapes
+// the control plane's resources itself, as cp-cpu-starvation's cpQoS does.
+func TestControlPlaneLimitsReachThePlacement(t *testing.T) {
+	applied := 0
+	for _, d := range List() {
+		_, mem := d.Params.Lookup(params.CPMemory.Name)
+		_, cpu := d.Params.Lookup(params.CPCPU.Name)
+		if !mem || !cpu || d.Mesh == nil {
+			continue
+		}
+		v, err := d.Resolve([]string{"cpMemoryLimit=3Gi", "cpCPULimit=1500m"})
+		require.NoError(t, err, d.Name)
+		cp := d.MeshSpec(v).CP
+		if cp.QoS != "" {
+			continue
+		}
+		applied++
+		assert.Equal(t, "3Gi", cp.MemoryLimit, d.Name)
+		assert.Equal(t, "1500m", cp.CPULimit, d.Name)
+	}
+	assert.GreaterOrEqual(t, applied, 5, "cp-oom-restart, endpoint-flap, serviceentry-scale, sidecar-startup and soak take the limits from the kit")
+
+	d, ok := Lookup("cp-cpu-starvation")
+	require.True(t, ok)
+	v, err := d.Resolve([]string{"cpQoS=guaranteed", "cpMemoryLimit=3Gi", "cpCPULimit=1500m"})
+	require.NoError(t, err)
+	cp := d.MeshSpec(v).CP
+	assert.Equal(t, [2]string{"3Gi", "1500m"}, [2]string{cp.MemoryLimit, cp.CPULimit})
+	v, err = d.Resolve([]string{"cpQoS=burstable", "cpCPULimit=1500m"})
+	require.NoError(t, err)
+	assert.Empty(t, d.MeshSpec(v).CP.CPULimit, "burstable: its own request, no CPU limit")
+}

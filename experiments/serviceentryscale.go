@@ -54,7 +54,7 @@ func init() {
 		},
 		Mesh: func(v params.Values) mesh.Spec {
 			// No data plane: the oracle client is the proxy, and memory is the measure.
-			return mesh.Spec{Nodes: 1, CP: subject.Placement{Node: 1, MemoryLimit: v.String("cpMemoryLimit"), CPULimit: v.String("cpCPULimit")}}
+			return mesh.Spec{Nodes: 1, CP: subject.Placement{Node: 1}}
 		},
 		Chaos:      scaleSteps,
 		CPFaults:   []string{"loads it with ServiceEntries up to the size projected to fill its memory budget"},

@@ -63,7 +63,7 @@ func init() {
 			dp := v.Int("nodes")
 			return mesh.Spec{
 				Nodes: v.Int("nodes"),
-				CP:    subject.Placement{Node: 1, MemoryLimit: v.String("cpMemoryLimit"), CPULimit: v.String("cpCPULimit"), Ballast: true},
+				CP:    subject.Placement{Node: 1, Ballast: true},
 				Backends: []mesh.Backend{
 					{Name: "echo", Replicas: 2, Node: dp},
 					{Name: flapService, Replicas: 1, Node: dp},

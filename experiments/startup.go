@@ -78,7 +78,7 @@ func init() {
 			apps := v.Int("nodes")
 			return mesh.Spec{
 				Nodes:    v.Int("nodes"),
-				CP:       subject.Placement{Node: 1, MemoryLimit: v.String("cpMemoryLimit"), CPULimit: v.String("cpCPULimit")},
+				CP:       subject.Placement{Node: 1},
 				Backends: []mesh.Backend{{Name: "echo", Replicas: 1, Node: apps}},
 				// The apps of each mode's namespace call them (istiod honours exportTo).
 				ServiceEntries: mesh.ServiceEntries{Count: v.Int("serviceEntries"), Backend: "echo", ExportTo: modeNamespaces(v)},

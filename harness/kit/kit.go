@@ -30,11 +30,13 @@ type Definition struct {
 	Name    string
 	Summary string
 	// Params are its parameters; the kit reads the common ones it finds there (params.Rate,
-	// params.Length, params.Steady, params.Nodes, params.CPMemory, params.CPCPU).
+	// params.Length, params.Steady, params.Nodes; params.CPMemory and params.CPCPU become the
+	// control plane's limits, see MeshSpec).
 	Params params.Set
 	// Validate checks rules between parameters, before anything starts.
 	Validate func(v params.Values) error
-	// Mesh describes the mesh it needs (the control plane under test is filled in by the kit).
+	// Mesh describes the mesh it needs (the control plane under test, and its limits where the
+	// placement leaves them to the kit, are filled in by the kit: MeshSpec).
 	Mesh func(v params.Values) mesh.Spec
 	// Hosts is how many generated hosts the traffic targets (through every gateway pod). nil: the
 	// experiment sends no traffic (a control-plane-only experiment, e.g. scale): no route wait,
@@ -100,13 +102,34 @@ func (d Definition) Resolve(sets []string) (params.Values, error) {
 		return params.Values{}, fmt.Errorf("--set steady=%s must be shorter than duration=%s", v.String(params.Steady.Name), v.String(params.Length.Name))
 	}
 	if d.Mesh != nil {
-		spec := d.Mesh(v)
+		spec := d.MeshSpec(v)
 		spec.ControlPlane = placeholder{}
 		if err := spec.Validate(); err != nil {
 			return params.Values{}, fmt.Errorf("--set: %w", err)
 		}
 	}
 	return v, nil
+}
+
+// MeshSpec is the mesh the experiment asks for with v, the control plane's limits applied: an
+// experiment that declares params.CPMemory or params.CPCPU and leaves its control plane's
+// placement without limits and QoS class gets cpMemoryLimit and cpCPULimit as its limits ("" sets
+// none). One that shapes the control plane's resources itself (cp-cpu-starvation's cpQoS: no
+// limits at all, or requests equal to them) sets a QoS class or a limit, and the kit leaves the
+// placement as it is.
+func (d Definition) MeshSpec(v params.Values) mesh.Spec {
+	spec := d.Mesh(v)
+	cp := &spec.CP
+	if cp.QoS != "" || cp.MemoryLimit != "" || cp.CPULimit != "" {
+		return spec
+	}
+	if _, ok := d.Params.Lookup(params.CPMemory.Name); ok {
+		cp.MemoryLimit = v.String(params.CPMemory.Name)
+	}
+	if _, ok := d.Params.Lookup(params.CPCPU.Name); ok {
+		cp.CPULimit = v.String(params.CPCPU.Name)
+	}
+	return spec
 }
 
 // placeholder lets a mesh spec be validated before a control plane is chosen.
@@ -200,7 +223,7 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 			return runner.Experiment{}, fmt.Errorf("%s on %s: %w", d.Name, env.ControlPlane.Name(), err)
 		}
 	}
-	spec := d.Mesh(v)
+	spec := d.MeshSpec(v)
 	if d.Hosts != nil {
 		spec.Gateway.Hosts = max(spec.Gateway.Hosts, d.Hosts(v)) // the gateways route what the traffic targets
 	}

@@ -47,6 +47,40 @@ func TestResolveValidatesBeforeAnythingStarts(t *testing.T) {
 	assert.ErrorContains(t, err, "want a whole number from 1 to 10000 rps")
 }
 
+func TestMeshSpecAppliesTheControlPlaneLimits(t *testing.T) {
+	def := testDef
+	def.Params = append(params.Set{params.CPMemory, params.CPCPU}, testDef.Params...)
+	v, err := def.Resolve([]string{"cpMemoryLimit=300Mi", "cpCPULimit=250m"})
+	require.NoError(t, err)
+	cp := def.MeshSpec(v).CP
+	assert.Equal(t, "300Mi", cp.MemoryLimit)
+	assert.Equal(t, "250m", cp.CPULimit)
+
+	v, err = def.Resolve([]string{"cpCPULimit="})
+	require.NoError(t, err)
+	cp = def.MeshSpec(v).CP
+	assert.Equal(t, params.CPMemory.Default, cp.MemoryLimit, "the parameter's default")
+	assert.Empty(t, cp.CPULimit, `"" sets no limit`)
+
+	// An experiment that shapes the control plane's resources itself keeps its placement.
+	shaped := def
+	shaped.Mesh = func(v params.Values) mesh.Spec {
+		s := testDef.Mesh(v)
+		s.CP.QoS = subject.QoSBestEffort
+		return s
+	}
+	cp = shaped.MeshSpec(v).CP
+	assert.Empty(t, cp.MemoryLimit)
+	assert.Empty(t, cp.CPULimit)
+
+	// Without the parameters, no limit of the harness's.
+	v, err = testDef.Resolve(nil)
+	require.NoError(t, err)
+	cp = testDef.MeshSpec(v).CP
+	assert.Empty(t, cp.MemoryLimit)
+	assert.Empty(t, cp.CPULimit)
+}
+
 func TestBuildNeedsSubstrateAndControlPlane(t *testing.T) {
 	v, err := testDef.Resolve(nil)
 	require.NoError(t, err)

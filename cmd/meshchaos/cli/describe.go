@@ -147,7 +147,7 @@ func newPlan(j job, def kit.Definition, vals params.Values, sut subject.ControlP
 	}
 	p.Namespaces = append(p.Namespaces, workNS, sut.Namespace()+" (the control plane's)")
 	if def.Mesh != nil {
-		spec := def.Mesh(vals)
+		spec := def.MeshSpec(vals)
 		p.Nodes = spec.Nodes
 		cp := fmt.Sprintf("control plane %s: %s", sut.Name(), onNode(spec.CP.Node))
 		if spec.CP.Replicas > 1 {

@@ -85,7 +85,7 @@ func checkInstalled(sub cluster.Substrate, sut subject.ControlPlane, def kit.Def
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := a.CheckInstalled(ctx, cs, def.Mesh(vals).CP); err != nil {
+	if err := a.CheckInstalled(ctx, cs, def.MeshSpec(vals).CP); err != nil {
 		return Usagef("%s on %s: %v", def.Name, sut.Name(), err)
 	}
 	return nil
