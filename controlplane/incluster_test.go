@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meshchaos/meshchaos/harness/kube"
+	"github.com/meshchaos/meshchaos/internal/crds"
 	"github.com/meshchaos/meshchaos/internal/prereq"
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -71,7 +72,7 @@ func TestInCluster(t *testing.T) {
 	require.NoError(t, err)
 
 	// The control plane, as the harness deploys it.
-	_, err = kube.InstallCRDs(ctx, cfg, manifests.CRDs)
+	_, err = kube.InstallCRDs(ctx, cfg, crds.Istio)
 	require.NoError(t, err)
 	data, err := manifests.ControlPlane(manifests.Params{SyncGate: true})
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meshchaos/meshchaos/harness/kube"
+	"github.com/meshchaos/meshchaos/internal/crds"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -53,7 +54,7 @@ func startCluster(t testing.TB) *testCluster {
 	cfg := s.RESTConfig()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err := kube.InstallCRDs(ctx, cfg, manifests.CRDs)
+	_, err := kube.InstallCRDs(ctx, cfg, crds.Istio)
 	require.NoError(t, err)
 	ic, err := istioclient.NewForConfig(cfg)
 	require.NoError(t, err)

@@ -29,6 +29,7 @@ import (
 	"github.com/meshchaos/meshchaos/controlplane/webhook"
 	"github.com/meshchaos/meshchaos/harness/cluster/apiserver"
 	"github.com/meshchaos/meshchaos/harness/kube"
+	"github.com/meshchaos/meshchaos/internal/crds"
 )
 
 // TestAdmissionWebhooks runs the control plane's webhooks behind a real kube-apiserver, with the
@@ -42,7 +43,7 @@ func TestAdmissionWebhooks(t *testing.T) {
 	cfg := s.RESTConfig()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, err := kube.InstallCRDs(ctx, cfg, manifests.CRDs)
+	_, err := kube.InstallCRDs(ctx, cfg, crds.Istio)
 	require.NoError(t, err)
 	cs, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/observe"
 	"github.com/meshchaos/meshchaos/harness/subject"
 	"github.com/meshchaos/meshchaos/harness/suite"
+	"github.com/meshchaos/meshchaos/internal/crds"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -157,7 +158,7 @@ func ungatedDescriptor(t *testing.T, path string) string {
 	require.NoError(t, err)
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "reference"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "reference", "controlplane.yaml"), y, 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "reference", "crds.yaml"), manifests.CRDs, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "reference", "crds.yaml"), crds.Istio, 0o644))
 	desc, err := os.ReadFile(path)
 	require.NoError(t, err)
 	out := filepath.Join(dir, "reference-ungated.yaml")

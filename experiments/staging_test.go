@@ -21,11 +21,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	cpmanifests "github.com/meshchaos/meshchaos/controlplane/manifests"
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/kube"
 	"github.com/meshchaos/meshchaos/harness/suite"
 	imgs "github.com/meshchaos/meshchaos/images"
+	"github.com/meshchaos/meshchaos/internal/crds"
 	"github.com/meshchaos/meshchaos/results"
 )
 
@@ -54,7 +54,7 @@ func stagingCRDs(t *testing.T) []byte {
 		}
 	}
 	t.Logf("staging mesh: no istiod build ('make istiod'), the reference's CRDs as another release")
-	return []byte(strings.ReplaceAll(string(cpmanifests.CRDs), "\nmetadata:\n", "\nmetadata:\n  labels: {release: staging-1.22}\n"))
+	return []byte(strings.ReplaceAll(string(crds.Istio), "\nmetadata:\n", "\nmetadata:\n  labels: {release: staging-1.22}\n"))
 }
 
 // prepareStagingMesh makes the cluster look like someone's staging mesh before a run touches it:

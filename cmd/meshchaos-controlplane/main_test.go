@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/meshchaos/meshchaos/controlplane/manifests"
 	"github.com/meshchaos/meshchaos/harness/cluster/apiserver"
 	"github.com/meshchaos/meshchaos/harness/kube"
+	"github.com/meshchaos/meshchaos/internal/crds"
 )
 
 // TestBinaryServesAndStopsOnSIGTERM: the binary the control plane's image runs, built as `make
@@ -27,7 +27,7 @@ func TestBinaryServesAndStopsOnSIGTERM(t *testing.T) {
 	s := apiserver.StartForTest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, err := kube.InstallCRDs(ctx, s.RESTConfig(), manifests.CRDs)
+	_, err := kube.InstallCRDs(ctx, s.RESTConfig(), crds.Istio)
 	require.NoError(t, err)
 
 	bin := filepath.Join(t.TempDir(), "meshchaos-controlplane")

@@ -1,6 +1,6 @@
-// Package manifests holds what the reference control plane needs in a cluster: the Istio
-// ServiceEntry/WorkloadEntry CRDs and its Namespace, RBAC, Deployment and Service, embedded so
-// the harness can apply them.
+// Package manifests holds what the reference control plane needs in a cluster besides Istio's
+// CRDs (internal/crds, which every control plane under test reads): its Namespace, RBAC,
+// Deployment and Service, embedded so the harness can apply them.
 package manifests
 
 import (
@@ -11,12 +11,6 @@ import (
 
 	"github.com/meshchaos/meshchaos/images"
 )
-
-// CRDs is the YAML of the ServiceEntry, WorkloadEntry, Sidecar, Gateway and VirtualService CRDs
-// (istio.io/api v1.31.1).
-//
-//go:embed crds.yaml
-var CRDs []byte
 
 //go:embed controlplane.yaml
 var controlPlaneTemplate string

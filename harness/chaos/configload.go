@@ -273,7 +273,7 @@ func (l *ConfigLoad) create(ctx context.Context, from, to int) error {
 func (l *ConfigLoad) hint(err error) error {
 	switch {
 	case apierrors.IsNotFound(err):
-		return fmt.Errorf("%w: install the Istio ServiceEntry CRD (controlplane/manifests.CRDs) and create namespace %s", err, l.Namespace)
+		return fmt.Errorf("%w: install the Istio ServiceEntry CRD (controlplane/crds.Istio) and create namespace %s", err, l.Namespace)
 	case apierrors.IsForbidden(err):
 		return fmt.Errorf("%w: let this client create, list and delete serviceentries.networking.istio.io in %s", err, l.Namespace)
 	}

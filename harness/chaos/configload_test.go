@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/meshchaos/meshchaos/harness/kube"
+	"github.com/meshchaos/meshchaos/internal/crds"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -16,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	cpmanifests "github.com/meshchaos/meshchaos/controlplane/manifests"
 	"github.com/meshchaos/meshchaos/harness/cluster/apiserver"
 )
 
@@ -99,7 +99,7 @@ func TestConfigLoadOnAPIServer(t *testing.T) {
 	s := apiserver.StartForTest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, err := kube.InstallCRDs(ctx, s.RESTConfig(), cpmanifests.CRDs)
+	_, err := kube.InstallCRDs(ctx, s.RESTConfig(), crds.Istio)
 	require.NoError(t, err)
 	kc, err := kubernetes.NewForConfig(s.RESTConfig())
 	require.NoError(t, err)

@@ -22,9 +22,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	cpmanifests "github.com/meshchaos/meshchaos/controlplane/manifests"
 	"github.com/meshchaos/meshchaos/harness/cluster/apiserver"
 	"github.com/meshchaos/meshchaos/harness/kube"
+	"github.com/meshchaos/meshchaos/internal/crds"
 	"github.com/meshchaos/meshchaos/internal/prereq"
 )
 
@@ -199,9 +199,9 @@ func TestInstallCRDs(t *testing.T) {
 	cfg, _ := server(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err := kube.InstallCRDs(ctx, cfg, cpmanifests.CRDs, kube.Owned("run1"))
+	_, err := kube.InstallCRDs(ctx, cfg, crds.Istio, kube.Owned("run1"))
 	require.NoError(t, err)
-	rep, err := kube.InstallCRDs(ctx, cfg, cpmanifests.CRDs, kube.Owned("run1"))
+	rep, err := kube.InstallCRDs(ctx, cfg, crds.Istio, kube.Owned("run1"))
 	require.NoError(t, err, "installing again is fine")
 	assert.Empty(t, rep.Kept, "the run's own CRDs are updated, not kept")
 	// Established: a ServiceEntry can be created at once.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/meshchaos/meshchaos/harness/cluster/apiserver"
 	"github.com/meshchaos/meshchaos/harness/kube"
+	"github.com/meshchaos/meshchaos/internal/crds"
 )
 
 // BenchmarkServiceEntryApply: the harness's bulk path (ServiceEntries.Create, as the experiments
@@ -23,13 +24,13 @@ import (
 // iteration. Reports ServiceEntries created per second, and the CPU each process spent per
 // ServiceEntry (this one: the harness's client; kube-apiserver; etcd): on a shared 2-core machine
 // the rate is at most 2 cores over their sum.
-func BenchmarkServiceEntryApply(b *testing.B) { benchApply(b, crds()) }
+func BenchmarkServiceEntryApply(b *testing.B) { benchApply(b, crds.Istio) }
 
 // BenchmarkServiceEntryApplyNoCEL is BenchmarkServiceEntryApply with the Istio CRDs' CEL
 // validation rules (x-kubernetes-validations) removed: not what any cluster runs, but it tells
 // how much of kube-apiserver's CPU per ServiceEntry the rules cost.
 func BenchmarkServiceEntryApplyNoCEL(b *testing.B) {
-	objs, err := kube.Decode(crds())
+	objs, err := kube.Decode(crds.Istio)
 	if err != nil {
 		b.Fatal(err)
 	}

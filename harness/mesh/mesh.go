@@ -24,6 +24,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/kube"
 	"github.com/meshchaos/meshchaos/harness/subject"
 	"github.com/meshchaos/meshchaos/harness/traffic"
+	"github.com/meshchaos/meshchaos/internal/crds"
 	"github.com/meshchaos/meshchaos/results"
 	wlmanifests "github.com/meshchaos/meshchaos/workloads/manifests"
 )
@@ -159,14 +160,14 @@ func (m *Mesh) installCRDs(ctx context.Context) error {
 	}
 	if _, ok := m.Spec.ControlPlane.(subject.Attached); ok {
 		// An installed control plane's CRDs are its installation's: used, never applied.
-		err := kube.HaveCRDs(ctx, m.Cluster.RESTConfig(), crds())
+		err := kube.HaveCRDs(ctx, m.Cluster.RESTConfig(), crds.Istio)
 		if err != nil {
 			err = fmt.Errorf("%s is installed already and the harness installs no CRD beside it: %w", m.Spec.ControlPlane.Name(), err)
 		}
 		m.crds = err == nil
 		return err
 	}
-	rep, err := kube.InstallCRDs(ctx, m.Cluster.RESTConfig(), crds(), kube.Owned(m.Cluster.Name()))
+	rep, err := kube.InstallCRDs(ctx, m.Cluster.RESTConfig(), crds.Istio, kube.Owned(m.Cluster.Name()))
 	for _, k := range rep.Kept {
 		m.logf("%s", k)
 	}

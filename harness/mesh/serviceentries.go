@@ -15,12 +15,7 @@ import (
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-
-	cpmanifests "github.com/meshchaos/meshchaos/controlplane/manifests"
 )
-
-// crds are the Istio CRDs the generated configuration needs.
-func crds() []byte { return cpmanifests.CRDs }
 
 // ServiceEntries generates Count ServiceEntries se-<i> for host se-<i>.mesh.test, HTTP port 80
 // to target port 8080, STATIC, one endpoint per pod of Backend.

@@ -17,6 +17,7 @@ import (
 	"github.com/meshchaos/meshchaos/controlplane/webhook"
 	"github.com/meshchaos/meshchaos/harness/cluster"
 	"github.com/meshchaos/meshchaos/harness/kube"
+	"github.com/meshchaos/meshchaos/internal/crds"
 )
 
 // Reference is the reference sync-gated control plane (controlplane/), optionally with
@@ -74,7 +75,7 @@ func (r *Reference) gated() bool {
 // Deploy implements ControlPlane: CRDs, then the control plane pinned and limited as asked.
 func (r *Reference) Deploy(ctx context.Context, c cluster.Cluster, p Placement) error {
 	cfg := c.RESTConfig()
-	rep, err := kube.InstallCRDs(ctx, cfg, cpmanifests.CRDs, kube.Owned(c.Name()))
+	rep, err := kube.InstallCRDs(ctx, cfg, crds.Istio, kube.Owned(c.Name()))
 	logKept(p, rep)
 	if err != nil {
 		return fmt.Errorf("install the Istio CRDs: %w", err)

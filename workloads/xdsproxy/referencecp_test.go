@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/meshchaos/meshchaos/harness/kube"
+	"github.com/meshchaos/meshchaos/internal/crds"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -32,7 +33,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/meshchaos/meshchaos/controlplane"
-	cpmanifests "github.com/meshchaos/meshchaos/controlplane/manifests"
 	"github.com/meshchaos/meshchaos/controlplane/xds"
 	"github.com/meshchaos/meshchaos/harness/cluster/apiserver"
 	"github.com/meshchaos/meshchaos/results/respflags"
@@ -63,7 +63,7 @@ func serviceEntry(name, host string, port uint32, backends ...uint32) *networkin
 func meshAPI(t *testing.T) (*rest.Config, *istioclient.Clientset) {
 	ctx := context.Background()
 	cfg := apiserver.StartForTest(t).RESTConfig()
-	_, err := kube.InstallCRDs(ctx, cfg, cpmanifests.CRDs)
+	_, err := kube.InstallCRDs(ctx, cfg, crds.Istio)
 	require.NoError(t, err)
 	kc, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)

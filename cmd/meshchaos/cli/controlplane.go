@@ -11,6 +11,7 @@ import (
 	"github.com/meshchaos/meshchaos/controlplane/command"
 	"github.com/meshchaos/meshchaos/controlplane/manifests"
 	"github.com/meshchaos/meshchaos/controlplane/regress"
+	"github.com/meshchaos/meshchaos/internal/crds"
 )
 
 func init() { register(newControlPlaneCmd) }
@@ -57,7 +58,7 @@ webhook configurations). A descriptor's install.manifests can point at DIR
 			if err := os.MkdirAll(out, 0o755); err != nil {
 				return fmt.Errorf("create %s: %w", out, err)
 			}
-			for name, data := range map[string][]byte{"crds.yaml": manifests.CRDs, "controlplane.yaml": y} {
+			for name, data := range map[string][]byte{"crds.yaml": crds.Istio, "controlplane.yaml": y} {
 				if err := os.WriteFile(filepath.Join(out, name), data, 0o644); err != nil {
 					return fmt.Errorf("write %s: %w", name, err)
 				}

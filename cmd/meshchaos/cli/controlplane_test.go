@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/meshchaos/meshchaos/harness/kube"
+	"github.com/meshchaos/meshchaos/internal/crds"
 
 	"github.com/stretchr/testify/require"
 
@@ -48,7 +49,7 @@ func TestControlPlaneCommandServes(t *testing.T) {
 	s := apiserver.StartForTest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err := kube.InstallCRDs(ctx, s.RESTConfig(), manifests.CRDs)
+	_, err := kube.InstallCRDs(ctx, s.RESTConfig(), crds.Istio)
 	require.NoError(t, err)
 
 	runCtx, stop := context.WithCancel(ctx)
@@ -96,9 +97,9 @@ func TestControlPlaneManifestsRendersWhatReferenceApplies(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, string(want), string(got))
 	require.Contains(t, string(got), "--sync-gate=false")
-	crds, err := os.ReadFile(filepath.Join(dir, "crds.yaml"))
+	written, err := os.ReadFile(filepath.Join(dir, "crds.yaml"))
 	require.NoError(t, err)
-	require.Equal(t, string(manifests.CRDs), string(crds))
+	require.Equal(t, string(crds.Istio), string(written))
 }
 
 // TestControlPlaneSecureFlagsAreChecked: the secure xDS flags are refused before anything
