@@ -70,7 +70,9 @@ SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the suite: the run in progress records 
 (verdict error) and tears its cluster down, no further run starts, suite.json, junit.xml and
 index.html say which signal came during which run, the execution is not appended to --history
 (a partial night would distort the trends), and the exit code is 2: no verdict. A second signal
-says which run is still being torn down.`,
+says which run is still being torn down.
+
+` + suitesText(),
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(o.Output); err != nil {
@@ -102,11 +104,16 @@ says which run is still being torn down.`,
 	return cmd
 }
 
-func printSuites(w io.Writer) {
-	fmt.Fprintln(w, "built-in suites:")
+func printSuites(w io.Writer) { fmt.Fprint(w, suitesText()) }
+
+// suitesText lists the built-in suites, a line each: name, runs, what it is for.
+func suitesText() string {
+	var b strings.Builder
+	b.WriteString("built-in suites:\n")
 	for _, s := range suite.Builtins() {
-		fmt.Fprintf(w, "  %-12s %d runs  %s\n", s.Name, s.Runs(), s.Summary)
+		fmt.Fprintf(&b, "  %-12s %d runs  %s\n", s.Name, s.Runs(), s.Summary)
 	}
+	return b.String()
 }
 
 // plannedRun is one run of a suite, prepared (every input checked, its directory claimed).

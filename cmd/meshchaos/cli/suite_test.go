@@ -35,6 +35,17 @@ func TestBuiltinSuitesResolve(t *testing.T) {
 	}
 }
 
+// TestSuiteHelpListsTheBuiltins: the help's "NAME is a built-in suite (see below)" has them below.
+func TestSuiteHelpListsTheBuiltins(t *testing.T) {
+	code, out := run(t, "suite", "--help")
+	require.Equal(t, 0, code, out)
+	list := out[strings.Index(out, "(see below)"):]
+	require.NotEmpty(t, suite.Builtins())
+	for _, s := range suite.Builtins() {
+		assert.Regexp(t, `\n  `+s.Name+` +\d+ runs  `, list, "suite --help lists %s below", s.Name)
+	}
+}
+
 // TestSuiteBadInputExitsTwo: every entry is checked before the first run; a bad one is exit 2
 // naming the entry, and no output directory is left behind.
 func TestSuiteBadInputExitsTwo(t *testing.T) {
