@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -224,11 +225,14 @@ func (sw *sotwStream) recompute(ctx context.Context, reqCh <-chan *discovery.Dis
 	}
 }
 
-// send sends a response of the cache, recording its nonce and returned resources.
+// send sends a response of the cache, recording its nonce and returned resources. The context
+// the response callback gets carries when the stream took the response up (ResponseStart),
+// before encoding it: the response's own time, as istiod's pilot_xds_push_time counts it.
 func (sw *sotwStream) send(resp cachev3.Response) error {
 	if resp == nil {
 		return errors.New("missing response")
 	}
+	start := time.Now()
 	out, err := resp.GetDiscoveryResponse()
 	if err != nil {
 		return err
@@ -242,7 +246,7 @@ func (sw *sotwStream) send(resp cachev3.Response) error {
 	w.sub.SetReturnedResources(resp.GetReturnedResources())
 	w.nonce = out.Nonce
 	if sw.callbacks != nil {
-		sw.callbacks.OnStreamResponse(resp.GetContext(), sw.id, resp.GetRequest(), out)
+		sw.callbacks.OnStreamResponse(context.WithValue(resp.GetContext(), startKey{}, start), sw.id, resp.GetRequest(), out)
 	}
 	return sw.stream.Send(out)
 }
@@ -257,4 +261,13 @@ func (sw *sotwStream) shutdown() {
 	if sw.callbacks != nil {
 		sw.callbacks.OnStreamClosed(sw.id, sw.node)
 	}
+}
+
+type startKey struct{}
+
+// ResponseStart is when the stream took up the response whose callback got ctx: before its
+// resources were encoded (false: not a context of this server's response callback).
+func ResponseStart(ctx context.Context) (time.Time, bool) {
+	t, ok := ctx.Value(startKey{}).(time.Time)
+	return t, ok
 }
