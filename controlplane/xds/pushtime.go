@@ -16,21 +16,20 @@ import (
 // apart, in pilot_proxy_queue_time, as the throttle here does); neither is the wait for a push
 // throttle slot.
 //
-// A response starts
-//   - when the request it answers arrived, for a request that asks for something new (a type's
-//     first request on the stream, or other names): the cache answers it at once, generating a
-//     scope the stream is the first to need on the way;
-//   - else (a push) when the stream took the response up from its cache, before encoding it.
+// A SotW response starts when the request it answers arrived, if the cache answered that
+// request at once (a type's first request on the stream, or new names; a scope the stream is the
+// first to need is generated on the way), else (a push) when the stream took the response up
+// from its cache, before encoding it (sotwserver.ResponseStart). A Delta response starts at its
+// response callback, once encoded (go-control-plane's Delta server tells no more).
 //
-// The stream's requests, response callbacks and sends run on its one goroutine (go-control-
-// plane's and sotwserver's stream loops); the mutex keeps a misuse from being a data race.
+// The stream's response callbacks and sends run on its one goroutine (go-control-plane's and
+// sotwserver's stream loops); the mutex keeps a misuse from being a data race.
 type responseClock struct {
 	m *metrics.Metrics
 
 	mu    sync.Mutex
-	asked map[string]time.Time // type URL → when a request that must be answered arrived
-	start time.Time            // the response about to be sent (zero: none)
-	typ   string               // its short type
+	start time.Time // the response about to be sent (zero: none)
+	typ   string    // its short type
 }
 
 type clockKey struct{}
@@ -48,37 +47,15 @@ func clockOf(ctx context.Context) *responseClock {
 	return c
 }
 
-// asks records that a request of typeURL that the cache answers at once arrived at now (the
-// earliest unanswered one counts).
-func (c *responseClock) asks(typeURL string, now time.Time) {
+// responding records that a response of typeURL, whose own time began at start, is about to
+// be sent.
+func (c *responseClock) responding(typeURL string, start time.Time) {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.asked == nil {
-		c.asked = map[string]time.Time{}
-	}
-	if _, ok := c.asked[typeURL]; !ok {
-		c.asked[typeURL] = now
-	}
-}
-
-// responding records that a response of typeURL is about to be sent; taken is when the stream
-// took it up (a push's start, when no request waits for it).
-func (c *responseClock) responding(typeURL string, taken time.Time) {
-	if c == nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.start, c.typ = taken, ShortType(typeURL)
-	if t, ok := c.asked[typeURL]; ok {
-		delete(c.asked, typeURL)
-		if t.Before(taken) {
-			c.start = t
-		}
-	}
+	c.start, c.typ = start, ShortType(typeURL)
 }
 
 // sent observes the response about to be sent, now that its send returned (sent or failed, as

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -345,7 +344,8 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		StreamDeltaResponseFunc: func(id int64, _ *discovery.DeltaDiscoveryRequest, r *discovery.DeltaDiscoveryResponse) {
 			id = deltaKey(id)
 			// go-control-plane's Delta server calls this once the response is encoded (the
-			// cache shares the encoded resources between streams): its start here.
+			// cache shares the encoded resources between streams), and does not say whether
+			// it answers a request: a Delta response's time starts here.
 			s.response(id, r.GetTypeUrl(), r.GetSystemVersionInfo(), r.GetNonce(), proto.Size(r), time.Now())
 		},
 	}
@@ -488,13 +488,6 @@ func (s *Server) request(id int64, node *core.Node, typeURL, nonce, version stri
 	}
 	if !knownType(typeURL) {
 		return "" // the cache refuses it and the stream ends: nothing to keep
-	}
-	prev, had := st.types[typeURL]
-	// A request the cache answers at once: the type's first on the stream, or other names (a
-	// SotW proxy names its whole subscription in each request, ACKs included; a Delta proxy
-	// only what it adds). Its response's time starts now (pilot_xds_push_time).
-	if errDetail == nil && (!had || (delta && len(names) > 0) || (!delta && !sameNames(prev.names, names))) {
-		st.clock.asks(typeURL, time.Now())
 	}
 	ts := st.typ(typeURL)
 	if delta {
@@ -697,16 +690,4 @@ func (s *Server) NodeOf(id string) (*core.Node, bool) {
 		}
 	}
 	return nil, false
-}
-
-// sameNames reports whether a SotW request names the list the previous one did: the same slice
-// (the codec hands a repeated list out as one shared slice, so an ACK costs O(1)) or equal.
-func sameNames(prev, names []string) bool {
-	if len(prev) != len(names) {
-		return false
-	}
-	if len(names) == 0 || unsafe.SliceData(prev) == unsafe.SliceData(names) {
-		return true
-	}
-	return slices.Equal(prev, names)
 }
