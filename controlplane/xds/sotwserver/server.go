@@ -278,8 +278,9 @@ func (sw *sotwStream) shutdown() {
 
 type startKey struct{}
 
-// ResponseStart is when the stream took up the response whose callback got ctx: before its
-// resources were encoded (false: not a context of this server's response callback).
+// ResponseStart is when the own time of the response whose callback got ctx began (see send):
+// its request's arrival for an answer given at once, else when the stream took it up, before
+// encoding it (false: not a context of this server's response callback).
 func ResponseStart(ctx context.Context) (time.Time, bool) {
 	t, ok := ctx.Value(startKey{}).(time.Time)
 	return t, ok
