@@ -214,7 +214,7 @@ func RenderCharts(dir string, s *Summary) ([]Chart, error) {
 			charts = append(charts, c)
 		}
 		if h := cp.PushTime; h != nil && h.Count > 0 {
-			c, err := renderHistogram(dir, ChartPushTime, "Push time per proxy and type (pilot_xds_push_time)", h)
+			c, err := renderHistogram(dir, ChartPushTime, "Push time per response (pilot_xds_push_time)", h)
 			if err != nil {
 				return nil, fmt.Errorf("render %s chart: %w", ChartPushTime, err)
 			}

@@ -250,7 +250,8 @@ type ControlPlaneStats struct {
 	Profiles      []Profile `json:"profiles,omitempty"`
 	Metrics       []Series  `json:"metrics,omitempty"` // scraped control-plane metrics
 	// PushTime is the distribution of push times over the run, from the control plane's
-	// histogram; absent when it exposes none.
+	// histogram (istiod's pilot_xds_push_time: each response's own generation and send,
+	// initial fetches included); absent when it exposes none.
 	PushTime *Histogram `json:"pushTime,omitempty"`
 	// ChaosPushTime, ChaosCPUSeconds and ChaosPeakHeapBytes are the same figures over the chaos
 	// phase alone: what the faults cost, without the initial connection of every proxy (which

@@ -21,9 +21,15 @@ type Metrics struct {
 	ProxyConvergence prometheus.Histogram
 	// DebounceTime is the first merged event → push start.
 	DebounceTime prometheus.Histogram
-	// PushTime is, per proxy and type (cds, eds, lds, rds), push start → that proxy's response
-	// sent (istiod's pilot_xds_push_time: the time to push one type to one proxy).
+	// PushTime is, per response and by type (cds, eds, lds, rds), that response's own
+	// generation and send, for a proxy's initial fetches and for pushes alike, as istiod's
+	// pilot_xds_push_time (pushXds: t0 before Generate, recorded after the send). Not in it:
+	// the debounce, a push's shared generation per scope, the wait for a throttle slot.
 	PushTime *prometheus.HistogramVec
+	// PushDelivery is, per proxy and type, push start → that proxy's response of the push
+	// handed to its stream, pushes only, each push once per type: the push's latency at each
+	// proxy, its wait behind the other proxies included (the reference's own; istiod has none).
+	PushDelivery *prometheus.HistogramVec
 	// PushCycleTime is the time to generate one push and hand it to the caches, by kind (full,
 	// eds).
 	PushCycleTime *prometheus.HistogramVec
@@ -92,6 +98,8 @@ func New() *Metrics {
 			Buckets: []float64{.01, .1, 1, 3, 5, 10, 20, 30}}),
 		PushTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pilot_xds_push_time",
 			Help: "Total time in seconds Pilot takes to push lds, rds, cds and eds.", Buckets: pushBuckets}, []string{"type"}),
+		PushDelivery: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "meshchaos_controlplane_push_delivery_seconds",
+			Help: "Push start to each proxy's response of the push handed to its stream, by type (pushes only).", Buckets: pushBuckets}, []string{"type"}),
 		PushCycleTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "meshchaos_controlplane_push_cycle_seconds",
 			Help: "Time to generate one push and hand it to the caches, by kind (full, eds).", Buckets: pushBuckets}, []string{"kind"}),
 		ConfigSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pilot_xds_config_size_bytes",
@@ -134,7 +142,7 @@ func New() *Metrics {
 		InvalidResources: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshchaos_controlplane_invalid_resources_total",
 			Help: "Generated resources that failed Validate() and were left out."}, []string{"type"}),
 	}
-	r.MustRegister(m.XDSPushes, m.ProxyConvergence, m.DebounceTime, m.PushTime, m.PushCycleTime, m.ConfigSize,
+	r.MustRegister(m.XDSPushes, m.ProxyConvergence, m.DebounceTime, m.PushTime, m.PushDelivery, m.PushCycleTime, m.ConfigSize,
 		m.InboundUpdates, m.K8sRegEvents, m.ProxyQueueTime, m.Scopes, m.ConnectedProxies,
 		m.Rejects, m.PushTriggers, m.Pushes, m.Services, m.Endpoints, m.SyncGateOpen, m.SyncGateForced,
 		m.TimeToReady, m.StreamsRefused, m.XDSLimited, m.XDSAuthRefused, m.InputSkipped, m.InvalidResources)

@@ -147,8 +147,8 @@ func TestEDSPushStaysOutOfOtherScopes(t *testing.T) {
 
 // TestConvergenceIsPerProxyFromTheFirstEvent: pilot_proxy_convergence_time has istiod's
 // meaning: one sample per proxy that the push concerns, from the first event of the debounced
-// batch (so it includes the debounce) to the last type sent; pilot_xds_push_time one per proxy
-// and type sent.
+// batch (so it includes the debounce) to the last type sent; the push delivery time one per
+// proxy and type the push sent.
 func TestConvergenceIsPerProxyFromTheFirstEvent(t *testing.T) {
 	const quiet = 150 * time.Millisecond
 	r := newRig(t, quiet, 10*time.Second)
@@ -175,7 +175,7 @@ func TestConvergenceIsPerProxyFromTheFirstEvent(t *testing.T) {
 	h := histogram(t, r.met, "pilot_proxy_convergence_time")
 	assert.GreaterOrEqual(t, h.GetSampleSum()/2, quiet.Seconds(), "from the first event: the debounce is included")
 	assert.LessOrEqual(t, h.GetSampleSum()/2, elapsed.Seconds())
-	assert.Equal(t, uint64(2), histogram(t, r.met, "pilot_xds_push_time", "eds").GetSampleCount(), "one per proxy sent")
+	assert.Equal(t, uint64(2), histogram(t, r.met, "meshchaos_controlplane_push_delivery_seconds", "eds").GetSampleCount(), "one per proxy sent")
 
 	// A full push that adds a service to a's scope: each of a's proxies converges once, b's
 	// proxy (its Sidecar hides a) not at all: the barrier is a change b's proxy does see.

@@ -153,6 +153,9 @@ type streamState struct {
 	types    map[string]*typeState
 	// requests bounds the stream's request rate (nil: no bound).
 	requests *rate.Limiter
+	// clock times the stream's responses (pilot_xds_push_time; nil: a stream that did not
+	// come through the server's interceptor).
+	clock *responseClock
 	// pending: pushes that sent this proxy some but not yet all of their types (by seq), with
 	// the types sent so far.
 	pending map[uint64]*pendingPush
@@ -277,7 +280,8 @@ func (s *Server) refuseUntilReady(srv any, ss grpc.ServerStream, info *grpc.Stre
 		s.m.XDSLimited.WithLabelValues("streams").Inc()
 		return status.Errorf(codes.ResourceExhausted, "too many xDS streams (at most %d): retry later", s.limits.MaxStreams)
 	}
-	return handler(srv, throttledStream{ServerStream: ss, t: s.sends})
+	clock := &responseClock{m: s.m}
+	return handler(srv, throttledStream{ServerStream: ss, ctx: withClock(ss.Context(), clock), t: s.sends, clock: clock})
 }
 
 func (s *Server) callbacks() serverv3.Callbacks {
@@ -315,8 +319,12 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			}
 			return nil
 		},
-		StreamResponseFunc: func(_ context.Context, id int64, _ *discovery.DiscoveryRequest, r *discovery.DiscoveryResponse) {
-			s.response(id, r.GetTypeUrl(), r.GetVersionInfo(), r.GetNonce(), proto.Size(r))
+		StreamResponseFunc: func(ctx context.Context, id int64, _ *discovery.DiscoveryRequest, r *discovery.DiscoveryResponse) {
+			taken, ok := sotwserver.ResponseStart(ctx)
+			if !ok {
+				taken = time.Now()
+			}
+			s.response(id, r.GetTypeUrl(), r.GetVersionInfo(), r.GetNonce(), proto.Size(r), taken)
 		},
 		StreamDeltaRequestFunc: func(id int64, r *discovery.DeltaDiscoveryRequest) error {
 			id = deltaKey(id)
@@ -335,7 +343,10 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discovery.DeltaDiscoveryRequest, r *discovery.DeltaDiscoveryResponse) {
 			id = deltaKey(id)
-			s.response(id, r.GetTypeUrl(), r.GetSystemVersionInfo(), r.GetNonce(), proto.Size(r))
+			// go-control-plane's Delta server calls this once the response is encoded (the
+			// cache shares the encoded resources between streams), and does not say whether
+			// it answers a request: a Delta response's time starts here.
+			s.response(id, r.GetTypeUrl(), r.GetSystemVersionInfo(), r.GetNonce(), proto.Size(r), time.Now())
 		},
 	}
 }
@@ -350,7 +361,7 @@ func (s *Server) open(ctx context.Context, key int64, delta bool) {
 	if delta {
 		id = -key // the library's id, as /debug shows it
 	}
-	st := &streamState{ctx: ctx, id: id, delta: delta, opened: time.Now(), types: map[string]*typeState{},
+	st := &streamState{ctx: ctx, id: id, delta: delta, opened: time.Now(), types: map[string]*typeState{}, clock: clockOf(ctx),
 		pending: map[uint64]*pendingPush{}, identity: identityOf(ctx)}
 	if s.limits.RequestsPerSecond > 0 && s.limits.RequestBurst > 0 {
 		st.requests = rate.NewLimiter(rate.Limit(s.limits.RequestsPerSecond), s.limits.RequestBurst)
@@ -528,10 +539,12 @@ func (s *Server) request(id int64, node *core.Node, typeURL, nonce, version stri
 	return ""
 }
 
-// response records a response handed to a proxy's stream: istiod's per-proxy metrics
-// (pilot_xds_pushes, pilot_xds_config_size_bytes, pilot_xds_push_time and, once the proxy has
-// been sent every type the push changed that it watches, pilot_proxy_convergence_time).
-func (s *Server) response(id int64, typeURL, version, nonce string, size int) {
+// response records a response handed to a proxy's stream, which the stream took up at taken:
+// istiod's per-proxy metrics (pilot_xds_pushes, pilot_xds_config_size_bytes, the start of its
+// pilot_xds_push_time, observed once it is sent, and, once the proxy has been sent every type
+// the push changed that it watches, pilot_proxy_convergence_time) and the reference's own
+// push delivery time.
+func (s *Server) response(id int64, typeURL, version, nonce string, size int, taken time.Time) {
 	short := ShortType(typeURL)
 	s.m.XDSPushes.WithLabelValues(short).Inc()
 	s.m.ConfigSize.WithLabelValues(short).Observe(float64(size))
@@ -546,6 +559,7 @@ func (s *Server) response(id int64, typeURL, version, nonce string, size int) {
 	if st == nil {
 		return
 	}
+	st.clock.responding(typeURL, taken)
 	ts := st.typ(typeURL)
 	ts.sentVersion, ts.sentNonce = version, nonce
 	if ts.unanswered.IsZero() {
@@ -556,7 +570,7 @@ func (s *Server) response(id int64, typeURL, version, nonce string, size int) {
 		return
 	}
 	ts.sentSeq = rec.seq
-	s.m.PushTime.WithLabelValues(short).Observe(now.Sub(rec.start).Seconds())
+	s.m.PushDelivery.WithLabelValues(short).Observe(now.Sub(rec.start).Seconds())
 	pp := st.pending[rec.seq]
 	if pp == nil {
 		pp = &pendingPush{rec: rec, sent: map[string]bool{}}

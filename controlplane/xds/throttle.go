@@ -2,6 +2,7 @@ package xds
 
 import (
 	"container/list"
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,16 +59,24 @@ func newThrottle(n int, hold, timeout time.Duration, maxStalled int, conns *conn
 	return &throttle{slots: make(chan struct{}, n), hold: hold, timeout: timeout, maxStalled: maxStalled, conns: conns, stalled: list.New(), m: m}
 }
 
-// throttledStream is a server stream whose sends go through the throttle.
+// throttledStream is a server stream whose sends go through the throttle, and are timed by its
+// clock (pilot_xds_push_time: each response's own time, less its wait for a slot).
 type throttledStream struct {
 	grpc.ServerStream
-	t *throttle
+	ctx   context.Context // the stream's, carrying clock
+	t     *throttle
+	clock *responseClock
 }
+
+// Context is the stream's context, which carries its clock to the stream callbacks.
+func (s throttledStream) Context() context.Context { return s.ctx }
 
 func (s throttledStream) SendMsg(msg any) error {
 	queued := time.Now()
 	s.t.slots <- struct{}{}
-	s.t.m.ProxyQueueTime.Observe(time.Since(queued).Seconds())
+	wait := time.Since(queued)
+	s.t.m.ProxyQueueTime.Observe(wait.Seconds())
+	defer func() { s.clock.sent(time.Now(), wait) }()
 	n := s.t.inFlight.Add(1)
 	for {
 		cur := s.t.maxInFlight.Load()

@@ -41,8 +41,9 @@ const (
 	// FullPushTime is the histogram of the time a full push cycle takes (generate and hand to the
 	// caches, once for all proxies).
 	FullPushTime Measure = "full-push-time"
-	// PushTime is a histogram (in seconds) of the time a push takes, per proxy and xDS type
-	// (istiod's pilot_xds_push_time{type}: push start → response sent).
+	// PushTime is a histogram (in seconds) of the time each response takes, by xDS type
+	// (istiod's pilot_xds_push_time{type}: that response's own generation and send, a
+	// proxy's initial fetches included; not the debounce nor the wait in the push queue).
 	PushTime Measure = "push-time"
 	// XDSPushes counts responses sent to proxies, labelled by xDS type (istiod's
 	// pilot_xds_pushes{type}).

@@ -243,7 +243,7 @@ func controlPlane(s *results.Summary) *Section {
 	}
 	sec := &Section{Title: "Control plane", Blocks: []Block{{Items: items}}}
 	if h := cp.PushTime; h != nil && h.Count > 0 {
-		sec.Blocks = append(sec.Blocks, para(plain("Push time over %d pushes: p50 %s, p99 %s (estimated from the histogram's buckets).", h.Count, ms(h.P50Ms), ms(h.P99Ms))))
+		sec.Blocks = append(sec.Blocks, para(plain("Push time over %d responses (each its own generation and send): p50 %s, p99 %s (estimated from the histogram's buckets).", h.Count, ms(h.P50Ms), ms(h.P99Ms))))
 		if ht := results.HistogramText(h); ht != "" {
 			sec.Blocks = append(sec.Blocks, Block{Pre: ht})
 		}
@@ -276,7 +276,7 @@ func memoryLine(cp *results.ControlPlaneStats) Text {
 func chaosLine(cp *results.ControlPlaneStats) Text {
 	var parts []string
 	if h := cp.ChaosPushTime; h != nil && h.Count > 0 {
-		parts = append(parts, fmt.Sprintf("%d pushes, p50 %s, p99 %s", h.Count, ms(h.P50Ms), ms(h.P99Ms)))
+		parts = append(parts, fmt.Sprintf("push time over %d responses, p50 %s, p99 %s", h.Count, ms(h.P50Ms), ms(h.P99Ms)))
 	}
 	if p := cp.ChaosPushes; p != nil {
 		parts = append(parts, fmt.Sprintf("full %d / EDS %d", p.Full, p.EDS))

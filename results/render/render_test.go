@@ -105,7 +105,7 @@ func TestMarkdownShowsPushesAndConvergence(t *testing.T) {
 	require.NoError(t, err)
 	md := string(b)
 	assert.Contains(t, md, "CPU 12.50 s")
-	assert.Contains(t, md, "Push time over 4 pushes: p50 8.0 ms, p99 3000.0 ms")
+	assert.Contains(t, md, "Push time over 4 responses (each its own generation and send): p50 8.0 ms, p99 3000.0 ms")
 	assert.Contains(t, md, "5000–+Inf   ms |")
 	chart := results.PushChartText(s)
 	lines := strings.Split(strings.TrimSpace(chart), "\n")

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -60,6 +61,9 @@ type sotwWatch struct {
 	// names is the list sub was last set from: a request repeating it keeps sub.
 	names []string
 	nonce string // of the latest response sent for this type
+	// askedAt is when the request that created the watch arrived, if the cache answered it at
+	// once (its response is in the channel): that response's time starts there (ResponseStart).
+	askedAt time.Time
 }
 
 // sotwStream is one stream's state.
@@ -118,7 +122,7 @@ func (s *Server) process(str stream.Stream, reqCh chan *discovery.DiscoveryReque
 			if req == nil {
 				return status.Errorf(codes.Unavailable, "empty request")
 			}
-			if err := s.request(sw, req, defaultTypeURL); err != nil {
+			if err := s.request(sw, req, defaultTypeURL, time.Now()); err != nil {
 				return err
 			}
 			sw.recompute(s.ctx, reqCh)
@@ -133,8 +137,9 @@ func (s *Server) process(str stream.Stream, reqCh chan *discovery.DiscoveryReque
 	}
 }
 
-// request handles one request of sw: its subscription, then a new watch.
-func (s *Server) request(sw *sotwStream, req *discovery.DiscoveryRequest, defaultTypeURL string) error {
+// request handles one request of sw, which arrived at arrived: its subscription, then a new
+// watch.
+func (s *Server) request(sw *sotwStream, req *discovery.DiscoveryRequest, defaultTypeURL string, arrived time.Time) error {
 	if req.GetNode() != nil {
 		sw.node = req.GetNode()
 	} else {
@@ -180,7 +185,11 @@ func (s *Server) request(sw *sotwStream, req *discovery.DiscoveryRequest, defaul
 	}
 	// A new watch has no nonce until its first response, as go-control-plane's: a request
 	// after an ACK is not held to the ACKed nonce.
-	sw.watches[typeURL] = &sotwWatch{cancel: cancel, response: responder, sub: sub, names: names}
+	nw := &sotwWatch{cancel: cancel, response: responder, sub: sub, names: names}
+	if len(responder) > 0 {
+		nw.askedAt = arrived // answered at once: an initial fetch, or new names
+	}
+	sw.watches[typeURL] = nw
 	return nil
 }
 
@@ -224,25 +233,33 @@ func (sw *sotwStream) recompute(ctx context.Context, reqCh <-chan *discovery.Dis
 	}
 }
 
-// send sends a response of the cache, recording its nonce and returned resources.
+// send sends a response of the cache, recording its nonce and returned resources. The context
+// the response callback gets carries when the response's own time began (ResponseStart), as
+// istiod's pilot_xds_push_time counts it: when the request it answers arrived, for an answer
+// the cache gave at once (the request's handling, a scope generated on the way, included);
+// else (a push) when the stream took it up, before encoding it.
 func (sw *sotwStream) send(resp cachev3.Response) error {
 	if resp == nil {
 		return errors.New("missing response")
+	}
+	start := time.Now()
+	typeURL := resp.GetRequest().GetTypeUrl()
+	w, ok := sw.watches[typeURL]
+	if !ok {
+		return fmt.Errorf("no current watch for %s", typeURL)
+	}
+	if !w.askedAt.IsZero() {
+		start, w.askedAt = w.askedAt, time.Time{}
 	}
 	out, err := resp.GetDiscoveryResponse()
 	if err != nil {
 		return err
 	}
 	out.Nonce = strconv.FormatInt(sw.nonce.Add(1), 10)
-	typeURL := resp.GetRequest().GetTypeUrl()
-	w, ok := sw.watches[typeURL]
-	if !ok {
-		return fmt.Errorf("no current watch for %s", typeURL)
-	}
 	w.sub.SetReturnedResources(resp.GetReturnedResources())
 	w.nonce = out.Nonce
 	if sw.callbacks != nil {
-		sw.callbacks.OnStreamResponse(resp.GetContext(), sw.id, resp.GetRequest(), out)
+		sw.callbacks.OnStreamResponse(context.WithValue(resp.GetContext(), startKey{}, start), sw.id, resp.GetRequest(), out)
 	}
 	return sw.stream.Send(out)
 }
@@ -257,4 +274,14 @@ func (sw *sotwStream) shutdown() {
 	if sw.callbacks != nil {
 		sw.callbacks.OnStreamClosed(sw.id, sw.node)
 	}
+}
+
+type startKey struct{}
+
+// ResponseStart is when the own time of the response whose callback got ctx began (see send):
+// its request's arrival for an answer given at once, else when the stream took it up, before
+// encoding it (false: not a context of this server's response callback).
+func ResponseStart(ctx context.Context) (time.Time, bool) {
+	t, ok := ctx.Value(startKey{}).(time.Time)
+	return t, ok
 }

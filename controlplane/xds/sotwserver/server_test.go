@@ -17,6 +17,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -235,4 +236,42 @@ func BenchmarkRepeatedACK1000(b *testing.B) {
 			assert.Empty(b, f.resps, "an ACK of an unchanged subscription is not answered")
 		})
 	}
+}
+
+// entered is a cache that records when each watch's creation began.
+type entered struct {
+	*watchcache.Cache
+	at chan time.Time
+}
+
+func (e *entered) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch chan cachev3.Response) (func(), error) {
+	e.at <- time.Now()
+	return e.Cache.CreateWatch(req, sub, ch)
+}
+
+// TestResponseStart: a response the cache gives at once, in the watch's creation, starts when
+// its request arrived (before the watch's creation: a scope generated on the way counts); a
+// later one, a push to a watch an ACK made, starts when the stream takes it up, not when the
+// ACK arrived (the idle time between is no push's).
+func TestResponseStart(t *testing.T) {
+	cache := &entered{Cache: edsCache(t, "a"), at: make(chan time.Time, 16)}
+	starts := make(chan time.Time, 16)
+	cb := serverv3.CallbackFuncs{StreamResponseFunc: func(ctx context.Context, _ int64, _ *discovery.DiscoveryRequest, _ *discovery.DiscoveryResponse) {
+		start, ok := ResponseStart(ctx)
+		assert.True(t, ok, "the callback's context carries the start")
+		starts <- start
+	}}
+	f := open(t, New(context.Background(), cache, cb))
+	f.request(t, "", "", []string{"a"})
+	created := <-cache.at
+	resp := f.response(t)
+	assert.False(t, (<-starts).After(created), "the initial fetch starts at its request")
+
+	f.request(t, resp.GetVersionInfo(), resp.GetNonce(), []string{"a"})
+	<-cache.at // the ACK's watch: nothing to answer yet
+	pushed := time.Now()
+	require.NoError(t, cache.UpdateResource("a", &endpoint.ClusterLoadAssignment{ClusterName: "a",
+		Endpoints: []*endpoint.LocalityLbEndpoints{{}}}))
+	f.response(t)
+	assert.False(t, (<-starts).Before(pushed), "the push starts when the stream takes it up")
 }
