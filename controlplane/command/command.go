@@ -229,8 +229,26 @@ func Main(ctx context.Context, name string, args []string, stdout, stderr io.Wri
 	return 2
 }
 
-// kubeConfig loads --kubeconfig, else the in-cluster config, else $KUBECONFIG / ~/.kube/config.
+// Kubernetes client limits as istiod's (pilot-discovery --kubernetesApiQPS 80,
+// --kubernetesApiBurst 160): client-go's default of 5 a second held every new secure stream's
+// TokenReview in a queue, a fleet of 1000 proxies for minutes.
+const (
+	kubeQPS   = 80
+	kubeBurst = 160
+)
+
+// kubeConfig loads --kubeconfig, else the in-cluster config, else $KUBECONFIG / ~/.kube/config,
+// with istiod's client limits.
 func kubeConfig(path string) (*rest.Config, error) {
+	cfg, err := loadKubeConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = kubeQPS, kubeBurst
+	return cfg, nil
+}
+
+func loadKubeConfig(path string) (*rest.Config, error) {
 	if path != "" {
 		cfg, err := clientcmd.BuildConfigFromFlags("", path)
 		if err != nil {

@@ -81,3 +81,20 @@ func TestUsageErrorIsExit2(t *testing.T) {
 	var ec interface{ ExitCode() int } = &UsageError{}
 	assert.Equal(t, 2, ec.ExitCode())
 }
+
+// TestKubeClientLimitsAreIstiods: the control plane's Kubernetes client may make istiod's 80
+// requests a second (burst 160), not client-go's 5: each new secure stream costs a TokenReview.
+func TestKubeClientLimitsAreIstiods(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600))
+	cfg, err := kubeConfig(kc)
+	require.NoError(t, err)
+	assert.Equal(t, float32(80), cfg.QPS)
+	assert.Equal(t, 160, cfg.Burst)
+}
