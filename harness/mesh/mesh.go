@@ -339,7 +339,13 @@ func Up(ctx context.Context, provider cluster.Substrate, spec Spec, rec Recorder
 			return m, fmt.Errorf("want 1 adsload pod, found %d", len(ips))
 		}
 		m.ADSLoadURL = "http://" + net.JoinHostPort(ips[0], fmt.Sprint(port))
-		rec.Event("adsload.ready", "adsload", fmt.Sprintf("%d ADS clients", a.Clients))
+		served := time.Now()
+		c, err := m.waitADSLoadServed(ctx, a.Node, 250*time.Millisecond)
+		if err != nil {
+			return m, err
+		}
+		rec.Event("adsload.ready", "adsload", fmt.Sprintf("%d ADS clients, every one served (%d streams opened; %s after the pod was Ready)",
+			a.Clients, c.Connected, time.Since(served).Round(100*time.Millisecond)))
 	}
 	if g := spec.GRPC; g.Clients > 0 {
 		if err := m.deployGRPCClients(ctx, rec); err != nil {

@@ -76,11 +76,14 @@ type Load struct {
 	started time.Time
 
 	connected atomic.Int64
-	streams   atomic.Int64
-	responses [4]atomic.Int64
-	bytes     [4]atomic.Int64
-	acks      atomic.Int64
-	nacks     atomic.Int64
+	// configured counts the clients whose open stream has received a response: connected and
+	// served, what the harness waits for before it measures.
+	configured atomic.Int64
+	streams    atomic.Int64
+	responses  [4]atomic.Int64
+	bytes      [4]atomic.Int64
+	acks       atomic.Int64
+	nacks      atomic.Int64
 
 	mu     sync.Mutex
 	pushes map[string]*push
@@ -104,6 +107,8 @@ type client struct {
 	endpoints atomic.Int64
 	versions  [4]atomic.Pointer[string]
 	connected atomic.Bool
+	// configured: the open stream has received a response.
+	configured atomic.Bool
 
 	trackMu sync.Mutex
 	tracked []Receipt // changes of the tracked clusters' endpoint count, oldest first
@@ -197,6 +202,9 @@ func (l *Load) runClient(ctx context.Context, c *client, conn *grpc.ClientConn) 
 		if c.connected.Swap(false) {
 			l.connected.Add(-1)
 		}
+		if c.configured.Swap(false) {
+			l.configured.Add(-1)
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -239,6 +247,9 @@ func (l *Load) session(ctx context.Context, c *client, conn *grpc.ClientConn) (b
 	got := false
 	err = s.Run(func(resp *discoveryv3.DiscoveryResponse) error {
 		got = true
+		if !c.configured.Swap(true) {
+			l.configured.Add(1)
+		}
 		now := time.Now()
 		i := typeIndex(resp.GetTypeUrl())
 		if i < 0 {
@@ -387,13 +398,15 @@ type Push struct {
 
 // Stats are the totals the harness reads.
 type Stats struct {
-	Clients   int              `json:"clients"`
-	Connected int64            `json:"connected"`
-	Streams   int64            `json:"streams"`
-	ACKs      int64            `json:"acks"`
-	NACKs     int64            `json:"nacks"`
-	Responses map[string]int64 `json:"responses"`
-	Bytes     map[string]int64 `json:"bytes"`
+	Clients   int   `json:"clients"`
+	Connected int64 `json:"connected"`
+	// Configured counts the clients whose open stream has received a response.
+	Configured int64            `json:"configured"`
+	Streams    int64            `json:"streams"`
+	ACKs       int64            `json:"acks"`
+	NACKs      int64            `json:"nacks"`
+	Responses  map[string]int64 `json:"responses"`
+	Bytes      map[string]int64 `json:"bytes"`
 	// Resources sums each client's current resource count per type; Endpoints sums endpoints.
 	Resources map[string]int64 `json:"resources"`
 	Endpoints int64            `json:"endpoints"`
@@ -409,7 +422,7 @@ var shortType = map[string]string{
 // Stats returns the current totals.
 func (l *Load) Stats() Stats {
 	s := Stats{
-		Clients: len(l.clients), Connected: l.connected.Load(), Streams: l.streams.Load(),
+		Clients: len(l.clients), Connected: l.connected.Load(), Configured: l.configured.Load(), Streams: l.streams.Load(),
 		ACKs: l.acks.Load(), NACKs: l.nacks.Load(),
 		Responses: map[string]int64{}, Bytes: map[string]int64{}, Resources: map[string]int64{},
 		ClientsAtVersion: map[string]map[string]int{},

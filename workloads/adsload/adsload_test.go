@@ -54,6 +54,7 @@ func TestClientsACKAndRecordConvergence(t *testing.T) {
 	require.Eventually(t, func() bool { return atVersion("1") }, 10*time.Second, 10*time.Millisecond)
 	s := l.Stats()
 	assert.EqualValues(t, n, s.Connected)
+	assert.EqualValues(t, n, s.Configured)
 	assert.EqualValues(t, n*5, s.Resources["cds"])
 	assert.EqualValues(t, n*5, s.Resources["eds"])
 	assert.EqualValues(t, n*1, s.Resources["lds"])
@@ -109,9 +110,27 @@ func TestClientsACKAndRecordConvergence(t *testing.T) {
 
 	// Clients reconnect after the server restarts and resume from their versions.
 	xds.Stop()
-	require.Eventually(t, func() bool { return l.Stats().Connected == 0 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { s := l.Stats(); return s.Connected == 0 && s.Configured == 0 }, 5*time.Second, 10*time.Millisecond)
 	xds.Restart(t)
-	require.Eventually(t, func() bool { return l.Stats().Connected == n }, 15*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { s := l.Stats(); return s.Connected == n && s.Configured == n }, 15*time.Second, 20*time.Millisecond)
+}
+
+// TestConfiguredMeansServed: a client is configured once its stream has received a response,
+// not when the stream opens (a control plane may hold a stream unanswered).
+func TestConfiguredMeansServed(t *testing.T) {
+	xds := xdstest.Start(t) // no snapshot yet: streams open, nothing is answered
+	const n = 5
+	l, err := adsload.New(adsload.Options{XDSAddress: xds.Addr, Clients: n})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { l.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	require.Eventually(t, func() bool { return l.Stats().Connected == n }, 10*time.Second, 10*time.Millisecond)
+	assert.Zero(t, l.Stats().Configured, "connected, nothing received")
+	xds.Set(t, "1", mesh(2)...)
+	require.Eventually(t, func() bool { return l.Stats().Configured == n }, 10*time.Second, 10*time.Millisecond)
 }
 
 func TestClientsRecordTrackedEndpointChanges(t *testing.T) {
