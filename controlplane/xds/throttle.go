@@ -2,6 +2,7 @@ package xds
 
 import (
 	"container/list"
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,6 +58,20 @@ func newThrottle(n int, hold, timeout time.Duration, maxStalled int, conns *conn
 	}
 	return &throttle{slots: make(chan struct{}, n), hold: hold, timeout: timeout, maxStalled: maxStalled, conns: conns, stalled: list.New(), m: m}
 }
+
+// acquire waits for a slot (ctx ending: its error); the per-proxy generation mode holds one
+// while it builds a proxy's response, as istiod's throttle bounds whole per-proxy pushes.
+func (t *throttle) acquire(ctx context.Context) error {
+	select {
+	case t.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// release gives back a slot of acquire.
+func (t *throttle) release() { <-t.slots }
 
 // throttledStream is a server stream whose sends go through the throttle.
 type throttledStream struct {
