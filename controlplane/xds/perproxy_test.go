@@ -2,6 +2,8 @@ package xds
 
 import (
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshchaos/meshchaos/controlplane/internal/adsclient"
+	"github.com/meshchaos/meshchaos/controlplane/model"
 )
 
 func TestParseGeneration(t *testing.T) {
@@ -115,4 +118,48 @@ func TestPerProxyGenerationGeneratesForEachProxy(t *testing.T) {
 		assert.Equal(t, 2*proxies, proxyGenerations(proxyRig, short), "per-proxy mode: one more %s generation per proxy", short)
 	}
 	assert.Equal(t, scopeGens+1, sc.Pushes(), "the scope itself is generated once per push")
+}
+
+// BenchmarkFullPushGeneration: a full push to 100 proxies (wildcard CDS, one scope) on 1000
+// ServiceEntries × 10 endpoints, in each generation mode. Each iteration is a full push, timed
+// per proxy from its start until the proxy has its new CDS; reports P50/P99 and the per-proxy
+// CDS generations per push (0 per-scope, 100 per-proxy).
+func BenchmarkFullPushGeneration(b *testing.B) {
+	const services, proxies = 1000, 100
+	for _, gen := range Generations {
+		b.Run(string(gen), func(b *testing.B) {
+			r := newRigGeneration(b, Limits{}, gen, 100*time.Millisecond, 10*time.Second)
+			fill(b, r.m, services, 10)
+			r.start(b)
+			var mu sync.Mutex
+			var lat []time.Duration
+			var start time.Time
+			measuring := false
+			wait := cdsFleet(b, r.addr, proxies, 1, func(resp adsclient.Response) {
+				mu.Lock()
+				if measuring {
+					lat = append(lat, resp.At.Sub(start))
+				}
+				mu.Unlock()
+			})
+			wait() // the initial fetch
+			before := proxyGenerations(r, "cds")
+			b.ResetTimer()
+			for range b.N {
+				mu.Lock()
+				start, measuring = time.Now(), true
+				mu.Unlock()
+				r.pusher.Push(model.Change{Full: true})
+				wait()
+				mu.Lock()
+				measuring = false
+				mu.Unlock()
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(percentileMs(lat, 0.5), "p50-ms")
+			b.ReportMetric(percentileMs(lat, 0.99), "p99-ms")
+			b.ReportMetric(float64(proxyGenerations(r, "cds")-before)/float64(b.N), "proxy-cds-generations/push")
+		})
+	}
 }
