@@ -128,7 +128,8 @@ func BenchmarkFullPushGeneration(b *testing.B) {
 	const services, proxies = 1000, 100
 	for _, gen := range Generations {
 		b.Run(string(gen), func(b *testing.B) {
-			r := newRigGeneration(b, Limits{}, gen, 100*time.Millisecond, 10*time.Second)
+			// The fleet connects at once: no new-stream rate (istiod's would admit 25 a second).
+			r := newRigGeneration(b, Limits{NewStreamsPerSecond: -1, MaxStreams: -1}, gen, 100*time.Millisecond, 10*time.Second)
 			fill(b, r.m, services, 10)
 			r.start(b)
 			var mu sync.Mutex
@@ -162,4 +163,28 @@ func BenchmarkFullPushGeneration(b *testing.B) {
 			b.ReportMetric(float64(proxyGenerations(r, "cds")-before)/float64(b.N), "proxy-cds-generations/push")
 		})
 	}
+}
+
+// TestPerProxyGenerationProxyless: a proxyless gRPC client's API listeners (LDS by name) are
+// generated for it too, and are those of the per-scope mode.
+func TestPerProxyGenerationProxyless(t *testing.T) {
+	got := map[Generation]map[string]string{}
+	for _, gen := range Generations {
+		r := newRigGeneration(t, Limits{}, gen, 10*time.Millisecond, time.Second)
+		r.apply(t, "a", "10.0.0.1")
+		r.start(t)
+		g := grpcListeners(t, r, "a.test:80")
+		eventually(t, "the API listener", func() bool { return len(g.Resources(resourcev3.ListenerType)) == 1 })
+		got[gen] = map[string]string{}
+		for n, a := range g.Resources(resourcev3.ListenerType) {
+			got[gen][n] = string(a.GetValue())
+		}
+		want := 0
+		if gen == PerProxy {
+			want = 1
+		}
+		assert.Equal(t, want, proxyGenerations(r, "lds"), "%s: LDS generations for the proxyless client", gen)
+	}
+	assert.Equal(t, got[PerScope], got[PerProxy])
+	assert.Contains(t, got[PerProxy], "a.test:80")
 }

@@ -22,7 +22,8 @@ const DefaultPushThrottle = 100
 // stream (istiod's PILOT_PUSH_THROTTLE). istiod's unit is one proxy's push (all its types,
 // generated and sent); here generation is shared per scope, so what is left per proxy, and
 // bounded, is the send: each response waits for a slot (pilot_proxy_queue_time) before gRPC
-// encodes and writes it.
+// encodes and writes it. In the PerProxy generation mode a response's generation holds a slot
+// too (acquire/release), before its send waits for one.
 //
 // A proxy that does not read (a slow consumer) blocks its send in gRPC's flow control once its
 // window is full. Holding a slot for that would let as many slow consumers as there are slots
