@@ -74,6 +74,9 @@ Regression switches (--regress NAME, repeatable) re-create historical bugs:
   se-endpoint-port                after an endpoint delete, EDS uses the ServiceEntry port
   we-stale-label                  a relabelled WorkloadEntry stays behind its old ServiceEntry
 
+--generation=per-proxy is a configuration, not a bug: every proxy's CDS/LDS/RDS response is
+generated and encoded for that proxy (istio ≤ 1.14's unit of a push) instead of once per scope.
+
 In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
