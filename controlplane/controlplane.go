@@ -68,6 +68,9 @@ type Options struct {
 	Regress                    regress.Set
 	// PushThrottle bounds the responses sent at once (istiod's PILOT_PUSH_THROTTLE; default 100).
 	PushThrottle int
+	// Generation is where CDS/LDS/RDS are generated (xds.PerScope, the default, or xds.PerProxy:
+	// again for every proxy's response, as istio ≤ 1.14).
+	Generation xds.Generation
 	// XDSLimits bound what one xDS client can take (zero fields: xds.DefaultLimits); its
 	// PushThrottle is PushThrottle when that is set.
 	XDSLimits xds.Limits
@@ -156,6 +159,11 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	if opts.Regress.On(regress.Ungated) {
 		opts.SyncGate = false
 	}
+	gen, err := xds.ParseGeneration(string(opts.Generation))
+	if err != nil {
+		return nil, fmt.Errorf("start control plane: %w", err)
+	}
+	opts.Generation = gen
 	cp := &ControlPlane{opts: opts, log: opts.Logger, start: time.Now(), Metrics: metrics.New(), Gate: gate.New()}
 	cp.Model = model.New(model.Options{Regress: opts.Regress, DomainSuffix: opts.DomainSuffix, Logger: opts.Logger,
 		OnSkip: func(s model.Skip) {
@@ -164,7 +172,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		}})
 	cp.Caches = xds.NewCaches(strconv.FormatInt(cp.start.UnixNano(), 36) + "-")
 	cp.Pusher = xds.NewPusher(cp.Model, cp.Caches, xds.PushOptions{Quiet: opts.DebounceQuiet, Max: opts.DebounceMax,
-		Regress: opts.Regress, Generate: xds.GenOptions{NoRouteDefaults: opts.NoRouteDefaults},
+		Regress: opts.Regress, Generate: xds.GenOptions{NoRouteDefaults: opts.NoRouteDefaults}, Generation: opts.Generation,
 		Logger: opts.Logger, Metrics: cp.Metrics})
 	src, err := kube.NewSource(opts.Kube, cp.Model, cp.Pusher.Enqueue, opts.Logger)
 	if err != nil {
@@ -239,7 +247,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	cp.source.Start(ctx)
 	go func() { defer cp.wg.Done(); cp.waitSync(ctx) }()
 	cp.log.Info("control plane started", "xds", cp.XDSAddr(), "secureXDS", cp.SecureXDSAddr(), "admin", cp.AdminAddr(),
-		"syncGate", opts.SyncGate, "regress", opts.Regress.String())
+		"syncGate", opts.SyncGate, "regress", opts.Regress.String(), "generation", opts.Generation)
 	return cp, nil
 }
 

@@ -49,6 +49,7 @@ func New(use string) *cobra.Command {
 		kubeconfig, xdsAddr, adminAddr, readyAddr, domain, logLevel string
 		syncGate, noRouteDefaults                                   bool
 		pushThrottle, ballastMax                                    int
+		generation                                                  string
 		limits                                                      xds.Limits
 		maxWait, quiet, debounceMax                                 time.Duration
 		switches                                                    []string
@@ -73,6 +74,9 @@ Regression switches (--regress NAME, repeatable) re-create historical bugs:
   se-endpoint-port                after an endpoint delete, EDS uses the ServiceEntry port
   we-stale-label                  a relabelled WorkloadEntry stays behind its old ServiceEntry
 
+--generation=per-proxy is a configuration, not a bug: every proxy's CDS/LDS/RDS response is
+generated and encoded for that proxy (istio ≤ 1.14's unit of a push) instead of once per scope.
+
 In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -95,6 +99,10 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 					}
 					limits.NewStreamsPerSecond = r // 0 is the default, as in istiod
 				}
+			}
+			gen, err := xds.ParseGeneration(generation)
+			if err != nil {
+				return usagef("--generation: %v", err)
 			}
 			if pushThrottle < 1 {
 				return usagef("--push-throttle must be at least 1 (istiod's default is 100)")
@@ -140,7 +148,7 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 			defer stop()
 			cp, err := controlplane.Start(ctx, controlplane.Options{Kube: cfg, XDSAddr: xdsAddr, AdminAddr: adminAddr, ReadyAddr: readyAddr,
 				SyncGate: syncGate, MaxWait: maxWait, DebounceQuiet: quiet, DebounceMax: debounceMax,
-				Regress: set, NoRouteDefaults: noRouteDefaults, PushThrottle: pushThrottle, XDSLimits: limits, DomainSuffix: domain, Logger: log, Webhook: whOpts,
+				Regress: set, NoRouteDefaults: noRouteDefaults, PushThrottle: pushThrottle, Generation: gen, XDSLimits: limits, DomainSuffix: domain, Logger: log, Webhook: whOpts,
 				BallastMaxMiB: ballastMax, SecureXDS: secureOpts, Namespace: namespace, CASecret: caSecret})
 			if err != nil {
 				return err
@@ -166,6 +174,7 @@ In a cluster it uses the pod's service account; outside one give --kubeconfig.`,
 	f.DurationVar(&debounceMax, "debounce-max", 10*time.Second, "longest a change waits in debounce")
 	f.StringArrayVar(&switches, "regress", nil, "enable a regression switch (repeatable): "+fmt.Sprint(regress.Names()))
 	f.IntVar(&pushThrottle, "push-throttle", 100, "responses sent at once, across every proxy (istiod's PILOT_PUSH_THROTTLE)")
+	f.StringVar(&generation, "generation", string(xds.PerScope), "where CDS/LDS/RDS are generated: per-scope (once per scope, shared by its proxies) or per-proxy (again for every proxy's response, as istio ≤ 1.14: a full push costs a generation per proxy)")
 	f.DurationVar(&limits.SendTimeout, "xds-send-timeout", xds.DefaultLimits.SendTimeout, "close the stream of a proxy that reads nothing for this long (a slow consumer)")
 	f.IntVar(&limits.MaxStreams, "xds-max-streams", xds.DefaultLimits.MaxStreams, "most open xDS streams; more are refused with ResourceExhausted")
 	f.Float64Var(&limits.RequestsPerSecond, "xds-max-request-rate", xds.DefaultLimits.RequestsPerSecond, fmt.Sprintf("most requests a second on one xDS stream (bursts of up to %d); a stream beyond is closed", xds.DefaultLimits.RequestBurst))

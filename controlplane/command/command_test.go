@@ -11,6 +11,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/meshchaos/meshchaos/controlplane/manifests"
+	"github.com/meshchaos/meshchaos/controlplane/xds"
 )
 
 // TestMainRefusesBadInput: as a program of its own, every bad flag, value or argument ends with
@@ -37,6 +40,7 @@ current-context: c
 		{[]string{"--log-level", "loud"}, "--log-level"},
 		{[]string{"--debounce", "-1s"}, "must not be negative"},
 		{[]string{"--push-throttle", "0"}, "--push-throttle"},
+		{[]string{"--generation", "per-pod"}, `--generation: unknown generation mode "per-pod" (known: per-scope, per-proxy)`},
 		{[]string{"--xds-max-streams", "many"}, "--xds-max-streams"},
 		{[]string{"--kubeconfig", "/nonexistent/kubeconfig"}, "/nonexistent/kubeconfig"},
 		{[]string{}, "give --kubeconfig"},
@@ -74,6 +78,17 @@ func TestMainHelp(t *testing.T) {
 	assert.Contains(t, stdout.String(), "meshchaos-controlplane [flags]")
 	assert.Contains(t, stdout.String(), "quadratic-scope")
 	assert.Contains(t, stdout.String(), "--xds-addr")
+	assert.Contains(t, stdout.String(), "--generation")
+}
+
+// TestGenerationsAreTheManifests: the harness checks a --cp spec's generation=MODE against
+// manifests.Generations, which must be the modes the binary takes.
+func TestGenerationsAreTheManifests(t *testing.T) {
+	var modes []string
+	for _, g := range xds.Generations {
+		modes = append(modes, string(g))
+	}
+	assert.Equal(t, manifests.Generations, modes)
 }
 
 // TestUsageErrorIsExit2: meshchaos's CLI reads the exit code through an ExitCode method.

@@ -7,6 +7,8 @@ import (
 	"bytes"
 	_ "embed"
 	"fmt"
+	"slices"
+	"strings"
 	"text/template"
 
 	"github.com/meshchaos/meshchaos/images"
@@ -24,13 +26,16 @@ const DefaultMemoryLimit = "1Gi"
 
 // Params fill the control plane's manifests.
 type Params struct {
-	Namespace   string   // default meshchaos-system
-	Image       string   // default images.Ref("controlplane")
-	PullPolicy  string   // default Never (images are imported, there is no registry)
-	SyncGate    bool     // --sync-gate
-	Regress     []string // --regress switches
-	MemoryLimit string   // default DefaultMemoryLimit
-	ProxyImage  string   // the injected sidecar; default images.Ref("xdsproxy")
+	Namespace  string   // default meshchaos-system
+	Image      string   // default images.Ref("controlplane")
+	PullPolicy string   // default Never (images are imported, there is no registry)
+	SyncGate   bool     // --sync-gate
+	Regress    []string // --regress switches
+	// Generation is --generation, one of Generations ("" leaves the binary's default,
+	// per-scope).
+	Generation  string
+	MemoryLimit string // default DefaultMemoryLimit
+	ProxyImage  string // the injected sidecar; default images.Ref("xdsproxy")
 	// BallastMaxMiB allows the admin port's memory ballast up to this size (--ballast-max);
 	// 0, the default, leaves it off: only a run that OOM-kills the control plane sets it.
 	BallastMaxMiB int
@@ -41,6 +46,10 @@ type Params struct {
 	// namespace, is istiod's).
 	RootCertNamespaces string
 }
+
+// Generations are the values of the control plane's --generation (xds.Generations; the
+// harness checks a --cp spec against these without linking the xDS server).
+var Generations = []string{"per-scope", "per-proxy"}
 
 // DefaultRootCertNamespaces selects the namespaces of any meshchaos run (the harness labels
 // them meshchaos.io/run=NAME).
@@ -69,6 +78,9 @@ func ControlPlane(p Params) ([]byte, error) {
 	}
 	if p.RootCertNamespaces == "" {
 		p.RootCertNamespaces = DefaultRootCertNamespaces
+	}
+	if p.Generation != "" && !slices.Contains(Generations, p.Generation) {
+		return nil, fmt.Errorf("control plane manifest: unknown generation mode %q (known: %s)", p.Generation, strings.Join(Generations, ", "))
 	}
 	t, err := template.New("controlplane").Parse(controlPlaneTemplate)
 	if err != nil {

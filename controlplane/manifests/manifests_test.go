@@ -1,11 +1,13 @@
 package manifests_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/meshchaos/meshchaos/controlplane/manifests"
 	"github.com/meshchaos/meshchaos/harness/kube"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -53,6 +55,7 @@ func TestControlPlaneManifests(t *testing.T) {
 		names = append(names, p.(map[string]any)["name"].(string))
 	}
 	require.Equal(t, []string{"grpc-xds", "grpc-xds-tls", "https-webhook"}, names, "the admin port (pprof, config dump, ballast) is not in the Service")
+	assert.NotContains(t, fmt.Sprint(c["args"]), "--generation", "no --generation: the binary's default")
 	rules, _, _ := unstructured.NestedSlice(kinds["ClusterRole"].Object, "rules")
 	require.Contains(t, rules, map[string]any{"apiGroups": []any{"authentication.k8s.io"}, "resources": []any{"tokenreviews"}, "verbs": []any{"create"}})
 	require.Contains(t, rules, map[string]any{"apiGroups": []any{""}, "resources": []any{"configmaps"},
@@ -66,4 +69,14 @@ func TestControlPlaneManifests(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(data), "- --ballast-max=512\n")
 	require.Contains(t, string(data), "- --root-cert-namespaces=meshchaos.io/run\n", "no selector given: the namespaces of meshchaos runs, never a shared cluster's others")
+}
+
+// TestControlPlaneGeneration: Params.Generation is the control plane's --generation; an
+// unknown mode is refused before anything is applied.
+func TestControlPlaneGeneration(t *testing.T) {
+	data, err := manifests.ControlPlane(manifests.Params{Generation: "per-proxy"})
+	require.NoError(t, err)
+	assert.Contains(t, string(data), "        - --generation=per-proxy\n")
+	_, err = manifests.ControlPlane(manifests.Params{Generation: "per-pod"})
+	assert.ErrorContains(t, err, `unknown generation mode "per-pod" (known: per-scope, per-proxy)`)
 }

@@ -33,6 +33,10 @@ type Metrics struct {
 	// PushCycleTime is the time to generate one push and hand it to the caches, by kind (full,
 	// eds).
 	PushCycleTime *prometheus.HistogramVec
+	// ProxyGenerations counts responses generated for one proxy, by type (cds, lds, rds): the
+	// per-proxy generation mode (xds.PerProxy) builds and encodes every CDS/LDS/RDS response
+	// again for the proxy it is sent to; 0 in the default per-scope mode.
+	ProxyGenerations *prometheus.CounterVec
 	// ConfigSize is the size in bytes of each response sent, by type (istiod's
 	// pilot_xds_config_size_bytes).
 	ConfigSize *prometheus.HistogramVec
@@ -102,6 +106,8 @@ func New() *Metrics {
 			Help: "Push start to each proxy's response of the push handed to its stream, by type (pushes only).", Buckets: pushBuckets}, []string{"type"}),
 		PushCycleTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "meshchaos_controlplane_push_cycle_seconds",
 			Help: "Time to generate one push and hand it to the caches, by kind (full, eds).", Buckets: pushBuckets}, []string{"kind"}),
+		ProxyGenerations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshchaos_controlplane_proxy_generations_total",
+			Help: "CDS/LDS/RDS responses generated and encoded for one proxy (--generation=per-proxy), by type."}, []string{"type"}),
 		ConfigSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pilot_xds_config_size_bytes",
 			Help:    "Distribution of configuration sizes pushed to clients",
 			Buckets: []float64{1, 10000, 1000000, 4000000, 10000000, 40000000}}, []string{"type"}),
@@ -142,7 +148,7 @@ func New() *Metrics {
 		InvalidResources: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshchaos_controlplane_invalid_resources_total",
 			Help: "Generated resources that failed Validate() and were left out."}, []string{"type"}),
 	}
-	r.MustRegister(m.XDSPushes, m.ProxyConvergence, m.DebounceTime, m.PushTime, m.PushDelivery, m.PushCycleTime, m.ConfigSize,
+	r.MustRegister(m.XDSPushes, m.ProxyConvergence, m.DebounceTime, m.PushTime, m.PushDelivery, m.PushCycleTime, m.ProxyGenerations, m.ConfigSize,
 		m.InboundUpdates, m.K8sRegEvents, m.ProxyQueueTime, m.Scopes, m.ConnectedProxies,
 		m.Rejects, m.PushTriggers, m.Pushes, m.Services, m.Endpoints, m.SyncGateOpen, m.SyncGateForced,
 		m.TimeToReady, m.StreamsRefused, m.XDSLimited, m.XDSAuthRefused, m.InputSkipped, m.InvalidResources)

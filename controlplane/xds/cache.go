@@ -104,6 +104,9 @@ type ScopeCaches struct {
 	entries   []*model.Entry      // the visible entries the caches were generated from
 	hosts     map[string]struct{} // their host names
 	pushes    int                 // generations written (for tests and /debug/push_status)
+	// input is what the latest generation was built from: the per-proxy generation mode
+	// builds each proxy's responses from it again (see Pusher.generateFor).
+	input *genInput
 }
 
 var _ cachev3.Cache = (*Caches)(nil)

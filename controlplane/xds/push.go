@@ -29,8 +29,12 @@ type PushOptions struct {
 	Regress regress.Set
 	// Generate configures resource generation (route defaults).
 	Generate GenOptions
-	Logger   *slog.Logger
-	Metrics  *metrics.Metrics
+	// Generation is where CDS, LDS and RDS are generated: once per scope, shared by its
+	// proxies (PerScope, the default), or again for every proxy's response (PerProxy, as
+	// istio ≤ 1.14 did; see perproxy.go).
+	Generation Generation
+	Logger     *slog.Logger
+	Metrics    *metrics.Metrics
 }
 
 // Pusher merges model changes (debounce), keeps one push in flight, and writes the generated
@@ -404,19 +408,19 @@ func (p *Pusher) pushScopeLocked(sc *ScopeCaches, entries []*model.Entry, ch *mo
 		p.rec.mu.Unlock()
 	}
 	api := sc.apiWanted.Load() // set only under sc.mu
-	opts := p.scopeOptions(sc)
-	res, bad := generate(visible, opts, false, api)
+	in := &genInput{entries: visible, opts: p.scopeOptions(sc)}
+	res, bad := generate(visible, in.opts, false, api)
 	p.reportInvalid(bad)
-	if opts.Router {
-		var gws []*model.Gateway
+	if in.opts.Router {
 		keys := gatewayKeys(sc.Selected)
 		for _, k := range keys {
 			if g := p.model.Gateway(k); g != nil {
-				gws = append(gws, g)
+				in.gateways = append(in.gateways, g)
 			}
 		}
+		in.vss = p.model.VirtualServicesFor(keys)
 		var gbad []Invalid
-		res.Listeners, res.Routes, gbad = gatewayResources(visible, gws, p.model.VirtualServicesFor(keys), opts)
+		res.Listeners, res.Routes, gbad = gatewayResources(visible, in.gateways, in.vss, in.opts)
 		p.reportInvalid(gbad)
 	}
 	sc.Clusters.SetResources(res.Clusters)
@@ -425,7 +429,7 @@ func (p *Pusher) pushScopeLocked(sc *ScopeCaches, entries []*model.Entry, ch *mo
 		sc.APIListeners.SetResources(res.APIListeners)
 	}
 	sc.Routes.SetResources(res.Routes)
-	sc.generated, sc.sidecar, sc.entries, sc.hosts = true, sidecar, visible, hostSet(visible)
+	sc.generated, sc.sidecar, sc.entries, sc.hosts, sc.input = true, sidecar, visible, hostSet(visible), in
 	sc.pushes++
 }
 

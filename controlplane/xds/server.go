@@ -223,7 +223,11 @@ func NewServerLimited(ctx context.Context, caches *Caches, pusher *Pusher, gate 
 	// go-control-plane's server, but for SotW streams: sotwserver keeps a subscription that a
 	// request repeats instead of building it again for every ACK.
 	cb := s.callbacks()
-	s.xs = serverv3.NewServerAdvanced(restv3.NewServer(caches, cb), sotwserver.New(ctx, caches, cb), deltav3.NewServer(ctx, caches, cb))
+	sotw := sotwserver.New(ctx, caches, cb)
+	if pusher != nil && pusher.opts.Generation == PerProxy {
+		sotw.SetRender(s.renderForProxy)
+	}
+	s.xs = serverv3.NewServerAdvanced(restv3.NewServer(caches, cb), sotw, deltav3.NewServer(ctx, caches, cb))
 	s.grpc = grpc.NewServer(append(s.serverOptions(), grpc.StreamInterceptor(s.refuseUntilReady))...)
 	s.registerADS(s.grpc)
 	return s

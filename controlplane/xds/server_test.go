@@ -60,13 +60,19 @@ func newRigWith(t testing.TB, throttle int, quiet, max time.Duration, sw ...regr
 // newRigLimited is newRig with the server's limits.
 func newRigLimited(t testing.TB, limits Limits, quiet, max time.Duration, sw ...regress.Switch) *rig {
 	t.Helper()
+	return newRigGeneration(t, limits, PerScope, quiet, max, sw...)
+}
+
+// newRigGeneration is newRigLimited with a generation mode.
+func newRigGeneration(t testing.TB, limits Limits, gen Generation, quiet, max time.Duration, sw ...regress.Switch) *rig {
+	t.Helper()
 	set := regress.Set{}
 	for _, s := range sw {
 		set[s] = true
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	r := &rig{m: model.New(model.Options{Regress: set, Logger: log}), caches: NewCaches("t-"), gate: gate.New(), met: metrics.New()}
-	r.pusher = NewPusher(r.m, r.caches, PushOptions{Quiet: quiet, Max: max, Regress: set, Logger: log, Metrics: r.met})
+	r.pusher = NewPusher(r.m, r.caches, PushOptions{Quiet: quiet, Max: max, Regress: set, Generation: gen, Logger: log, Metrics: r.met})
 	ctx, cancel := context.WithCancel(context.Background())
 	r.server = NewServerLimited(ctx, r.caches, r.pusher, r.gate, r.met, log, limits)
 	l, err := net.Listen("tcp", "127.0.0.1:0")

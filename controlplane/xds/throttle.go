@@ -22,7 +22,8 @@ const DefaultPushThrottle = 100
 // stream (istiod's PILOT_PUSH_THROTTLE). istiod's unit is one proxy's push (all its types,
 // generated and sent); here generation is shared per scope, so what is left per proxy, and
 // bounded, is the send: each response waits for a slot (pilot_proxy_queue_time) before gRPC
-// encodes and writes it.
+// encodes and writes it. In the PerProxy generation mode a response's generation holds a slot
+// too (acquire/release), before its send waits for one.
 //
 // A proxy that does not read (a slow consumer) blocks its send in gRPC's flow control once its
 // window is full. Holding a slot for that would let as many slow consumers as there are slots
@@ -58,6 +59,20 @@ func newThrottle(n int, hold, timeout time.Duration, maxStalled int, conns *conn
 	}
 	return &throttle{slots: make(chan struct{}, n), hold: hold, timeout: timeout, maxStalled: maxStalled, conns: conns, stalled: list.New(), m: m}
 }
+
+// acquire waits for a slot (ctx ending: its error); the per-proxy generation mode holds one
+// while it builds a proxy's response, as istiod's throttle bounds whole per-proxy pushes.
+func (t *throttle) acquire(ctx context.Context) error {
+	select {
+	case t.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// release gives back a slot of acquire.
+func (t *throttle) release() { <-t.slots }
 
 // throttledStream is a server stream whose sends go through the throttle, and are timed by its
 // clock (pilot_xds_push_time: each response's own time, less its wait for a slot).

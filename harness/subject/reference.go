@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,9 +25,12 @@ import (
 // regression switches that re-create historical bugs.
 type Reference struct {
 	switches []string
-	ns       string
-	xds      string
-	secure   string // the secure xDS port's address, after Deploy
+	// generation is the control plane's --generation ("" its default, per-scope): a
+	// configuration, not a bug, named in the --cp spec as generation=MODE.
+	generation string
+	ns         string
+	xds        string
+	secure     string // the secure xDS port's address, after Deploy
 }
 
 // reference's fixed names (controlplane/manifests).
@@ -40,12 +44,35 @@ const (
 	refAdminPort     = "15014"
 )
 
-// NewReference returns the reference control plane with the named regression switches.
-func NewReference(switches []string) (*Reference, error) {
-	if _, err := regress.Parse(switches); err != nil {
-		return nil, fmt.Errorf("--cp reference:%s: %w", strings.Join(switches, ","), err)
+// GenerationOption is the --cp reference spec's item that sets the control plane's
+// --generation: "reference:generation=per-proxy[,SWITCH…]".
+const GenerationOption = "generation"
+
+// NewReference returns the reference control plane from the items of its --cp spec: regression
+// switches, and generation=MODE (the control plane's --generation, manifests.Generations).
+func NewReference(items []string) (*Reference, error) {
+	r := &Reference{ns: "meshchaos-system"}
+	spec := strings.Join(items, ",")
+	for _, it := range items {
+		key, val, ok := strings.Cut(it, "=")
+		if !ok {
+			r.switches = append(r.switches, it)
+			continue
+		}
+		switch {
+		case key != GenerationOption:
+			return nil, fmt.Errorf("--cp reference:%s: unknown option %q (known: %s=%s)", spec, key, GenerationOption, strings.Join(cpmanifests.Generations, "|"))
+		case r.generation != "":
+			return nil, fmt.Errorf("--cp reference:%s: %s given twice", spec, GenerationOption)
+		case !slices.Contains(cpmanifests.Generations, val):
+			return nil, fmt.Errorf("--cp reference:%s: unknown generation mode %q (known: %s)", spec, val, strings.Join(cpmanifests.Generations, ", "))
+		}
+		r.generation = val
 	}
-	return &Reference{switches: switches, ns: "meshchaos-system"}, nil
+	if _, err := regress.Parse(r.switches); err != nil {
+		return nil, fmt.Errorf("--cp reference:%s: %w", spec, err)
+	}
+	return r, nil
 }
 
 var (
@@ -56,10 +83,14 @@ var (
 
 // Name implements ControlPlane.
 func (r *Reference) Name() string {
-	if len(r.switches) == 0 {
+	items := slices.Clone(r.switches)
+	if r.generation != "" {
+		items = append(items, GenerationOption+"="+r.generation)
+	}
+	if len(items) == 0 {
 		return "reference"
 	}
-	return "reference:" + strings.Join(r.switches, ",")
+	return "reference:" + strings.Join(items, ",")
 }
 
 // gated reports whether the sync gate is on (every build but the ungated switch).
@@ -82,7 +113,7 @@ func (r *Reference) Deploy(ctx context.Context, c cluster.Cluster, p Placement) 
 	}
 	// The reference publishes its root certificate into the run's namespaces only, so on a
 	// shared cluster it writes nowhere else.
-	params := cpmanifests.Params{Namespace: r.ns, SyncGate: r.gated(), Regress: r.switches, MemoryLimit: p.MemoryLimit,
+	params := cpmanifests.Params{Namespace: r.ns, SyncGate: r.gated(), Regress: r.switches, Generation: r.generation, MemoryLimit: p.MemoryLimit,
 		RootCertNamespaces: kube.OwnerLabel + "=" + c.Name()}
 	if p.Ballast {
 		if params.BallastMaxMiB, err = ballastBound(p.MemoryLimit); err != nil {

@@ -194,7 +194,8 @@ type Remover interface {
 	Remove(ctx context.Context, c cluster.Cluster) error
 }
 
-// Parse turns --cp into a control plane: "reference", "reference:<switch>[,<switch>…]",
+// Parse turns --cp into a control plane: "reference", "reference:<switch>[,<switch>…]" (an
+// item generation=per-proxy sets the reference's --generation),
 // "istiod" or "istiod@PIN" (a build of `make istiod`), "istiod:installed" (the istiod installed
 // already, attached.go), or "external:FILE" (a descriptor, see external.go).
 func Parse(name string) (ControlPlane, error) {
@@ -225,5 +226,5 @@ func Parse(name string) (ControlPlane, error) {
 		}
 		return NewReference(sw)
 	}
-	return nil, fmt.Errorf("--cp %q: unknown control plane; use reference, reference:<switch>[,<switch>], istiod[@PIN], istiod:installed or external:FILE ('meshchaos controlplane --help' lists the switches)", name)
+	return nil, fmt.Errorf("--cp %q: unknown control plane; use reference, reference:<switch>[,<switch>][,generation=per-proxy], istiod[@PIN], istiod:installed or external:FILE ('meshchaos controlplane --help' lists the switches)", name)
 }

@@ -26,7 +26,36 @@ func TestParse(t *testing.T) {
 	_, err = Parse("reference:nope")
 	assert.ErrorContains(t, err, `unknown regression switch "nope"`)
 	_, err = Parse("linkerd")
-	assert.ErrorContains(t, err, "use reference, reference:<switch>[,<switch>], istiod[@PIN], istiod:installed or external:FILE")
+	assert.ErrorContains(t, err, "use reference, reference:<switch>[,<switch>][,generation=per-proxy], istiod[@PIN], istiod:installed or external:FILE")
+}
+
+// TestParseGeneration: generation=MODE in a reference spec is the control plane's
+// --generation, beside switches or alone; unknown modes and options are refused.
+func TestParseGeneration(t *testing.T) {
+	cp, err := Parse("reference:generation=per-proxy")
+	require.NoError(t, err)
+	assert.Equal(t, "reference:generation=per-proxy", cp.Name())
+	assert.Equal(t, "per-proxy", cp.(*Reference).generation)
+	assert.Empty(t, cp.(*Reference).switches)
+
+	cp, err = Parse("reference:generation=per-proxy,full-push-on-endpoint-reappear")
+	require.NoError(t, err)
+	assert.Equal(t, "reference:full-push-on-endpoint-reappear,generation=per-proxy", cp.Name(), "switches first, then the option")
+	assert.Equal(t, []string{"full-push-on-endpoint-reappear"}, cp.(*Reference).switches)
+	back, err := Parse(cp.Name())
+	require.NoError(t, err)
+	assert.Equal(t, cp.Name(), back.Name(), "the name parses back to the same control plane")
+
+	for spec, want := range map[string]string{
+		"reference:generation=per-pod":                        `unknown generation mode "per-pod" (known: per-scope, per-proxy)`,
+		"reference:generation=":                               `unknown generation mode ""`,
+		"reference:gen=per-proxy":                             `unknown option "gen" (known: generation=per-scope|per-proxy)`,
+		"reference:generation=per-proxy,generation=per-scope": "generation given twice",
+		"reference:generation=per-proxy,no-such-bug":          `unknown regression switch "no-such-bug"`,
+	} {
+		_, err := Parse(spec)
+		assert.ErrorContains(t, err, want, spec)
+	}
 }
 
 func TestMetricMatches(t *testing.T) {

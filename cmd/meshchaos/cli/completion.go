@@ -44,14 +44,15 @@ func completeSet(_ *cobra.Command, args []string, _ string) ([]string, cobra.She
 	return out, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
 }
 
-// cpChoices are the --cp values the code knows: the reference and each regression switch,
-// istiod and each build make istiod left (none when there is none), the installed istiod, and
-// external: (a descriptor file follows).
+// cpChoices are the --cp values the code knows: the reference, each regression switch and the
+// per-proxy generation mode, istiod and each build make istiod left (none when there is none),
+// the installed istiod, and external: (a descriptor file follows).
 func cpChoices() []string {
 	out := []string{"reference"}
 	for _, sw := range regress.Names() {
 		out = append(out, "reference:"+sw)
 	}
+	out = append(out, "reference:"+subject.GenerationOption+"=per-proxy")
 	out = append(out, subject.IstiodPrefix)
 	if root, err := bins.IstiodRoot(); err == nil {
 		for _, pin := range bins.IstiodPins(root) {

@@ -133,7 +133,7 @@ type job struct {
 // flags registers the flags every command that runs experiments against one control plane shares.
 func (j *job) flags(cmd *cobra.Command) {
 	j.substrateFlags(cmd)
-	cmd.Flags().StringVar(&j.CP, "cp", "reference", "control plane under test: reference, reference:<switch>[,<switch>] to re-create a historical bug, istiod or istiod@PIN (a build of 'make istiod', see hack/istiod/pins), istiod:installed (the istiod installed in istio-system, with --substrate existing: found, never changed), or external:FILE (a descriptor)")
+	cmd.Flags().StringVar(&j.CP, "cp", "reference", "control plane under test: reference, reference:<switch>[,<switch>] to re-create a historical bug (an item generation=per-proxy generates every proxy's CDS/LDS/RDS for that proxy, as istio ≤ 1.14), istiod or istiod@PIN (a build of 'make istiod', see hack/istiod/pins), istiod:installed (the istiod installed in istio-system, with --substrate existing: found, never changed), or external:FILE (a descriptor)")
 }
 
 // substrateFlags registers where experiments run: every command that runs them has these.

@@ -43,7 +43,18 @@ type Server struct {
 	cache     cachev3.ConfigWatcher
 	callbacks sotw.Callbacks
 	streams   atomic.Int64 // stream ids, as go-control-plane's counter
+	render    Render       // nil: responses are sent as the cache built them
 }
+
+// Render turns the cache's response into the one a stream's proxy (node) is sent: the
+// control plane's per-proxy generation mode builds it again for that proxy. It runs on the
+// stream's goroutine, before the response callback and the send, so the time it takes is part
+// of the push as the callbacks see it. ctx is the stream's.
+type Render func(ctx context.Context, node *core.Node, out *discovery.DiscoveryResponse) (*discovery.DiscoveryResponse, error)
+
+// SetRender makes every response go through r before it is sent (nil: none). Call it before
+// serving.
+func (s *Server) SetRender(r Render) { s.render = r }
 
 var _ sotw.Server = (*Server)(nil)
 
@@ -74,6 +85,7 @@ type sotwStream struct {
 	callbacks sotw.Callbacks
 	node      *core.Node // only the first request must carry it
 	watches   map[string]*sotwWatch
+	render    Render
 	cases     []reflect.SelectCase // 0: the server's context, 1: requests, then each watch's responses
 }
 
@@ -101,7 +113,7 @@ func (s *Server) StreamHandler(str stream.Stream, typeURL string) error {
 
 func (s *Server) process(str stream.Stream, reqCh chan *discovery.DiscoveryRequest, defaultTypeURL string) error {
 	sw := &sotwStream{stream: str, id: s.streams.Add(1), callbacks: s.callbacks, node: &core.Node{},
-		watches: map[string]*sotwWatch{}}
+		watches: map[string]*sotwWatch{}, render: s.render}
 	defer sw.shutdown()
 	if s.callbacks != nil {
 		if err := s.callbacks.OnStreamOpen(str.Context(), sw.id, defaultTypeURL); err != nil {
@@ -254,6 +266,11 @@ func (sw *sotwStream) send(resp cachev3.Response) error {
 	out, err := resp.GetDiscoveryResponse()
 	if err != nil {
 		return err
+	}
+	if sw.render != nil {
+		if out, err = sw.render(sw.stream.Context(), sw.node, out); err != nil {
+			return err
+		}
 	}
 	out.Nonce = strconv.FormatInt(sw.nonce.Add(1), 10)
 	w.sub.SetReturnedResources(resp.GetReturnedResources())
