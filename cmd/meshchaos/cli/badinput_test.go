@@ -138,7 +138,7 @@ func TestBadInputMatrix(t *testing.T) {
 		input{[]string{"cluster", "down", "--stale", "--all"}, "--stale"},
 		input{[]string{"cluster", "down", "run-a", "--name", "run-a"}, "give the name once"},
 		input{[]string{"cluster", "down", "--substrate", "existing", "run-a"}, "the existing substrate needs the cluster's kubeconfig"},
-		input{[]string{"cluster", "down", "--substrate", "existing", "--kubeconfig", filepath.Join(cwd, "absent"), "run-a"}, "--kubeconfig " + filepath.Join(cwd, "absent")},
+		input{[]string{"cluster", "down", "--substrate", "existing", "--kubeconfig", filepath.Join(cwd, "absent"), "run-a"}, "--kubeconfig: kubeconfig " + filepath.Join(cwd, "absent")},
 		input{[]string{"cluster", "down", "--substrate", "existing", "--all"}, "the existing substrate needs the cluster's kubeconfig"},
 		input{[]string{"cluster", "down", "--substrate", "existing", "run-a", "--all"}, "exactly one of"},
 		input{[]string{"cluster", "down", "--substrate", "existing", "--stale"}, "--stale covers local clusters only"},

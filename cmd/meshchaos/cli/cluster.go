@@ -64,7 +64,7 @@ func newClusterUpCmd() *cobra.Command {
 			p.Done()
 			if err != nil {
 				if errors.Is(err, local.ErrNameInUse) {
-					return WithExitCode(2, err)
+					return WithExitCode(2, fmt.Errorf("--name: %w", err))
 				}
 				return WithExitCode(2, fmt.Errorf("cluster up: %w", err))
 			}

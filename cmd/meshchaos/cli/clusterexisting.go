@@ -55,7 +55,7 @@ func (e existingDown) provider() (existing.Substrate, error) {
 	}
 	p := existing.Substrate{Kubeconfig: e.kubeconfig, Context: e.context, DownBudget: e.timeout}
 	if _, err := p.RESTConfig(); err != nil {
-		return p, Usagef("%v", err)
+		return p, kubeconfigError(e.kubeconfig, err)
 	}
 	return p, nil
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -52,9 +53,19 @@ func (e existingFlags) check(substrate string) error {
 func (e existingFlags) provider() (cluster.Substrate, error) {
 	p := existing.Substrate{Kubeconfig: e.Kubeconfig, Context: e.Context, AllowNodeChaos: e.AllowNodeChaos}
 	if _, err := p.RESTConfig(); err != nil {
-		return nil, Usagef("%v", err)
+		return nil, kubeconfigError(e.Kubeconfig, err)
 	}
 	return p, nil
+}
+
+// kubeconfigError is the usage error for RESTConfig's err: it names --kubeconfig when the flag
+// gave the file, or when there is none and the flag is the way to give one; a wrong --context in
+// $KUBECONFIG's file already says which file and context.
+func kubeconfigError(kubeconfig string, err error) error {
+	if kubeconfig != "" || errors.Is(err, existing.ErrNoKubeconfig) {
+		return Usagef("--kubeconfig: %v", err)
+	}
+	return Usagef("%v", err)
 }
 
 // checkNodeAccess refuses, before anything starts, an experiment whose faults or measures need

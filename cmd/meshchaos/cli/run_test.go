@@ -249,5 +249,6 @@ func TestExistingSubstrateReadsKUBECONFIG(t *testing.T) {
 	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "absent"))
 	code, msg = run(t, "run", "cp-oom-restart", "--substrate", "existing", "--out", out)
 	assert.Equal(t, 2, code, msg)
-	assert.Contains(t, msg, "names no file that exists: fix $KUBECONFIG or give --kubeconfig FILE")
+	assert.Contains(t, msg, "--kubeconfig: the existing substrate needs the cluster's kubeconfig and $KUBECONFIG (")
+	assert.Contains(t, msg, "names no file that exists: fix $KUBECONFIG or name the kubeconfig file")
 }

@@ -138,7 +138,7 @@ func (c *existingCluster) Down(ctx context.Context) error {
 	}
 	c.namespaces = nil
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("the teardown of run %s left things on the cluster: %w\nremove them with 'meshchaos cluster down --substrate existing %s' (same --kubeconfig and --context) once the cause is fixed", c.name, err, c.name)
+		return fmt.Errorf("the teardown of run %s left things on the cluster: %w\nremove them with 'meshchaos cluster down --substrate existing %s' (with the same kubeconfig and context) once the cause is fixed", c.name, err, c.name)
 	}
 	return nil
 }

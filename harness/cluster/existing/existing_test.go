@@ -30,7 +30,7 @@ func TestRESTConfigSaysWhatIsWrong(t *testing.T) {
 	_, err := Substrate{}.RESTConfig()
 	assert.ErrorContains(t, err, "needs the cluster's kubeconfig")
 	_, err = Substrate{Kubeconfig: "/nonexistent/kubeconfig"}.RESTConfig()
-	assert.ErrorContains(t, err, "--kubeconfig /nonexistent/kubeconfig")
+	assert.ErrorContains(t, err, "kubeconfig /nonexistent/kubeconfig")
 	bad := t.TempDir() + "/kubeconfig"
 	require.NoError(t, os.WriteFile(bad, []byte("apiVersion: v1\nkind: Config\n"), 0o600))
 	_, err = Substrate{Kubeconfig: bad, Context: "nope"}.RESTConfig()

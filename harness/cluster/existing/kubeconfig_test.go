@@ -70,6 +70,7 @@ func TestRESTConfigFindsTheKubeconfigAsKubectlDoes(t *testing.T) {
 	_, err = Substrate{}.RESTConfig()
 	assert.ErrorContains(t, err, "needs the cluster's kubeconfig")
 	assert.ErrorContains(t, err, "$KUBECONFIG ("+absent+") names no file that exists")
+	assert.ErrorIs(t, err, ErrNoKubeconfig)
 }
 
 // TestRESTConfigFallsBackToHomeKubeconfig: with neither Kubeconfig nor $KUBECONFIG, RESTConfig
@@ -84,7 +85,8 @@ func TestRESTConfigFallsBackToHomeKubeconfig(t *testing.T) {
 			return
 		}
 		assert.ErrorContains(t, err, "needs the cluster's kubeconfig")
-		assert.ErrorContains(t, err, "give --kubeconfig FILE, set $KUBECONFIG, or create "+filepath.Join(os.Getenv("HOME"), ".kube", "config"))
+		assert.ErrorContains(t, err, "name its file, set $KUBECONFIG, or create "+filepath.Join(os.Getenv("HOME"), ".kube", "config"))
+		assert.ErrorIs(t, err, ErrNoKubeconfig)
 		return
 	}
 	for _, want := range []string{"", "https://home.example:6443"} {

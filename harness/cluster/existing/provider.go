@@ -73,8 +73,12 @@ const (
 )
 
 // ErrNodeChaosNotAllowed is returned by the methods that need node access when the run did not
-// allow it (--allow-node-chaos).
-var ErrNodeChaosNotAllowed = errors.New("node access is not allowed on this existing cluster (pass --allow-node-chaos to run the privileged agent)")
+// allow it (Substrate.AllowNodeChaos, the CLI's --allow-node-chaos).
+var ErrNodeChaosNotAllowed = errors.New("node access is not allowed on this existing cluster (it needs the privileged agent, which the run did not allow)")
+
+// ErrNoKubeconfig is why RESTConfig fails when no kubeconfig was named (Substrate.Kubeconfig, the
+// CLI's --kubeconfig) and kubectl's defaults find none.
+var ErrNoKubeconfig = errors.New("the existing substrate needs the cluster's kubeconfig")
 
 // Substrate is the existing substrate.
 type Substrate struct {
@@ -99,9 +103,10 @@ func (Substrate) WorkloadNamespace() string { return WorkloadNamespace }
 
 // RESTConfig reads the kubeconfig as kubectl does: Kubeconfig when given, else the files
 // $KUBECONFIG lists (merged), else ~/.kube/config; Context picks one of its contexts ("" =
-// current). Errors say which file or context is wrong, on one line.
+// current). Errors say which file or context is wrong, on one line; ErrNoKubeconfig when there
+// is none.
 func (p Substrate) RESTConfig() (*rest.Config, error) {
-	rules, source := &clientcmd.ClientConfigLoadingRules{ExplicitPath: p.Kubeconfig}, "--kubeconfig "+p.Kubeconfig
+	rules, source := &clientcmd.ClientConfigLoadingRules{ExplicitPath: p.Kubeconfig}, "kubeconfig "+p.Kubeconfig
 	if p.Kubeconfig == "" {
 		rules = clientcmd.NewDefaultClientConfigLoadingRules()
 		var found []string
@@ -113,16 +118,16 @@ func (p Substrate) RESTConfig() (*rest.Config, error) {
 		env := os.Getenv(clientcmd.RecommendedConfigPathEnvVar)
 		switch {
 		case len(found) == 0 && env != "":
-			return nil, fmt.Errorf("--kubeconfig: the existing substrate needs the cluster's kubeconfig and $KUBECONFIG (%s) names no file that exists: fix $KUBECONFIG or give --kubeconfig FILE", env)
+			return nil, fmt.Errorf("%w and $KUBECONFIG (%s) names no file that exists: fix $KUBECONFIG or name the kubeconfig file", ErrNoKubeconfig, env)
 		case len(found) == 0:
-			return nil, fmt.Errorf("--kubeconfig: the existing substrate needs the cluster's kubeconfig: give --kubeconfig FILE, set $KUBECONFIG, or create %s", clientcmd.RecommendedHomeFile)
+			return nil, fmt.Errorf("%w: name its file, set $KUBECONFIG, or create %s", ErrNoKubeconfig, clientcmd.RecommendedHomeFile)
 		case env != "":
 			source = "$KUBECONFIG " + strings.Join(found, string(os.PathListSeparator))
 		default:
 			source = "kubeconfig " + found[0]
 		}
 	} else if _, err := os.ReadFile(p.Kubeconfig); err != nil {
-		return nil, fmt.Errorf("--kubeconfig %s: %w", p.Kubeconfig, err)
+		return nil, fmt.Errorf("kubeconfig %s: %w", p.Kubeconfig, err)
 	}
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: p.Context}).ClientConfig()
 	if err != nil {
@@ -347,7 +352,7 @@ func (c *existingCluster) mapNodes(ctx context.Context, n int) error {
 	if c.allow {
 		// Node faults (throttled kube-proxy, node CPU budgets, pods' cgroups) change what the
 		// node's other tenants get: they land only on nodes the cluster's owner chose.
-		return fmt.Errorf("node faults land only on nodes you choose and no node carries %s: label %d node(s) %s=1..%d ('kubectl label node NODE %s=1'), or run without --allow-node-chaos (meshchaos then picks nodes for its pods alone)", cluster.NodeLabel, n, cluster.NodeLabel, n, cluster.NodeLabel)
+		return fmt.Errorf("node faults land only on nodes you choose and no node carries %s: label %d node(s) %s=1..%d ('kubectl label node NODE %s=1'), or run without node chaos allowed (meshchaos then picks nodes for its pods alone)", cluster.NodeLabel, n, cluster.NodeLabel, n, cluster.NodeLabel)
 	}
 	var usable []string
 	for _, nd := range list.Items {

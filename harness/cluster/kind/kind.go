@@ -113,11 +113,11 @@ func Home() string {
 // Preflight says what to do when Docker cannot run kind nodes here.
 func Preflight() error {
 	if _, err := exec.LookPath("docker"); err != nil {
-		return errors.New("the kind substrate needs Docker: install it (Debian: 'apt-get install docker.io'; CI: 'sudo hack/docker.sh') or use --substrate local")
+		return errors.New("the kind substrate needs Docker: install it (Debian: 'apt-get install docker.io'; CI: 'sudo hack/docker.sh') or use the local substrate")
 	}
 	out, err := exec.Command("docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("the kind substrate needs a running Docker daemon ('docker info': %s): start Docker (on a machine like our CI: 'sudo hack/docker.sh') or use --substrate local", strings.TrimSpace(string(out)))
+		return fmt.Errorf("the kind substrate needs a running Docker daemon ('docker info': %s): start Docker (on a machine like our CI: 'sudo hack/docker.sh') or use the local substrate", strings.TrimSpace(string(out)))
 	}
 	return nil
 }

@@ -83,10 +83,10 @@ func Preflight() error { return preflight(bins.Finder{}) }
 
 func preflight(f bins.Finder) error {
 	if runtime.GOOS != "linux" {
-		return errors.New("the local substrate needs Linux (it runs Kubernetes in network namespaces); use --substrate kind with Docker instead")
+		return errors.New("the local substrate needs Linux (it runs Kubernetes in network namespaces); use the kind substrate (Docker) instead")
 	}
 	if os.Geteuid() != 0 {
-		return errors.New("the local substrate needs root (network namespaces, cgroups, containerd); run as root, or use --substrate kind with Docker instead")
+		return errors.New("the local substrate needs root (network namespaces, cgroups, containerd); run as root, or use the kind substrate (Docker) instead")
 	}
 	var missing []string
 	for _, t := range []string{"containerd", "runc", "ctr", "ip", "nsenter", "iptables"} {
@@ -113,7 +113,7 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		return nil, err
 	}
 	if cfg.Nodes < 1 || cfg.Nodes > MaxNodes {
-		return nil, fmt.Errorf("--nodes %d: choose 1 to %d", cfg.Nodes, MaxNodes)
+		return nil, fmt.Errorf("nodes %d: choose 1 to %d", cfg.Nodes, MaxNodes)
 	}
 	if cfg.Home == "" {
 		cfg.Home = Home()
@@ -448,7 +448,7 @@ func claim(l layout) error {
 	// O_EXCL: of two processes that found the name free at once, one wins.
 	f, err := os.OpenFile(filepath.Join(l.dir(), "owner.json"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("%w: cluster %q is being brought up by another process; choose another --name", ErrNameInUse, l.name)
+		return fmt.Errorf("%w: cluster %q is being brought up by another process; choose another name", ErrNameInUse, l.name)
 	}
 	if err != nil {
 		return err
@@ -469,9 +469,9 @@ func free(l layout) error {
 		case ownerGone:
 			return fmt.Errorf("%w: cluster %q was left behind by a process that is gone (%s); run 'meshchaos cluster down --name %s' first", ErrNameInUse, l.name, why, l.name)
 		case ownerAlive:
-			return fmt.Errorf("%w: cluster %q is running (%s); choose another --name or run 'meshchaos cluster down --name %s'", ErrNameInUse, l.name, why, l.name)
+			return fmt.Errorf("%w: cluster %q is running (%s); choose another name or run 'meshchaos cluster down --name %s'", ErrNameInUse, l.name, why, l.name)
 		default:
-			return fmt.Errorf("%w: cluster %q has state in %s (%s); choose another --name, or if no process owns it any more run 'meshchaos cluster down --name %s'", ErrNameInUse, l.name, l.dir(), why, l.name)
+			return fmt.Errorf("%w: cluster %q has state in %s (%s); choose another name, or if no process owns it any more run 'meshchaos cluster down --name %s'", ErrNameInUse, l.name, l.dir(), why, l.name)
 		}
 	}
 	if ns := clusterNetns(l); len(ns) > 0 {
