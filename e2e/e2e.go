@@ -178,7 +178,7 @@ func run(ctx context.Context, t *testing.T, name string, o Options, sets []strin
 	}
 	sut, err := subject.Parse(o.ControlPlane)
 	if err != nil {
-		return results.Summary{}, "", err
+		return results.Summary{}, "", fmt.Errorf("Options.ControlPlane: %w", err)
 	}
 	exp, err := d.Build(kit.Env{Substrate: given{e.c, e.substrate}, ControlPlane: sut}, v)
 	if err != nil {

@@ -75,7 +75,7 @@ func TestAttachInstalledIstiod(t *testing.T) {
 	cp, err := subject.Parse("istiod:installed")
 	require.NoError(t, err)
 	err = cp.(subject.Attached).CheckInstalled(ctx, cs, subject.Placement{MemoryLimit: "1Gi"})
-	assert.ErrorContains(t, err, "run with --set cpMemoryLimit="+stagingIstiodMemory)
+	assert.ErrorContains(t, err, "run with parameter cpMemoryLimit="+stagingIstiodMemory)
 
 	l.useExisting(lc)
 	l.allowCPChaos = true

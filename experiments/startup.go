@@ -49,7 +49,7 @@ func init() {
 		// holdApplicationUntilProxyStarts).
 		Needs: func(cp subject.ControlPlane) error {
 			if _, ok := cp.(subject.ProxyInjector); !ok {
-				return errors.New("needs a control plane whose webhook can inject meshchaos's proxy with its start modes (--cp reference or istiod); an external descriptor declares no injection template")
+				return errors.New("needs a control plane whose webhook can inject meshchaos's proxy with its start modes (the reference or istiod); an external descriptor declares no injection template")
 			}
 			return nil
 		},

@@ -159,7 +159,7 @@ func shardMismatch(a, b *ShardResult) string {
 	case ra.Shard.Count != rb.Shard.Count:
 		return fmt.Sprintf("shards of different splits of suite %s: %s is shard %s, %s is shard %s", ra.Suite, a.Dir, ra.Shard, b.Dir, rb.Shard)
 	case ra.Shard.Of != rb.Shard.Of || ra.Shard.Plan != rb.Shard.Plan:
-		return fmt.Sprintf("shards of different plans of suite %s (the suite file, --set or --cp differ): %s has %d runs, plan %s; %s has %d runs, plan %s",
+		return fmt.Sprintf("shards of different plans of suite %s (the suite file, the parameter settings or the control planes differ): %s has %d runs, plan %s; %s has %d runs, plan %s",
 			ra.Suite, a.Dir, ra.Shard.Of, ra.Shard.Plan, b.Dir, rb.Shard.Of, rb.Shard.Plan)
 	case ra.HarnessVersion != rb.HarnessVersion || ra.HarnessCommit != rb.HarnessCommit:
 		return fmt.Sprintf("shards of different harness versions: %s ran meshchaos %s, %s ran meshchaos %s (one build must measure the whole suite)",

@@ -76,7 +76,7 @@ func TestMergeShardsRefuses(t *testing.T) {
 		"another suite": {func(s []ShardResult) []ShardResult { s[1].Result.Suite = "theirs"; return s },
 			[]string{"shards of different suites: shard1 is suite mine, shard2 is suite theirs"}},
 		"another plan": {func(s []ShardResult) []ShardResult { s[2].Result.Shard.Plan = "sha256:0"; return s },
-			[]string{"shards of different plans of suite mine (the suite file, --set or --cp differ): shard1 has 5 runs, plan sha256:", "shard3 has 5 runs, plan sha256:0"}},
+			[]string{"shards of different plans of suite mine (the suite file, the parameter settings or the control planes differ): shard1 has 5 runs, plan sha256:", "shard3 has 5 runs, plan sha256:0"}},
 		"another split": {func(s []ShardResult) []ShardResult { s[1].Result.Shard.Count = 2; return s },
 			[]string{"shards of different splits of suite mine: shard1 is shard 1/3, shard2 is shard 2/2"}},
 		"another build": {func(s []ShardResult) []ShardResult { s[1].Result.HarnessVersion = "v2"; return s },

@@ -86,7 +86,7 @@ type Env struct {
 	Keep KeepPolicy
 }
 
-// Resolve validates --set assignments and the rules between parameters: all before anything
+// Resolve validates parameter assignments (name=value: the CLI's --set) and the rules between parameters: all before anything
 // starts, so bad input costs no cluster.
 func (d Definition) Resolve(sets []string) (params.Values, error) {
 	v, err := d.Params.Resolve(sets)
@@ -95,17 +95,17 @@ func (d Definition) Resolve(sets []string) (params.Values, error) {
 	}
 	if d.Validate != nil {
 		if err := d.Validate(v); err != nil {
-			return params.Values{}, fmt.Errorf("--set: %w", err)
+			return params.Values{}, fmt.Errorf("parameters: %w", err)
 		}
 	}
 	if _, ok := d.Params.Lookup(params.Steady.Name); ok && v.Duration(params.Steady.Name) >= v.Duration(params.Length.Name) {
-		return params.Values{}, fmt.Errorf("--set steady=%s must be shorter than duration=%s", v.String(params.Steady.Name), v.String(params.Length.Name))
+		return params.Values{}, fmt.Errorf("parameters: steady=%s must be shorter than duration=%s", v.String(params.Steady.Name), v.String(params.Length.Name))
 	}
 	if d.Mesh != nil {
 		spec := d.MeshSpec(v)
 		spec.ControlPlane = placeholder{}
 		if err := spec.Validate(); err != nil {
-			return params.Values{}, fmt.Errorf("--set: %w", err)
+			return params.Values{}, fmt.Errorf("parameters: %w", err)
 		}
 	}
 	return v, nil
@@ -322,6 +322,10 @@ func (d Definition) Build(env Env, v params.Values) (runner.Experiment, error) {
 	}, nil
 }
 
+// ErrCPChaosNotAllowed is why Build refuses an experiment whose faults (CPFaults) would land on
+// a control plane installed before the run: Env.AllowCPChaos is not set. The CLI adds its flag.
+var ErrCPChaosNotAllowed = errors.New("control-plane chaos not allowed")
+
 // checkAttached refuses an installed control plane (subject.Attached) where the run would
 // find none (a cluster the run brings up holds none) or where the experiment's faults on the
 // control plane were not allowed.
@@ -330,10 +334,10 @@ func (d Definition) checkAttached(env Env) error {
 		return nil
 	}
 	if _, ok := env.Substrate.(cluster.Shared); !ok {
-		return fmt.Errorf("%s attaches to a control plane installed already, and a cluster on substrate %s is new and holds none: use --substrate existing (the cluster where it is installed), or let meshchaos install one (--cp istiod)", env.ControlPlane.Name(), env.Substrate.Name())
+		return fmt.Errorf("%s attaches to a control plane installed already, and a cluster on substrate %s is new and holds none: run it on the existing substrate (the cluster where it is installed), or let meshchaos install one (control plane istiod)", env.ControlPlane.Name(), env.Substrate.Name())
 	}
 	if len(d.CPFaults) > 0 && !env.AllowCPChaos {
-		return fmt.Errorf("%s does this to the control plane, which is %s, installed before the run (not the run's own): %s; pass --allow-cp-chaos to allow it", d.Name, env.ControlPlane.Name(), strings.Join(d.CPFaults, "; "))
+		return fmt.Errorf("%s does this to the control plane, which is %s, installed before the run (not the run's own): %s: %w", d.Name, env.ControlPlane.Name(), strings.Join(d.CPFaults, "; "), ErrCPChaosNotAllowed)
 	}
 	return nil
 }

@@ -179,9 +179,10 @@ func TestBuildAttached(t *testing.T) {
 	faulty.CPFaults = []string{"OOM-kills it", "starves it"}
 
 	_, err = testDef.Build(Env{Substrate: provider{"local"}, ControlPlane: cp}, v)
-	assert.ErrorContains(t, err, "istiod:installed attaches to a control plane installed already, and a cluster on substrate local is new and holds none: use --substrate existing")
+	assert.ErrorContains(t, err, "istiod:installed attaches to a control plane installed already, and a cluster on substrate local is new and holds none: run it on the existing substrate (the cluster where it is installed), or let meshchaos install one (control plane istiod)")
 	_, err = faulty.Build(Env{Substrate: sharedProvider{provider{"existing"}}, ControlPlane: cp}, v)
-	assert.ErrorContains(t, err, "test-exp does this to the control plane, which is istiod:installed, installed before the run (not the run's own): OOM-kills it; starves it; pass --allow-cp-chaos to allow it")
+	assert.ErrorContains(t, err, "test-exp does this to the control plane, which is istiod:installed, installed before the run (not the run's own): OOM-kills it; starves it: control-plane chaos not allowed")
+	assert.ErrorIs(t, err, ErrCPChaosNotAllowed)
 
 	_, err = faulty.Build(Env{Substrate: sharedProvider{provider{"existing"}}, ControlPlane: cp, AllowCPChaos: true}, v)
 	assert.NoError(t, err)

@@ -31,7 +31,7 @@ const (
 // XDSTransports lists Spec.XDS's values as flags spell them ("auto" is XDSAuto).
 var XDSTransports = []string{"auto", XDSSecure, XDSPlaintext}
 
-// ParseXDS reads a --xds value.
+// ParseXDS reads an xDS transport as flags spell it (the CLI's --xds): XDSTransports.
 func ParseXDS(s string) (string, error) {
 	switch s {
 	case "auto", "":
@@ -39,7 +39,7 @@ func ParseXDS(s string) (string, error) {
 	case XDSSecure, XDSPlaintext:
 		return s, nil
 	}
-	return "", fmt.Errorf("--xds %q: use auto (the secure port when the control plane serves one), tls or plaintext", s)
+	return "", fmt.Errorf("xDS transport %q: use auto (the secure port when the control plane serves one), tls or plaintext", s)
 }
 
 // checkXDS refuses a transport the control plane cannot serve.
@@ -52,7 +52,7 @@ func (s Spec) checkXDS() error {
 			return nil
 		}
 	}
-	return fmt.Errorf("--xds tls: the control plane %s serves no secure xDS port (give its descriptor secureXDS, or use --xds plaintext)", s.ControlPlane.Name())
+	return fmt.Errorf("xDS transport tls: the control plane %s serves no secure xDS port (give its descriptor secureXDS, or use xDS transport plaintext)", s.ControlPlane.Name())
 }
 
 // chooseXDS settles the transport once the control plane is deployed and the data plane is
@@ -70,7 +70,7 @@ func (m *Mesh) chooseXDS(rec Recorder) error {
 		return nil
 	case m.wl.Proxy == wlmanifests.Envoy:
 		if m.Spec.XDS == XDSSecure {
-			return fmt.Errorf("--xds tls: the data plane is Envoy, which cannot send a rotating ServiceAccount token; use --xds plaintext (or run xdsproxy: unset %s)", EnvoyImageEnv)
+			return fmt.Errorf("xDS transport tls: the data plane is Envoy, which cannot send a rotating ServiceAccount token; use xDS transport plaintext (or run xdsproxy: unset %s)", EnvoyImageEnv)
 		}
 		rec.Event("note", "xds", fmt.Sprintf("proxies dial %s in plaintext: Envoy cannot send a rotating ServiceAccount token (in Istio, pilot-agent dials for it)", cp.XDSAddress()))
 		return nil

@@ -18,7 +18,7 @@ func TestParseXDS(t *testing.T) {
 		assert.Equal(t, want, got, in)
 	}
 	_, err := ParseXDS("mtls")
-	assert.ErrorContains(t, err, `--xds "mtls": use auto`)
+	assert.ErrorContains(t, err, `xDS transport "mtls": use auto`)
 }
 
 // --xds tls on a control plane without a secure port is refused before anything starts; the

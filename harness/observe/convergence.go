@@ -145,7 +145,7 @@ func (c *Convergence) WaitConverged(ctx context.Context, timeout time.Duration) 
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the proxies (%s) did not all hold the %d ready endpoint(s) of %s/%s within %s (last: %v, %s): are they connected to the control plane, and does --track name the service's cluster?",
+			return fmt.Errorf("the proxies (%s) did not all hold the %d ready endpoint(s) of %s/%s within %s (last: %v, %s): are they connected to the control plane, and does the cluster name they track (adsload's track option) match the service's cluster?",
 				c.URL, want, c.Namespace, c.Service, timeout, err, holding(t, want))
 		case <-time.After(200 * time.Millisecond):
 		}

@@ -212,14 +212,14 @@ func (s Set) Resolve(sets []string) (Values, error) {
 	for _, a := range sets {
 		k, val, ok := strings.Cut(a, "=")
 		if !ok || k == "" {
-			return Values{}, fmt.Errorf("--set %q: use name=value; %s", a, s.Names())
+			return Values{}, fmt.Errorf("parameter setting %q: use name=value; %s", a, s.Names())
 		}
 		p, known := s.Lookup(k)
 		if !known {
-			return Values{}, fmt.Errorf("--set %s: unknown parameter; %s", k, s.Names())
+			return Values{}, fmt.Errorf("%s: unknown parameter; %s", k, s.Names())
 		}
 		if err := p.Check(val); err != nil {
-			return Values{}, fmt.Errorf("--set %w", err)
+			return Values{}, fmt.Errorf("parameter %w", err)
 		}
 		v[k] = val
 	}

@@ -88,7 +88,7 @@ func (i *Installed) readInstalled(ctx context.Context, cs kubernetes.Interface) 
 	st := installedState{Deployment: d.Namespace + "/" + d.Deployment, Container: d.Container}
 	dep, err := cs.AppsV1().Deployments(d.Namespace).Get(ctx, d.Deployment, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return st, nil, fmt.Errorf("no Deployment %s: %s attaches to a control plane installed already and installs nothing: install it first (or let meshchaos install one: --cp istiod, or a descriptor with install)", st.Deployment, i.Name())
+		return st, nil, fmt.Errorf("no Deployment %s: %s attaches to a control plane installed already and installs nothing: install it first (or let meshchaos install one: control plane istiod, or a descriptor with install)", st.Deployment, i.Name())
 	}
 	if err != nil {
 		return st, nil, fmt.Errorf("read the installed control plane's Deployment %s: %w", st.Deployment, err)
@@ -148,13 +148,13 @@ func (st installedState) refuse(name string, p Placement) error {
 		switch {
 		case asked == "":
 		case have == "":
-			bad("the experiment asks a %s limit of %s (--set %s=%s) and the installed %s's container %s has none: an attached control plane is never patched: run with --set %s= (none), or give it the limit yourself", what, asked, param, asked, st.Deployment, st.Container, param)
+			bad("the experiment asks a %s limit of %s (parameter %s=%s) and the installed %s's container %s has none: an attached control plane is never patched: run with parameter %s= (none), or give it the limit yourself", what, asked, param, asked, st.Deployment, st.Container, param)
 		case !sameQuantity(asked, have):
-			bad("the experiment asks a %s limit of %s (--set %s=%s) and the installed %s's container %s has %s: an attached control plane is never patched: run with --set %s=%s", what, asked, param, asked, st.Deployment, st.Container, have, param, have)
+			bad("the experiment asks a %s limit of %s (parameter %s=%s) and the installed %s's container %s has %s: an attached control plane is never patched: run with parameter %s=%s", what, asked, param, asked, st.Deployment, st.Container, have, param, have)
 		}
 	}
 	if p.Ballast && st.MemoryLimit == "" {
-		bad("the experiment OOM-kills the control plane at its memory limit and the installed %s's container %s has none: it cannot be OOM-killed honestly; give it a memory limit (resources.limits.memory) or let meshchaos install one (--cp istiod)", st.Deployment, st.Container)
+		bad("the experiment OOM-kills the control plane at its memory limit and the installed %s's container %s has none: it cannot be OOM-killed honestly; give it a memory limit (resources.limits.memory) or let meshchaos install one (control plane istiod)", st.Deployment, st.Container)
 	} else {
 		limit("memory", "cpMemoryLimit", p.MemoryLimit, st.MemoryLimit)
 	}

@@ -125,9 +125,9 @@ func TestInstalledPlacement(t *testing.T) {
 		p    Placement
 		want string
 	}{
-		{st, Placement{MemoryLimit: "256Mi"}, "memory limit of 256Mi (--set cpMemoryLimit=256Mi) and the installed istio-system/istiod's container discovery has 1Gi: an attached control plane is never patched: run with --set cpMemoryLimit=1Gi"},
-		{st, Placement{CPULimit: "100m"}, "run with --set cpCPULimit=500m"},
-		{none, Placement{CPULimit: "100m"}, "has none: an attached control plane is never patched: run with --set cpCPULimit= (none)"},
+		{st, Placement{MemoryLimit: "256Mi"}, "memory limit of 256Mi (parameter cpMemoryLimit=256Mi) and the installed istio-system/istiod's container discovery has 1Gi: an attached control plane is never patched: run with parameter cpMemoryLimit=1Gi"},
+		{st, Placement{CPULimit: "100m"}, "run with parameter cpCPULimit=500m"},
+		{none, Placement{CPULimit: "100m"}, "has none: an attached control plane is never patched: run with parameter cpCPULimit= (none)"},
 		{none, Placement{MemoryLimit: "256Mi", Ballast: true}, "OOM-kills the control plane at its memory limit and the installed istio-system/istiod's container discovery has none: it cannot be OOM-killed honestly"},
 		{st, Placement{QoS: QoSGuaranteed}, "QoS class Guaranteed and the installed istio-system/istiod's are Burstable"},
 		{st, Placement{Replicas: 3}, "needs 3 control-plane replica(s) and the installed istio-system/istiod has 1: an attached control plane is never scaled"},
@@ -166,6 +166,6 @@ func TestCheckInstalled(t *testing.T) {
 	_, err = cs.CoreV1().Pods("istio-system").Create(ctx, pod, metav1.CreateOptions{})
 	require.NoError(t, err)
 	assert.NoError(t, a.CheckInstalled(ctx, cs, Placement{Node: 1, MemoryLimit: "512Mi", Ballast: true}))
-	assert.ErrorContains(t, a.CheckInstalled(ctx, cs, Placement{MemoryLimit: "256Mi", Ballast: true}), "run with --set cpMemoryLimit=512Mi")
+	assert.ErrorContains(t, a.CheckInstalled(ctx, cs, Placement{MemoryLimit: "256Mi", Ballast: true}), "run with parameter cpMemoryLimit=512Mi")
 	assert.ErrorContains(t, a.CheckInstalled(ctx, cs, Placement{CPULimit: "100m"}), "has none")
 }

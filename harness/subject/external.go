@@ -171,13 +171,13 @@ var metricName = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*$`)
 // errors) and every rule of the schema, each error one line naming the field.
 func LoadExternal(file string) (ControlPlane, error) {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("--cp external:%s: %s", file, fmt.Sprintf(format, args...))
+		return fmt.Errorf("control plane external:%s: %s", file, fmt.Sprintf(format, args...))
 	}
 	if file == "" {
-		return nil, errors.New("--cp external: name the descriptor file, e.g. --cp external:examples/controlplanes/reference.yaml")
+		return nil, errors.New("control plane external: name the descriptor file, e.g. external:examples/controlplanes/reference.yaml")
 	}
 	if i := strings.LastIndex(file, ":"); i >= 0 {
-		return nil, fmt.Errorf("--cp external:%s: regression switches (%q) belong to the reference control plane; an external control plane has none: use --cp external:FILE", file, file[i+1:])
+		return nil, fmt.Errorf("control plane external:%s: regression switches (%q) belong to the reference control plane; an external control plane has none: use external:FILE", file, file[i+1:])
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {

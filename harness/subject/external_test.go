@@ -163,7 +163,7 @@ func TestExternalBadDescriptors(t *testing.T) {
 			_, err := Parse("external:" + file)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), c.want)
-			assert.Contains(t, err.Error(), "--cp external:"+file)
+			assert.Contains(t, err.Error(), "control plane external:"+file)
 			assert.NotContains(t, err.Error(), "\n", "one line")
 		})
 	}

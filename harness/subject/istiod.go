@@ -106,7 +106,7 @@ type DebugAuth interface {
 func NewIstiod(pin string) (*Istiod, error) {
 	root, err := bins.IstiodRoot()
 	if err != nil {
-		return nil, fmt.Errorf("--cp %s: %w", istiodName(pin), err)
+		return nil, fmt.Errorf("control plane %s: %w", istiodName(pin), err)
 	}
 	pins := bins.IstiodPins(root)
 	name := pin
@@ -117,20 +117,20 @@ func NewIstiod(pin string) (*Istiod, error) {
 	if pin == "" {
 		target, err := filepath.EvalSymlinks(dir)
 		if err != nil {
-			return nil, fmt.Errorf("--cp istiod: no default build in %s (builds: %s): run 'make istiod'", root, strings.Join(pins, ", "))
+			return nil, fmt.Errorf("control plane istiod: no default build in %s (builds: %s): run 'make istiod'", root, strings.Join(pins, ", "))
 		}
 		name, dir = filepath.Base(target), target
 	}
 	if !slices.Contains(pins, name) {
-		return nil, fmt.Errorf("--cp %s: no build %q in %s (builds: %s): add it to hack/istiod/pins and run 'make istiod'", istiodName(pin), name, root, strings.Join(pins, ", "))
+		return nil, fmt.Errorf("control plane %s: no build %q in %s (builds: %s): add it to hack/istiod/pins and run 'make istiod'", istiodName(pin), name, root, strings.Join(pins, ", "))
 	}
 	tar := filepath.Join(dir, "pilot.tar")
 	if _, err := os.Stat(tar); err != nil {
-		return nil, fmt.Errorf("--cp %s: %s is missing: run 'make istiod'", istiodName(pin), tar)
+		return nil, fmt.Errorf("control plane %s: %s is missing: run 'make istiod'", istiodName(pin), tar)
 	}
 	e, err := newExternal(IstiodPrefix+"@"+name, dir, istiodDescriptor)
 	if err != nil {
-		return nil, fmt.Errorf("--cp %s: build %s: %w (run 'make istiod')", istiodName(pin), dir, err)
+		return nil, fmt.Errorf("control plane %s: build %s: %w (run 'make istiod')", istiodName(pin), dir, err)
 	}
 	return &Istiod{External: e, pin: name, image: tar}, nil
 }

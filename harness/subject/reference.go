@@ -61,16 +61,16 @@ func NewReference(items []string) (*Reference, error) {
 		}
 		switch {
 		case key != GenerationOption:
-			return nil, fmt.Errorf("--cp reference:%s: unknown option %q (known: %s=%s)", spec, key, GenerationOption, strings.Join(cpmanifests.Generations, "|"))
+			return nil, fmt.Errorf("control plane reference:%s: unknown option %q (known: %s=%s)", spec, key, GenerationOption, strings.Join(cpmanifests.Generations, "|"))
 		case r.generation != "":
-			return nil, fmt.Errorf("--cp reference:%s: %s given twice", spec, GenerationOption)
+			return nil, fmt.Errorf("control plane reference:%s: %s given twice", spec, GenerationOption)
 		case !slices.Contains(cpmanifests.Generations, val):
-			return nil, fmt.Errorf("--cp reference:%s: unknown generation mode %q (known: %s)", spec, val, strings.Join(cpmanifests.Generations, ", "))
+			return nil, fmt.Errorf("control plane reference:%s: unknown generation mode %q (known: %s)", spec, val, strings.Join(cpmanifests.Generations, ", "))
 		}
 		r.generation = val
 	}
 	if _, err := regress.Parse(r.switches); err != nil {
-		return nil, fmt.Errorf("--cp reference:%s: %w", spec, err)
+		return nil, fmt.Errorf("control plane reference:%s: %w", spec, err)
 	}
 	return r, nil
 }

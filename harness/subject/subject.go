@@ -204,7 +204,7 @@ func Parse(name string) (ControlPlane, error) {
 	}
 	if pin, ok := strings.CutPrefix(name, IstiodPrefix+"@"); ok {
 		if pin == "" || strings.ContainsAny(pin, "/:\\") || strings.HasPrefix(pin, ".") {
-			return nil, fmt.Errorf("--cp %q: want istiod@PIN, a build of make istiod (hack/istiod/pins)", name)
+			return nil, fmt.Errorf("control plane %q: want istiod@PIN, a build of make istiod (hack/istiod/pins)", name)
 		}
 		return NewIstiod(pin)
 	}
@@ -212,7 +212,7 @@ func Parse(name string) (ControlPlane, error) {
 	switch kind {
 	case IstiodPrefix:
 		if rest != InstalledSuffix {
-			return nil, fmt.Errorf("--cp %q: want istiod, istiod@PIN or istiod:installed (attach to the istiod installed in istio-system)", name)
+			return nil, fmt.Errorf("control plane %q: want istiod, istiod@PIN or istiod:installed (attach to the istiod installed in istio-system)", name)
 		}
 		return NewInstalledIstiod()
 	case "external":
@@ -226,5 +226,5 @@ func Parse(name string) (ControlPlane, error) {
 		}
 		return NewReference(sw)
 	}
-	return nil, fmt.Errorf("--cp %q: unknown control plane; use reference, reference:<switch>[,<switch>][,generation=per-proxy], istiod[@PIN], istiod:installed or external:FILE ('meshchaos controlplane --help' lists the switches)", name)
+	return nil, fmt.Errorf("unknown control plane %q; use reference, reference:<switch>[,<switch>][,generation=per-proxy], istiod[@PIN], istiod:installed or external:FILE ('meshchaos controlplane --help' lists the switches)", name)
 }

@@ -25,13 +25,13 @@ func ParseShard(s string) (Shard, error) {
 	index, ierr := strconv.Atoi(strings.TrimSpace(i))
 	count, nerr := strconv.Atoi(strings.TrimSpace(n))
 	if !ok || ierr != nil || nerr != nil {
-		return Shard{}, fmt.Errorf("--shard %q: want I/N, share I of N (e.g. 1/3)", s)
+		return Shard{}, fmt.Errorf("shard %q: want I/N, share I of N (e.g. 1/3)", s)
 	}
 	if count < 1 || count > MaxShards {
-		return Shard{}, fmt.Errorf("--shard %q: N (how many shares) must be from 1 to %d", s, MaxShards)
+		return Shard{}, fmt.Errorf("shard %q: N (how many shares) must be from 1 to %d", s, MaxShards)
 	}
 	if index < 1 || index > count {
-		return Shard{}, fmt.Errorf("--shard %q: I must be from 1 to N=%d (shares count from 1)", s, count)
+		return Shard{}, fmt.Errorf("shard %q: I must be from 1 to N=%d (shares count from 1)", s, count)
 	}
 	return Shard{Index: index, Count: count}, nil
 }

@@ -1,6 +1,7 @@
 package suite
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -55,7 +56,7 @@ func TestParseShardRefusesBadValues(t *testing.T) {
 	} {
 		_, err := ParseShard(in)
 		assert.ErrorContains(t, err, want, "%q", in)
-		assert.ErrorContains(t, err, "--shard", "%q", in)
+		assert.ErrorContains(t, err, fmt.Sprintf("shard %q: ", in), "%q", in)
 	}
 }
 

@@ -69,7 +69,7 @@ func (s Suite) Validate() error {
 	}
 	if !validName.MatchString(s.Name) {
 		// The name becomes a file name: the history's NAME.jsonl, the default output directory.
-		return fmt.Errorf("suite name %q: want letters, digits, '.', '_' and '-', starting with a letter or digit, at most 64 characters (it names files: NAME.jsonl under --history)", s.Name)
+		return fmt.Errorf("suite name %q: want letters, digits, '.', '_' and '-', starting with a letter or digit, at most 64 characters (it names files: NAME.jsonl in the history directory)", s.Name)
 	}
 	if len(s.Entries) == 0 {
 		return fmt.Errorf("suite %s has no entries", s.Name)

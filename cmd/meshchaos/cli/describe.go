@@ -75,11 +75,11 @@ func (j job) describe() (plan, error) {
 	}
 	vals, err := def.Resolve(j.Sets)
 	if err != nil {
-		return plan{}, Usagef("%v", err)
+		return plan{}, Usagef("--set: %v", err)
 	}
 	sut, err := subject.Parse(j.CP)
 	if err != nil {
-		return plan{}, Usagef("%v", err)
+		return plan{}, Usagef("--cp: %v", err)
 	}
 	if def.Needs != nil {
 		if err := def.Needs(sut); err != nil {

@@ -36,7 +36,7 @@ func TestResolveEntriesSets(t *testing.T) {
 		"nope.rate=1":           `unknown experiment "nope"`,
 		"wobble=1":              `no experiment of suite s has a parameter "wobble"`,
 		"cp-oom-restart.flap=x": `no experiment of suite s has a parameter "flap"`,
-		"proxies=0":             `suite s entry 2 (endpoint-flap, reference): --set proxies="0"`,
+		"proxies=0":             `suite s entry 2 (endpoint-flap, reference): parameter proxies="0"`,
 	} {
 		_, err := resolveEntries(s, []string{set}, "reference")
 		if assert.Error(t, err, set) {

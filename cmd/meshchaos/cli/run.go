@@ -173,11 +173,11 @@ func (j job) check() (*checked, error) {
 	}
 	vals, err := def.Resolve(j.Sets)
 	if err != nil {
-		return nil, Usagef("%v", err)
+		return nil, Usagef("--set: %v", err)
 	}
 	sut, err := subject.Parse(j.CP)
 	if err != nil {
-		return nil, Usagef("%v", err)
+		return nil, Usagef("--cp: %v", err)
 	}
 	keep, err := kit.ParseKeep(j.Keep)
 	if err != nil {
@@ -192,9 +192,12 @@ func (j job) check() (*checked, error) {
 	}
 	xds, err := mesh.ParseXDS(j.XDS)
 	if err != nil {
-		return nil, Usagef("%v", err)
+		return nil, Usagef("--xds: %v", err)
 	}
 	exp, err := def.Build(kit.Env{Substrate: sub, ControlPlane: sut, ClusterName: j.Name, XDS: xds, AllowCPChaos: j.Existing.AllowCPChaos, Keep: keep}, vals)
+	if errors.Is(err, kit.ErrCPChaosNotAllowed) {
+		return nil, Usagef("%v; pass --allow-cp-chaos to allow it", err)
+	}
 	if err != nil {
 		return nil, Usagef("%v", err)
 	}

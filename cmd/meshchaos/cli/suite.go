@@ -215,7 +215,7 @@ func runSuite(ctx context.Context, s suite.Suite, j job, o suiteOpts, doing *act
 	if o.Shard != "" {
 		var err error
 		if sh, err = suite.ParseShard(o.Shard); err != nil {
-			return Usagef("%v", err)
+			return Usagef("--shard: %v", err)
 		}
 		if o.History != "" {
 			// A shard is part of a night: the merge appends the whole night once.

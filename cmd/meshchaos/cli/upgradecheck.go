@@ -198,9 +198,10 @@ func (u *upgradeCheck) prepare(cmd *cobra.Command) error {
 		return err
 	}
 	// Both control planes too, so that no substrate check hides them.
-	for _, cp := range []string{u.base, u.cand} {
+	// A side's label is its flag: --base and --candidate, fidelity's --istiod and --reference.
+	for k, cp := range []string{u.base, u.cand} {
 		if _, err := subject.Parse(cp); err != nil {
-			return Usagef("%v", err)
+			return Usagef("--%s: %v", u.label(k), err)
 		}
 	}
 	for i, e := range entries {
