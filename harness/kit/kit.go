@@ -86,8 +86,8 @@ type Env struct {
 	Keep KeepPolicy
 }
 
-// Resolve validates parameter assignments (name=value: the CLI's --set) and the rules between parameters: all before anything
-// starts, so bad input costs no cluster.
+// Resolve validates parameter assignments (name=value: the CLI's --set) and the rules between
+// parameters: all before anything starts, so bad input costs no cluster.
 func (d Definition) Resolve(sets []string) (params.Values, error) {
 	v, err := d.Params.Resolve(sets)
 	if err != nil {
