@@ -55,7 +55,8 @@ type Metrics struct {
 	ConnectedProxies prometheus.Gauge
 	// Rejects counts NACKs by type (istiod's pilot_total_xds_rejects).
 	Rejects *prometheus.CounterVec
-	// PushTriggers counts push triggers by reason (istiod's pilot_push_triggers).
+	// PushTriggers counts push triggers by reason, once per connected proxy of each push
+	// (istiod's pilot_push_triggers, recorded as each proxy's push leaves its queue).
 	PushTriggers *prometheus.CounterVec
 	// Pushes counts push cycles by kind: full or eds.
 	Pushes *prometheus.CounterVec
@@ -147,6 +148,9 @@ func New() *Metrics {
 			Help: "Input objects or parts of them skipped by the conversion."}, []string{"kind", "reason"}),
 		InvalidResources: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshchaos_controlplane_invalid_resources_total",
 			Help: "Generated resources that failed Validate() and were left out."}, []string{"type"}),
+	}
+	for _, t := range []string{"endpoint", "service", "config", "global"} {
+		m.PushTriggers.WithLabelValues(t) // shown, at 0, before the first push
 	}
 	r.MustRegister(m.XDSPushes, m.ProxyConvergence, m.DebounceTime, m.PushTime, m.PushDelivery, m.PushCycleTime, m.ProxyGenerations, m.ConfigSize,
 		m.InboundUpdates, m.K8sRegEvents, m.ProxyQueueTime, m.Scopes, m.ConnectedProxies,

@@ -50,6 +50,7 @@ type Pusher struct {
 
 	mu       sync.Mutex
 	pending  model.Change
+	triggers map[string]int // the pending changes' events by trigger type (pilot_push_triggers)
 	firstAt  time.Time
 	lastAt   time.Time
 	kick     chan struct{}
@@ -65,6 +66,10 @@ type Pusher struct {
 
 	// scopes are the quadratic-scope regression's per-service scopes (push goroutine only).
 	scopes []*scope
+
+	// proxies counts the connected proxies (the server's streams; nil: none), for
+	// pilot_push_triggers.
+	proxies func() int
 }
 
 // NewPusher creates a pusher; pushes start after the first Push (the initial full push) or Enable.
@@ -112,10 +117,13 @@ func (p *Pusher) Enqueue(ch model.Change) {
 		p.firstAt = now
 	}
 	p.lastAt = now
-	p.mu.Unlock()
-	for _, r := range ch.Reasons {
-		p.m.PushTriggers.WithLabelValues(TriggerType(r)).Inc()
+	if p.triggers == nil {
+		p.triggers = map[string]int{}
 	}
+	for _, r := range ch.Reasons {
+		p.triggers[TriggerType(r)]++
+	}
+	p.mu.Unlock()
 	select {
 	case p.kick <- struct{}{}:
 	default:
@@ -159,20 +167,54 @@ func (p *Pusher) Run(ctx context.Context) {
 			timer.Reset(deadline.Sub(now))
 			continue
 		}
-		ch, first := p.pending, p.firstAt
-		p.pending, p.firstAt, p.lastAt = model.Change{}, time.Time{}, time.Time{}
+		ch, first, triggers := p.pending, p.firstAt, p.triggers
+		p.pending, p.firstAt, p.lastAt, p.triggers = model.Change{}, time.Time{}, time.Time{}, nil
 		p.mu.Unlock()
 		p.m.DebounceTime.Observe(now.Sub(first).Seconds())
-		p.push(ch, first)
+		p.push(ch, first, triggers)
 	}
+}
+
+// recordTriggers counts a push's events by trigger type once per connected proxy, as istiod's
+// pilot_push_triggers does: it records the reasons of each proxy's push as the proxy is taken
+// off its push queue (pilot/pkg/xds/discovery.go, recordPushTriggers at Dequeue), every
+// connected proxy being queued for every push, whether the push changes anything for it.
+func (p *Pusher) recordTriggers(triggers map[string]int) {
+	p.mu.Lock()
+	proxies := p.proxies
+	p.mu.Unlock()
+	if proxies == nil || len(triggers) == 0 {
+		return
+	}
+	n := proxies()
+	if n == 0 {
+		return
+	}
+	for t, c := range triggers {
+		p.m.PushTriggers.WithLabelValues(t).Add(float64(c * n))
+	}
+}
+
+// countProxies gives the pusher the count of connected proxies (the server's).
+func (p *Pusher) countProxies(f func() int) {
+	p.mu.Lock()
+	p.proxies = f
+	p.mu.Unlock()
 }
 
 // Push pushes ch now (no debounce) and enables debounced pushes. The sync gate uses it for the
 // initial full push.
-func (p *Pusher) Push(ch model.Change) { p.push(ch, time.Now()) }
+func (p *Pusher) Push(ch model.Change) {
+	triggers := map[string]int{}
+	for _, r := range ch.Reasons {
+		triggers[TriggerType(r)]++
+	}
+	p.push(ch, time.Now(), triggers)
+}
 
-// push pushes ch; first is the first event of its debounced batch (for convergence).
-func (p *Pusher) push(ch model.Change, first time.Time) {
+// push pushes ch; first is the first event of its debounced batch (for convergence), triggers
+// its events by trigger type.
+func (p *Pusher) push(ch model.Change, first time.Time, triggers map[string]int) {
 	p.pushMu.Lock()
 	defer p.pushMu.Unlock()
 	start := time.Now()
@@ -188,7 +230,13 @@ func (p *Pusher) push(ch model.Change, first time.Time) {
 	if ch.Full {
 		// Everything merged so far is covered: the full push reads the model after this.
 		p.mu.Lock()
-		p.pending, p.firstAt, p.lastAt = model.Change{}, time.Time{}, time.Time{}
+		for t, n := range p.triggers {
+			if triggers == nil {
+				triggers = map[string]int{}
+			}
+			triggers[t] += n
+		}
+		p.pending, p.firstAt, p.lastAt, p.triggers = model.Change{}, time.Time{}, time.Time{}, nil
 		p.mu.Unlock()
 		p.fullPush(ch)
 		p.m.Pushes.WithLabelValues("full").Inc()
@@ -198,6 +246,7 @@ func (p *Pusher) push(ch model.Change, first time.Time) {
 		p.m.Pushes.WithLabelValues("eds").Inc()
 		p.m.PushCycleTime.WithLabelValues("eds").Observe(time.Since(start).Seconds())
 	}
+	p.recordTriggers(triggers)
 	hosts, eps := p.model.Stats()
 	p.m.Services.Set(float64(hosts))
 	p.m.Endpoints.Set(float64(eps))

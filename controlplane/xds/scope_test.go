@@ -355,3 +355,43 @@ func TestScopesLiveWhileTheirProxiesAreConnected(t *testing.T) {
 	pa2 := r.client(t, "sidecar~10.1.0.8~pa2.a~a.svc.cluster.local")
 	eventually(t, "a's new proxy served", func() bool { return len(clusterNames(pa2)) == 2 })
 }
+
+// TestPushTriggersCountEveryConnectedProxy: pilot_push_triggers counts a push's events once per
+// connected proxy, as istiod records each proxy's push reasons as it leaves the push queue, not
+// once per event; events pushed before any proxy connected count nothing.
+func TestPushTriggersCountEveryConnectedProxy(t *testing.T) {
+	r := newRig(t, 10*time.Millisecond, time.Second)
+	r.applyIn(t, "a", "a1", "10.0.0.1")
+	r.start(t)
+	triggers := func() float64 {
+		mfs, err := r.met.Registry.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() != "pilot_push_triggers" {
+				continue
+			}
+			for _, mm := range mf.GetMetric() {
+				if mm.GetLabel()[0].GetValue() == "endpoint" {
+					return mm.GetCounter().GetValue()
+				}
+			}
+		}
+		return -1
+	}
+	require.Zero(t, triggers(), "the initial push reached no proxy")
+	var clients []*adsclient.Client
+	for i := range 3 {
+		clients = append(clients, r.client(t, fmt.Sprintf("sidecar~10.1.0.%d~p%d.a~a.svc.cluster.local", i+1, i), "outbound|80||a1.test"))
+	}
+	eventually(t, "initial EDS", func() bool {
+		for _, c := range clients {
+			if endpointsOf(t, c, "outbound|80||a1.test") != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	r.applyIn(t, "a", "a1", "10.0.0.1", "10.0.0.2") // one endpoint event, three proxies connected
+	eventually(t, "the push", func() bool { return endpointsOf(t, clients[2], "outbound|80||a1.test") == 2 })
+	eventually(t, "the push's triggers", func() bool { return triggers() == 3 })
+}

@@ -209,6 +209,9 @@ func NewServerLimited(ctx context.Context, caches *Caches, pusher *Pusher, gate 
 	limits = limits.withDefaults()
 	s := &Server{caches: caches, pusher: pusher, gate: gate, log: log, m: m, streams: map[int64]*streamState{},
 		conns: newConns(), limits: limits}
+	if pusher != nil {
+		pusher.countProxies(s.connected)
+	}
 	s.sends = newThrottle(limits.PushThrottle, limits.SlotHold, limits.SendTimeout, limits.MaxStalledSends, s.conns, m)
 	if limits.NewStreamsPerSecond > 0 && limits.NewStreamBurst > 0 {
 		s.accept = rate.NewLimiter(rate.Limit(limits.NewStreamsPerSecond), limits.NewStreamBurst)
@@ -374,6 +377,13 @@ func (s *Server) open(ctx context.Context, key int64, delta bool) {
 	s.streams[key] = st
 	s.mu.Unlock()
 	s.m.ConnectedProxies.Inc()
+}
+
+// connected is how many proxies have a stream open.
+func (s *Server) connected() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.streams)
 }
 
 func (s *Server) close(id int64) {
