@@ -15,7 +15,7 @@ type Metrics struct {
 	// XDSPushes counts responses sent, one per proxy per type (cds, eds, lds, rds), as istiod's
 	// pilot_xds_pushes.
 	XDSPushes *prometheus.CounterVec
-	// ProxyConvergence is, per proxy and push, the first event of the debounced batch → the
+	// ProxyConvergence is, per proxy and push, the push's start (after the debounce) → the
 	// last response of that push sent to that proxy (every type the push changed that the proxy
 	// watches), as istiod's pilot_proxy_convergence_time. Merged pushes count once.
 	ProxyConvergence prometheus.Histogram

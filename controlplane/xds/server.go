@@ -601,17 +601,19 @@ func (s *Server) response(id int64, typeURL, version, nonce string, size int, ta
 		}
 	}
 	// Converged on rec, and on every earlier push merged into it: one observation from the
-	// earliest first event (istiod merges queued pushes keeping the earliest start).
-	first := rec.first
+	// earliest push's start, after its debounce, as istiod's (PushRequest.Start is set as the
+	// push is queued, in StartPush, "not including time spent debouncing"; merged queued pushes
+	// keep the earliest).
+	start := rec.start
 	for seq, p := range st.pending {
 		if seq <= rec.seq {
-			if p.rec.first.Before(first) {
-				first = p.rec.first
+			if p.rec.start.Before(start) {
+				start = p.rec.start
 			}
 			delete(st.pending, seq)
 		}
 	}
-	s.m.ProxyConvergence.Observe(now.Sub(first).Seconds())
+	s.m.ProxyConvergence.Observe(now.Sub(start).Seconds())
 }
 
 // ProxyStatus is what the server knows about one connected proxy.
