@@ -144,6 +144,11 @@ type Model struct {
 	// readySAs is the full-push-on-endpoint-reappear switch's state: host → service accounts of
 	// its ready endpoints (istiod's EndpointShards.ServiceAccounts).
 	readySAs map[string]map[string]struct{}
+	// hadEndpoints holds the hosts that have had endpoints since they were defined: istiod's
+	// EndpointIndex keeps a service's shard (its keys preserved) when its endpoints go to 0, and
+	// a shard it has to create — a service's first endpoints — is a full push ("Full push, new
+	// service", pilot/pkg/model/endpointshards.go UpdateServiceEndpoints).
+	hadEndpoints map[string]bool
 	// sidecars: namespace → name → namespace-wide Sidecar.
 	sidecars map[string]map[string]*Sidecar
 	// gateways and virtualServices by "ns/name".
@@ -191,7 +196,7 @@ func New(opts Options) *Model {
 		slicesBySvc: map[string]map[string]*sliceState{},
 		slices:      map[string]*sliceState{}, pods: map[string]*podState{},
 		podRefs: map[string]map[string]struct{}{}, claims: map[string]map[string]claim{},
-		hosts: map[string]*Entry{}, readySAs: map[string]map[string]struct{}{},
+		hosts: map[string]*Entry{}, readySAs: map[string]map[string]struct{}{}, hadEndpoints: map[string]bool{},
 		sidecars: map[string]map[string]*Sidecar{},
 		gateways: map[string]*Gateway{}, virtualServices: map[string]*VirtualService{},
 	}
@@ -565,6 +570,7 @@ func (m *Model) recomputeHost(host string, ch *Change, reason string) {
 	}
 	if next == nil {
 		delete(m.readySAs, host)
+		delete(m.hadEndpoints, host)
 		if old != nil {
 			delete(m.hosts, host)
 			ch.fullConfig(host, reason)
@@ -572,6 +578,10 @@ func (m *Model) recomputeHost(host string, ch *Change, reason string) {
 		return
 	}
 	saChanged := m.readyServiceAccountsChanged(host, next)
+	first := hasEndpoints(next) && !m.hadEndpoints[host]
+	if hasEndpoints(next) {
+		m.hadEndpoints[host] = true
+	}
 	if old == nil || !old.Service.equal(next.Service) {
 		m.hosts[host] = next
 		ch.fullConfig(host, reason)
@@ -583,11 +593,42 @@ func (m *Model) recomputeHost(host string, ch *Change, reason string) {
 		return
 	}
 	m.hosts[host] = next
-	if saChanged {
+	switch {
+	case first:
+		ch.fullConfig(host, "new service")
+	case saChanged:
 		ch.fullConfig(host, "service accounts changed")
-		return
+	case headlessTCP(next.Service):
+		// istiod re-pushes a headless Service's configuration when its endpoints change if a
+		// port is not HTTP: proxies get a listener per endpoint IP (endpointslice.go
+		// onEventInternal, "HeadlessEndpointUpdate"); pure HTTP headless services only EDS.
+		ch.fullConfig(host, "headless endpoints")
+	default:
+		ch.eds(host, "endpoints")
 	}
-	ch.eds(host, "endpoints")
+}
+
+// hasEndpoints reports whether e has an endpoint on any port, ready or not.
+func hasEndpoints(e *Entry) bool {
+	for _, eps := range e.Endpoints {
+		if len(eps) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// headlessTCP reports whether s is a headless Kubernetes Service with a port that is not HTTP.
+func headlessTCP(s *Service) bool {
+	if s.KubeName == "" || s.ClusterIP != "" || s.Resolution != ResolutionStatic {
+		return false
+	}
+	for _, p := range s.Ports {
+		if !HTTPLike(p.Protocol) {
+			return true
+		}
+	}
+	return false
 }
 
 func endpointsMapEqual(a, b map[uint32][]Endpoint) bool {

@@ -303,8 +303,9 @@ func TestKubeServiceEndpointSlicesAndPods(t *testing.T) {
 		},
 	}
 	ch = m.SetEndpointSlice(slice)
-	require.False(t, ch.Full)
-	require.Contains(t, ch.Hosts, "echo.app.svc.cluster.local")
+	require.True(t, ch.Full, "a service's first endpoints: a full push, as istiod's new endpoint shard")
+	require.Contains(t, ch.Reasons, "new service")
+	require.Contains(t, ch.Configs, "echo.app.svc.cluster.local", "for the proxies that see it")
 	eps := m.Entry("echo.app.svc.cluster.local").Endpoints[80]
 	require.Len(t, eps, 2)
 	require.True(t, eps[0].Healthy)
@@ -435,4 +436,66 @@ func TestSidecarForProxyBySelector(t *testing.T) {
 	m.DeleteSidecar("a", "sel")
 	m.DeleteSidecar("a", "z-older")
 	assert.True(t, m.SetPod(pod(map[string]string{"app": "z"})).Empty(), "no selector Sidecar in a: nothing to push")
+}
+
+// TestFullPushForAServicesFirstEndpoints: as istiod's EndpointIndex, a service's first
+// endpoints are a full push ("new service": the shard is created), while 1→0→1 is incremental
+// (the shard is kept, its keys preserved) until the service itself is deleted.
+func TestFullPushForAServicesFirstEndpoints(t *testing.T) {
+	m := New(quiet())
+	const host = "web.app.svc.cluster.local"
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "app"},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.11", Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
+	slice := func(addrs ...string) *discoveryv1.EndpointSlice {
+		s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "app", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+			Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}}}
+		for _, a := range addrs {
+			s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+		}
+		return s
+	}
+	require.True(t, m.SetKubeService(svc).Full)
+	ch := m.SetEndpointSlice(slice("10.244.0.5"))
+	require.True(t, ch.Full)
+	require.Equal(t, []string{"new service"}, ch.Reasons)
+	for i, addrs := range [][]string{{"10.244.0.5", "10.244.0.6"}, {}, {"10.244.0.7"}} {
+		ch = m.SetEndpointSlice(slice(addrs...))
+		require.False(t, ch.Full, "change %d: the service has had endpoints", i)
+		require.Contains(t, ch.Hosts, host)
+	}
+	m.DeleteEndpointSlice("app", "web-1")
+	require.True(t, m.DeleteKubeService("app", "web").Full)
+	require.True(t, m.SetKubeService(svc).Full)
+	require.False(t, hasEndpoints(m.Entry(host)))
+	ch = m.SetEndpointSlice(slice("10.244.0.8"))
+	require.Contains(t, ch.Reasons, "new service", "a service defined again is new again")
+}
+
+// TestHeadlessEndpointsFullPushOnlyWithTCPPorts: an endpoint change of a headless Service is a
+// full push when a port is not HTTP (proxies get a listener per endpoint IP), an EDS push when
+// every port is HTTP, as istiod's EndpointSlice handler.
+func TestHeadlessEndpointsFullPushOnlyWithTCPPorts(t *testing.T) {
+	for _, tc := range []struct {
+		port string
+		full bool
+	}{{"tcp-db", true}, {"http-web", false}} {
+		m := New(quiet())
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "app"},
+			Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: tc.port, Port: 5432}}}}
+		slice := func(addrs ...string) *discoveryv1.EndpointSlice {
+			s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "db-1", Namespace: "app", Labels: map[string]string{discoveryv1.LabelServiceName: "db"}},
+				Ports: []discoveryv1.EndpointPort{{Name: ptr.To(tc.port), Port: ptr.To[int32](5432)}}}
+			for _, a := range addrs {
+				s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+			}
+			return s
+		}
+		m.SetKubeService(svc)
+		require.Contains(t, m.SetEndpointSlice(slice("10.244.0.5")).Reasons, "new service", tc.port)
+		ch := m.SetEndpointSlice(slice("10.244.0.5", "10.244.0.6"))
+		require.Equal(t, tc.full, ch.Full, tc.port)
+		if tc.full {
+			require.Equal(t, []string{"headless endpoints"}, ch.Reasons)
+		}
+	}
 }

@@ -622,7 +622,7 @@ func (p *Pusher) updateEndpoints(next map[string]types.Resource, sources map[str
 // ServiceEntries), config (Sidecars), global (the initial push).
 func TriggerType(reason string) string {
 	switch reason {
-	case "endpoints", "endpointslice", "workloadentry", "service accounts changed":
+	case "endpoints", "endpointslice", "workloadentry", "service accounts changed", "new service", "headless endpoints":
 		return "endpoint"
 	case "service", "serviceentry":
 		return "service"
