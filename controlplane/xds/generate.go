@@ -296,12 +296,15 @@ var adsSource = &core.ConfigSource{
 	ResourceApiVersion:    core.ApiVersion_V3,
 }
 
+// connectTimeout is istiod's cluster connect_timeout: MeshConfig.connectTimeout's default.
+const connectTimeout = 10 * time.Second
+
 // BuildCluster is the cluster of one service port.
 func BuildCluster(e *model.Entry, p model.Port) *cluster.Cluster {
 	cn := model.ClusterName(e.Service.Hostname, p.Number)
 	c := &cluster.Cluster{
 		Name:           cn,
-		ConnectTimeout: durationpb.New(2 * time.Second),
+		ConnectTimeout: durationpb.New(connectTimeout),
 		LbPolicy:       cluster.Cluster_ROUND_ROBIN,
 	}
 	switch e.Service.Resolution {

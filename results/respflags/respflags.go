@@ -24,4 +24,7 @@ const (
 	// UpstreamConnectionTermination (UC): the upstream closed or reset the connection before
 	// answering, e.g. a pooled keep-alive connection it had just closed; 503.
 	UpstreamConnectionTermination = "UC"
+	// UpstreamRetryLimitExceeded (URX): the route's retries were exhausted; it stands beside the
+	// last attempt's flag ("UF,URX").
+	UpstreamRetryLimitExceeded = "URX"
 )

@@ -1,25 +1,21 @@
 package xdsproxy
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 )
 
-func TestBackoffIsJitteredExponentialAndBounded(t *testing.T) {
-	p := &Proxy{opts: Options{BackoffBase: 100 * time.Millisecond, BackoffMax: time.Second}}
-	c := &xdsClient{p: p}
-	for attempt := range 12 {
-		ceil := min(100*time.Millisecond<<attempt, time.Second)
-		d := c.backoff()
-		assert.GreaterOrEqual(t, d, time.Millisecond, "attempt %d", attempt)
-		assert.Less(t, d, ceil+time.Millisecond, "attempt %d", attempt)
+// TestRetryBackOffIsEnvoys: retry n waits up to (2^n - 1) × 25 ms, at most 250 ms (Envoy's
+// default retry_back_off), and no longer than the request lives.
+func TestRetryBackOffIsEnvoys(t *testing.T) {
+	for n, want := range map[int]time.Duration{1: 25 * time.Millisecond, 2: 75 * time.Millisecond,
+		3: 175 * time.Millisecond, 4: 250 * time.Millisecond, 40: 250 * time.Millisecond} {
+		assert.Equal(t, want, retryBackOffCeil(n), "retry %d", n)
 	}
-	// Over many draws the ceiling is reached in practice (jitter is uniform, not stuck low).
-	var maxSeen time.Duration
-	for range 200 {
-		maxSeen = max(maxSeen, c.backoff())
-	}
-	assert.Greater(t, maxSeen, 800*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	assert.ErrorIs(t, retryBackOff(ctx, 40), context.Canceled)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -35,7 +36,9 @@ func (p *Proxy) localReply(w http.ResponseWriter, code int, flag, body string) {
 	h := w.Header()
 	if flag != "" {
 		h.Set(respflags.Header, flag)
-		p.stats.flag(flag)
+		for _, f := range strings.Split(flag, ",") {
+			p.stats.flag(f)
+		}
 	}
 	if body != "" {
 		h.Set("Content-Type", "text/plain")
@@ -152,9 +155,21 @@ type forward struct {
 type upstreamError struct {
 	flag string
 	err  error
+	// retriesExhausted: the failure was one the route retries on and no retry was left; Envoy
+	// then also sets URX (UpstreamRetryLimitExceeded).
+	retriesExhausted bool
 }
 
 func (e *upstreamError) Error() string { return e.flag + ": " + e.err.Error() }
+
+// flags are the response flags of the local reply: the failure's, and URX beside it when the
+// retries were exhausted, as Envoy's %RESPONSE_FLAGS% joins them ("UF,URX").
+func (e *upstreamError) flags() string {
+	if e.retriesExhausted {
+		return e.flag + "," + respflags.UpstreamRetryLimitExceeded
+	}
+	return e.flag
+}
 func (e *upstreamError) Unwrap() error { return e.err }
 
 // dialError marks a failure to connect, as opposed to a failure on an open connection.
@@ -212,6 +227,11 @@ func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			if err := retryBackOff(req.Context(), attempt); err != nil {
+				return nil, classify(req.Context(), req.Context(), err)
+			}
+		}
 		hosts := fw.up.hosts
 		host := hosts[int(fw.up.rr.Add(1)-1)%len(hosts)]
 		// req is already the reverse proxy's private copy: a shallow copy with its own URL is
@@ -246,6 +266,7 @@ func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 			if canRetry && rp.retriable(ue.flag) {
 				continue
 			}
+			ue.retriesExhausted = retries > 0 && attempt == retries && rp.retriable(ue.flag)
 			return nil, ue
 		}
 		if canRetry && rp.retriableStatus(resp.StatusCode) {
@@ -306,6 +327,32 @@ func classify(reqCtx, tryCtx context.Context, err error) *upstreamError {
 	}
 }
 
+// Envoy's default retry back-off: fully jittered exponential, base 25 ms, at most 10 × base
+// (route.RetryPolicy.retry_back_off's defaults).
+const (
+	retryBackOffBase = 25 * time.Millisecond
+	retryBackOffMax  = 10 * retryBackOffBase
+)
+
+// retryBackOff waits before retry n (1, 2, ...): a uniform draw in [0, (2^n - 1) × base),
+// capped at the maximum, as Envoy's JitteredExponentialBackOffStrategy; it returns early with
+// ctx's error.
+func retryBackOff(ctx context.Context, n int) error {
+	t := time.NewTimer(rand.N(retryBackOffCeil(n)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// retryBackOffCeil is the bound of retry n's back-off: (2^n - 1) × base, at most the maximum.
+func retryBackOffCeil(n int) time.Duration {
+	return min(retryBackOffBase*time.Duration(1<<min(n, 16)-1), retryBackOffMax)
+}
+
 func deadlinePassed(ctx context.Context) bool {
 	dl, ok := ctx.Deadline()
 	return ok && !time.Now().Before(dl)
@@ -341,13 +388,13 @@ func (f *forwarder) errorHandler(w http.ResponseWriter, r *http.Request, err err
 	}
 	switch ue.flag {
 	case respflags.UpstreamConnectionFailure:
-		fw.proxy.localReply(w, http.StatusServiceUnavailable, ue.flag, bodyUF)
+		fw.proxy.localReply(w, http.StatusServiceUnavailable, ue.flags(), bodyUF)
 	case respflags.UpstreamRequestTimeout:
-		fw.proxy.localReply(w, http.StatusGatewayTimeout, ue.flag, bodyUT)
+		fw.proxy.localReply(w, http.StatusGatewayTimeout, ue.flags(), bodyUT)
 	case "DC":
 		fw.proxy.stats.flag("DC")
 	default:
-		fw.proxy.localReply(w, http.StatusServiceUnavailable, ue.flag, bodyUC)
+		fw.proxy.localReply(w, http.StatusServiceUnavailable, ue.flags(), bodyUC)
 	}
 }
 

@@ -24,7 +24,9 @@
 //     weights, localities and lb_policy are ignored. No circuit breakers, outlier detection or
 //     active health checks; ORIGINAL_DST clusters have no hosts (503 UH).
 //   - Retries: retry_on connect-failure, reset, 5xx, gateway-error, retriable-status-codes with
-//     num_retries and per_try_timeout; no retry back-off. Route timeouts are honoured (504 UT).
+//     num_retries and per_try_timeout, Envoy's default back-off between them (fully jittered,
+//     25 ms base, 250 ms at most; retry_back_off is not read); a local reply after the last
+//     retry failed carries URX beside its flag ("UF,URX"). Route timeouts are honoured (504 UT).
 //   - An updated cluster whose assignment is already known warms at once (Envoy's EDS cache).
 //   - An upstream keep-alive connection closed while idle is noticed when it is next taken from
 //     the pool (Envoy: at once); a close racing with a request fails it with 503 UC, as in Envoy.

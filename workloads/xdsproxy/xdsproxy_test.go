@@ -243,6 +243,30 @@ func TestRetryOnConnectFailureUsesNextEndpoint(t *testing.T) {
 	assert.Positive(t, p.Stats()["cluster_manager.upstream_cx_connect_fail"], "some attempts hit the dead endpoint")
 }
 
+// TestRetriesExhaustedAddURX: when every attempt the route's retry policy allows failed to
+// connect, the local reply carries URX beside UF, as Envoy's response flags; without a retry
+// policy it is UF alone. The proxy's flag counters count each flag.
+func TestRetriesExhaustedAddURX(t *testing.T) {
+	xds := xdstest.Start(t)
+	withRetry, without := xdstest.FreeAddr(t), xdstest.FreeAddr(t)
+	xds.Set(t, "v1",
+		xdstest.EDSCluster("dead", "dead"), xdstest.CLA("dead", closedAddr(t)),
+		xdstest.InlineHTTPListener("R", withRetry, xdstest.RouteConfig("r",
+			xdstest.VirtualHost("all", []string{"*"}, xdstest.WithRetry(xdstest.PrefixRoute("/", "dead"), "connect-failure", 2)))),
+		xdstest.InlineHTTPListener("N", without, xdstest.RouteConfig("n",
+			xdstest.VirtualHost("all", []string{"*"}, xdstest.PrefixRoute("/", "dead")))),
+	)
+	p := startProxy(t, xds, false)
+	eventually(t, "proxy ready", p.Ready)
+	r := get(t, withRetry, "x", "/")
+	assert.Equal(t, 503, r.code, r.body)
+	assert.Equal(t, "UF,URX", r.flag)
+	r = get(t, without, "x", "/")
+	assert.Equal(t, 503, r.code, r.body)
+	assert.Equal(t, "UF", r.flag)
+	assert.Equal(t, 3+1, int(p.Stats()["cluster_manager.upstream_cx_connect_fail"]), "three attempts, then one")
+}
+
 func TestReadyOnlyAfterClustersWarmAndListeners(t *testing.T) {
 	xds := xdstest.Start(t)
 	a1 := backend(t, "a1")
