@@ -109,14 +109,24 @@ func testKubeAndAdmin(t *testing.T, c *testCluster) {
 	code, body = get(t, base+"/debug/push_status")
 	require.Equal(t, http.StatusOK, code)
 	var ps struct {
+		Seq    uint64 `json:"seq"`
 		Kind   string `json:"kind"`
 		Scopes []struct {
 			Namespace string `json:"namespace"`
 		} `json:"scopes"`
+		Proxies []struct {
+			ID    string `json:"id"`
+			Types map[string]struct {
+				SentPush uint64 `json:"sentPush"`
+			} `json:"types"`
+		} `json:"proxies"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(body), &ps))
 	require.Equal(t, "eds", ps.Kind, "the latest push was the readiness flip")
 	require.NotEmpty(t, ps.Scopes)
+	require.NotEmpty(t, ps.Proxies, "per connected proxy")
+	require.NotEmpty(t, ps.Proxies[0].ID)
+	require.Equal(t, ps.Seq, ps.Proxies[0].Types["eds"].SentPush, "the proxy was sent the latest push's EDS")
 	code, body = get(t, base+"/debug/connections")
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "client.kube")

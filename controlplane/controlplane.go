@@ -467,7 +467,9 @@ func (cp *ControlPlane) adminMux() *http.ServeMux {
 	})
 	mux.HandleFunc("/debug/config_dump", cp.configDump)
 	mux.HandleFunc("/debug/syncz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, cp.Server.Syncz()) })
-	mux.HandleFunc("/debug/push_status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, cp.Pusher.Status()) })
+	mux.HandleFunc("/debug/push_status", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, pushStatus{PushStatus: cp.Pusher.Status(), Proxies: cp.Server.Proxies()})
+	})
 	mux.Handle("/debug/ballast", &ballast{max: cp.opts.BallastMaxMiB})
 	return mux
 }
@@ -545,3 +547,11 @@ const (
 	typeListener = "type.googleapis.com/envoy.config.listener.v3.Listener"
 	typeRoute    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 )
+
+// pushStatus is /debug/push_status: the latest push and every scope, and per connected proxy
+// what it was sent of which push and what it acknowledged or rejected (istiod's push status is
+// per proxy too).
+type pushStatus struct {
+	xds.PushStatus
+	Proxies []xds.ProxyStatus `json:"proxies"`
+}

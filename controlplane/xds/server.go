@@ -632,6 +632,9 @@ type TypeStatus struct {
 	SentVersion  string   `json:"sentVersion"`
 	AckedVersion string   `json:"ackedVersion"`
 	NACKs        int      `json:"nacks"`
+	// SentPush is the push (PushStatus.Seq) the latest response of this type belonged to; 0:
+	// none yet, only the proxy's initial fetch.
+	SentPush uint64 `json:"sentPush,omitempty"`
 }
 
 // Proxies lists connected proxies, by stream id.
@@ -644,7 +647,7 @@ func (s *Server) Proxies() []ProxyStatus {
 			Since: st.opened, Types: map[string]TypeStatus{}}
 		for t, ts := range st.types {
 			ps.Types[ShortType(t)] = TypeStatus{Subscribed: ts.names, SentVersion: ts.sentVersion,
-				AckedVersion: ts.ackedVersion, NACKs: ts.nacks}
+				AckedVersion: ts.ackedVersion, NACKs: ts.nacks, SentPush: ts.sentSeq}
 		}
 		out = append(out, ps)
 	}
