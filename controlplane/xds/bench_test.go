@@ -71,7 +71,7 @@ func BenchmarkFullPushScopes(b *testing.B) {
 	const services, proxies = 1000, 100
 	for _, scopes := range []int{1, 10, 100} {
 		b.Run(fmt.Sprintf("scopes=%d", scopes), func(b *testing.B) {
-			r := newRig(b, 100*time.Millisecond, 10*time.Second)
+			r := newRigLimited(b, fleetLimits, 100*time.Millisecond, 10*time.Second)
 			fill(b, r.m, services, 10)
 			r.start(b)
 			wait := cdsFleet(b, r.addr, proxies, scopes, nil)
@@ -93,6 +93,9 @@ func BenchmarkFullPushScopes(b *testing.B) {
 // cdsFleet connects n proxies (wildcard CDS), proxy c in namespace ns-<c mod scopes>; onCDS
 // (if not nil) sees every CDS response as it arrives. wait returns once n more CDS responses have
 // arrived: one per proxy, per push.
+//
+// A benchmark whose fleet connects all at once runs its server with fleetLimits: istiod's
+// new-stream rate would refuse most of it (what is measured is a connected fleet's pushes).
 func cdsFleet(b *testing.B, addr string, n, scopes int, onCDS func(adsclient.Response)) (wait func()) {
 	got := make(chan struct{}, n*4)
 	for c := 0; c < n; c++ {
@@ -138,7 +141,7 @@ func (r *rig) generations() int {
 // get CDS. Reports the CDS responses and scope generations per change.
 func BenchmarkScopedChange5000(b *testing.B) {
 	const services, scopes, proxies = 5000, 10, 100
-	r := newRig(b, 10*time.Millisecond, 10*time.Second)
+	r := newRigLimited(b, fleetLimits, 10*time.Millisecond, 10*time.Second)
 	se := func(ns string, i int) {
 		spec := &v1alpha3.ServiceEntry{Hosts: []string{fmt.Sprintf("se-%d.%s.test", i, ns)}, Resolution: v1alpha3.ServiceEntry_STATIC,
 			Ports: []*v1alpha3.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP", TargetPort: 8080}}}
@@ -199,3 +202,7 @@ func BenchmarkScopedChange5000(b *testing.B) {
 	b.ReportMetric((testutil.ToFloat64(r.met.XDSPushes.WithLabelValues("cds"))-cds0)/float64(b.N), "cds-responses/change")
 	b.ReportMetric(float64(gens()-gens0)/float64(b.N), "generations/change")
 }
+
+// fleetLimits are a benchmark server's limits for a fleet that connects all at once: no
+// new-stream admission, no stream cap.
+var fleetLimits = Limits{NewStreamsPerSecond: -1, MaxStreams: -1}

@@ -232,7 +232,7 @@ func BenchmarkEndpointChangeACKed1000(b *testing.B) {
 // scopes: 1 when config is generated once per scope, 100 if it were once per proxy.
 func BenchmarkFullPush1000Proxies(b *testing.B) {
 	const services, proxies, scopes = 5000, 1000, 10
-	r := newRig(b, 100*time.Millisecond, 10*time.Second)
+	r := newRigLimited(b, fleetLimits, 100*time.Millisecond, 10*time.Second)
 	fill(b, r.m, services, 10)
 	r.start(b)
 	var mu sync.Mutex
