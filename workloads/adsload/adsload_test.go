@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -116,7 +117,8 @@ func TestClientsACKAndRecordConvergence(t *testing.T) {
 }
 
 // TestConfiguredMeansServed: a client is configured once its stream has received a response,
-// not when the stream opens (a control plane may hold a stream unanswered).
+// not when the stream opens (a control plane may hold a stream unanswered); the pod is ready
+// (/ready) once every client is.
 func TestConfiguredMeansServed(t *testing.T) {
 	xds := xdstest.Start(t) // no snapshot yet: streams open, nothing is answered
 	const n = 5
@@ -127,10 +129,20 @@ func TestConfiguredMeansServed(t *testing.T) {
 	go func() { l.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 
+	srv := httptest.NewServer(l.Handler())
+	defer srv.Close()
+	ready := func() int {
+		resp, err := srv.Client().Get(srv.URL + "/ready")
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
 	require.Eventually(t, func() bool { return l.Stats().Connected == n }, 10*time.Second, 10*time.Millisecond)
 	assert.Zero(t, l.Stats().Configured, "connected, nothing received")
+	assert.Equal(t, http.StatusServiceUnavailable, ready(), "not ready: no client served")
 	xds.Set(t, "1", mesh(2)...)
 	require.Eventually(t, func() bool { return l.Stats().Configured == n }, 10*time.Second, 10*time.Millisecond)
+	assert.Equal(t, http.StatusOK, ready(), "ready: every client served")
 }
 
 func TestClientsRecordTrackedEndpointChanges(t *testing.T) {

@@ -2,6 +2,7 @@ package adsload
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -31,6 +32,17 @@ func (l *Load) Handler() http.Handler {
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(l.Stats())
+	})
+	// /ready is the pod's readiness: every client's stream has received config, so the
+	// harness measures a whole fleet (one still connecting would count its first fetches as
+	// the run's pushes and miss the first changes).
+	mux.HandleFunc("/ready", func(w http.ResponseWriter, r *http.Request) {
+		st := l.Stats()
+		if st.Configured < int64(st.Clients) {
+			http.Error(w, fmt.Sprintf("%d of %d clients served (%d streams open)", st.Configured, st.Clients, st.Connected), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
 	})
 	return mux
 }
