@@ -578,8 +578,9 @@ func (m *Model) recomputeHost(host string, ch *Change, reason string) {
 		return
 	}
 	saChanged := m.readyServiceAccountsChanged(host, next)
-	first := hasEndpoints(next) && !m.hadEndpoints[host]
-	if hasEndpoints(next) {
+	has := hasEndpoints(next)
+	first := has && !m.hadEndpoints[host]
+	if has {
 		m.hadEndpoints[host] = true
 	}
 	if old == nil || !old.Service.equal(next.Service) {
