@@ -45,6 +45,7 @@ runs that could not be carried out, or an interruption.`,
 		RunE: u.runE(func(cmd *cobra.Command) error { return prepareFidelity(&u, cmd) }),
 	}
 	u.substrateFlags(cmd)
+	u.reuseFlag(cmd)
 	cmd.Flags().StringVar(&u.base, "istiod", subject.IstiodPrefix, "istiod as --cp spells it: istiod (the default build) or istiod@PIN")
 	cmd.Flags().StringVar(&u.cand, "reference", "reference", "the reference as --cp spells it")
 	cmd.Flags().IntVar(&u.repeats, "repeats", 0, "runs per experiment and side (default: the suite's 3)")

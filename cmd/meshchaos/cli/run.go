@@ -18,6 +18,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/cluster/bins"
 	"github.com/meshchaos/meshchaos/harness/cluster/kind"
 	"github.com/meshchaos/meshchaos/harness/cluster/local"
+	"github.com/meshchaos/meshchaos/harness/cluster/reuse"
 	"github.com/meshchaos/meshchaos/harness/kit"
 	"github.com/meshchaos/meshchaos/harness/mesh"
 	"github.com/meshchaos/meshchaos/harness/params"
@@ -128,6 +129,11 @@ type job struct {
 	XDS string
 	// Keep is when the run's cluster stays up at the end (--keep-cluster; run only: "" is never).
 	Keep string
+	// ReuseCluster is --reuse-cluster (suite, upgrade-check, fidelity): pool is then the
+	// clusters the runs share (newPool) and poolRun this run's number among them.
+	ReuseCluster bool
+	pool         *reuse.Pool
+	poolRun      int
 }
 
 // flags registers the flags every command that runs experiments against one control plane shares.
@@ -234,6 +240,9 @@ func (j job) checkSubstrate() error {
 
 // provider checks the substrate's preconditions and returns it.
 func (j job) provider() (cluster.Substrate, error) {
+	if j.pool != nil {
+		return j.pool.Run(j.poolRun), nil
+	}
 	switch j.Substrate {
 	case "local":
 		if err := local.Preflight(); err != nil {

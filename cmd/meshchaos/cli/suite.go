@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/meshchaos/meshchaos/harness/cluster/reuse"
 	"github.com/meshchaos/meshchaos/harness/runner"
 	"github.com/meshchaos/meshchaos/harness/suite"
 	"github.com/meshchaos/meshchaos/internal/version"
@@ -94,6 +95,7 @@ says which run is still being torn down.
 		},
 	}
 	j.flags(cmd)
+	j.reuseFlag(cmd)
 	cmd.Flags().StringVar(&o.Out, "out", "", "the suite's directory to create: a run directory per run, suite.json, junit.xml, index.html (default runs/suite-NAME-TIME)")
 	cmd.Flags().StringVar(&o.History, "history", "", "history directory: append this execution and show trends across nights")
 	cmd.Flags().StringVar(&o.Shard, "shard", "", "run share I of N of the suite's runs (1/3, 2/3, 3/3 on three machines; then 'suite merge')")
@@ -142,6 +144,7 @@ func planSuite(made *results.Created, s suite.Suite, j job, o suiteOpts, out str
 		for r := 1; r <= n; r++ {
 			rj := j
 			rj.Experiment, rj.Sets, rj.CP = e.Experiment, sets, cp
+			rj.poolRun = len(plan) + 1
 			if rj.Out, err = runDirIn(out, suiteRunName(i, e.Experiment, cp, r, n)); err != nil {
 				return nil, nil, Usagef("suite %s entry %d (%s, %s): %v", s.Name, i+1, e.Experiment, cp, err)
 			}
@@ -230,6 +233,10 @@ func runSuite(ctx context.Context, s suite.Suite, j job, o suiteOpts, doing *act
 		return err
 	}
 	x := &suiteExec{suite: s, substrate: j.Substrate, opts: o, past: past, doing: doing}
+	if j.pool, err = j.newPool(suiteCPs(s, j.CP)...); err != nil {
+		return err
+	}
+	x.pool = j.pool
 	if x.out, err = claimSuiteDir(&x.made, o.Out, suiteDirName(s.Name, sh)); err == nil {
 		x.runs, x.shard, err = planSuite(&x.made, s, j, o, x.out, sh)
 	}
@@ -257,6 +264,8 @@ type suiteExec struct {
 	doing *activity
 	// shard is the share of the suite's runs this execution makes (nil: all of them).
 	shard *results.SuiteShard
+	// pool is the cluster the runs share (nil: a cluster per run).
+	pool *reuse.Pool
 }
 
 // handOver gives everything the suite wrote to the user who ran it through sudo: what it created
@@ -302,6 +311,7 @@ func suiteDirName(name string, sh suite.Shard) string {
 func (x *suiteExec) execute(ctx context.Context, stdout, stderr io.Writer) error {
 	s, out, runs := x.suite, x.out, x.runs
 	defer x.handOver(stderr)
+	defer closePool(ctx, x.pool, stderr)
 	build := version.Get()
 	res := &results.SuiteResult{Schema: results.SuiteSchema, Suite: s.Name, Summary: s.Summary,
 		Substrate: x.substrate, StartedAt: time.Now().UTC(), Planned: len(runs),

@@ -89,6 +89,8 @@ func TestSuiteTinyBothWays(t *testing.T) {
 	code, msg := run(t, "suite", "../../../examples/suites/tiny.yaml", "--out", out, "--history", history)
 	t.Log(msg)
 	require.Equal(t, 0, code, "every run gave its expected verdict")
+	assert.Contains(t, msg, "shared cluster: 1 cluster(s) brought up, 1 run(s) on a cluster an earlier run had used",
+		"the two runs share one cluster (--reuse-cluster's default), the second on a cluster checked clean")
 
 	res := readSuite(t, out)
 	require.Len(t, res.Runs, 2)

@@ -130,6 +130,7 @@ Exit code: 0 no regression, 1 a regression, 2 bad input, runs that could not be 
 		RunE: u.runE(u.prepare),
 	}
 	u.substrateFlags(cmd)
+	u.reuseFlag(cmd)
 	cmd.Flags().StringVar(&u.base, "base", "", "the control plane today, as --cp spells it (e.g. reference)")
 	cmd.Flags().StringVar(&u.cand, "candidate", "", "the control plane to upgrade to, as --cp spells it (e.g. reference:ungated)")
 	cmd.Flags().StringVar(&u.suite, "suite", "pre-upgrade", "a built-in suite's name or a suite YAML file")
@@ -204,6 +205,9 @@ func (u *upgradeCheck) prepare(cmd *cobra.Command) error {
 			return Usagef("--%s: %v", u.label(k), err)
 		}
 	}
+	if u.pool, err = u.newPool(u.base, u.cand); err != nil {
+		return err
+	}
 	for i, e := range entries {
 		n := max(e.Repeats, 1)
 		if u.repeats > 0 {
@@ -214,6 +218,7 @@ func (u *upgradeCheck) prepare(cmd *cobra.Command) error {
 				side := [2]string{"base", "candidate"}[k]
 				j := u.job
 				j.Experiment, j.Sets, j.CP = e.Experiment, e.Sets, cp
+				j.pool, j.poolRun = u.pool, len(u.runs)+1
 				if j.Out, err = runDirIn(filepath.Join(u.out, u.label(k)), fmt.Sprintf("%02d-%s-r%d", i+1, e.Experiment, r)); err != nil {
 					return Usagef("suite %s entry %d (%s, %s %s): %v", s.Name, i+1, e.Experiment, u.label(k), j.CP, err)
 				}
@@ -235,6 +240,7 @@ func dirName(cp string) string { return strings.NewReplacer(":", "-", ",", "+", 
 // comparison of the runs made says it was interrupted: exit 2, never a verdict (exit 0 or 1).
 func (u *upgradeCheck) execute(ctx context.Context, stdout, stderr io.Writer) error {
 	u.startedAt = time.Now()
+	defer closePool(ctx, u.pool, stderr)
 	// The comparison's files are handed over by finishComparison.
 	defer func() {
 		paths := u.made.Paths()
