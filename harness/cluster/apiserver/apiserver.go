@@ -246,6 +246,10 @@ func (s *Server) startAPIServer(ctx context.Context, path string) error {
 		// Priority and fairness queues requests; experiments want the apiserver out of the way.
 		"--enable-priority-and-fairness=false",
 		"--event-ttl=30m", "--v=1",
+		// A namespace's or a CRD's objects are deleted by DeleteCollection, one object after
+		// another with the default single worker: thousands of ServiceEntries took longer to
+		// delete than a cluster takes to come up (a pooled cluster's give-back, harness/cluster/reuse).
+		"--delete-collection-workers=4",
 	}
 	var err error
 	s.api, err = proc.Start(proc.Spec{Name: "kube-apiserver", Path: path, Dir: s.opts.Dir, Netns: s.opts.Netns,
