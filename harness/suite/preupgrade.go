@@ -20,9 +20,9 @@ func init() {
 		Summary: "pre-upgrade validation: incidents 1 and 2 at CI scale, each against base and candidate (upgrade-check)",
 		Entries: []Entry{
 			{Experiment: "cp-oom-restart", Repeats: 3,
-				Set: []string{"rate=100", "duration=40s", "steady=8s", "throttleWindow=20s"}},
+				Set: []string{"rate=100", "duration=30s", "steady=5s", "throttleWindow=18s"}},
 			{Experiment: "endpoint-flap", Repeats: 3,
-				Set: []string{"rate=50", "duration=45s", "steady=5s", "flapFor=20s", "proxies=20", "serviceEntries=100"}},
+				Set: []string{"rate=50", "duration=34s", "steady=4s", "flapFor=15s", "proxies=20", "serviceEntries=100"}},
 		},
 	})
 }
