@@ -264,18 +264,25 @@ func Up(ctx context.Context, provider cluster.Substrate, spec Spec, rec Recorder
 			return m, err
 		}
 	}
+	// The CRDs go in while the backends start: neither waits on the other.
+	crdsDone := make(chan error, 1)
+	if spec.ServiceEntries.Count > 0 {
+		go func() { crdsDone <- m.installCRDs(ctx) }()
+	} else {
+		crdsDone <- nil
+	}
 	for _, b := range spec.Backends {
 		if err := m.deploy(ctx, "echo", wlmanifests.Values{Substrate: wl, Namespace: ns, Name: b.Name, Replicas: b.Replicas}, b.Node, deployWait); err != nil {
-			return m, fmt.Errorf("deploy backend %s: %w", b.Name, err)
+			return m, errors.Join(fmt.Errorf("deploy backend %s: %w", b.Name, err), <-crdsDone)
 		}
 		if m.BackendIPs[b.Name], err = kube.PodIPs(ctx, m.Client, ns, "app="+b.Name); err != nil {
-			return m, err
+			return m, errors.Join(err, <-crdsDone)
 		}
 	}
+	if err := <-crdsDone; err != nil {
+		return m, err
+	}
 	if se := spec.ServiceEntries; se.Count > 0 {
-		if err := m.installCRDs(ctx); err != nil {
-			return m, err
-		}
 		if se.Namespace == "" {
 			se.Namespace = ns
 		}
