@@ -78,3 +78,12 @@ func suiteCPs(s suite.Suite, cp string) []string {
 	}
 	return out
 }
+
+// planPool tells the pool the runs to come, in order, and the nodes each asks for.
+func planPool(p *reuse.Pool, runs []*prepared) {
+	var plan []reuse.Planned
+	for _, r := range runs {
+		plan = append(plan, reuse.Planned{K: r.poolRun, Nodes: r.nodes})
+	}
+	p.Plan(plan)
+}

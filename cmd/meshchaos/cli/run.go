@@ -157,6 +157,8 @@ type prepared struct {
 	job
 	Dir string
 	exp runner.Experiment
+	// nodes is how many nodes the run's cluster has (0: it brings up none).
+	nodes int
 }
 
 // checked is a job whose every input was checked: what a run and a dry run share.
@@ -224,7 +226,11 @@ func (j job) prepare(made *results.Created) (*prepared, error) {
 	if err != nil {
 		return nil, WithExitCode(2, err)
 	}
-	return &prepared{job: j, Dir: dir, exp: c.exp}, nil
+	p := &prepared{job: j, Dir: dir, exp: c.exp}
+	if c.def.Mesh != nil {
+		p.nodes = c.def.MeshSpec(c.vals).Nodes
+	}
+	return p, nil
 }
 
 // checkSubstrate refuses an unknown --substrate and flags of another substrate than the one

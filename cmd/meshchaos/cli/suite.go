@@ -240,6 +240,13 @@ func runSuite(ctx context.Context, s suite.Suite, j job, o suiteOpts, doing *act
 	if x.out, err = claimSuiteDir(&x.made, o.Out, suiteDirName(s.Name, sh)); err == nil {
 		x.runs, x.shard, err = planSuite(&x.made, s, j, o, x.out, sh)
 	}
+	if err == nil && x.pool != nil {
+		var ps []*prepared
+		for _, r := range x.runs {
+			ps = append(ps, r.p)
+		}
+		planPool(x.pool, ps)
+	}
 	if err != nil {
 		// Nothing ran: the directories this refusal made go again (only those, and only empty).
 		x.made.RemoveEmpty()

@@ -230,6 +230,13 @@ func (u *upgradeCheck) prepare(cmd *cobra.Command) error {
 			}
 		}
 	}
+	if u.pool != nil {
+		var ps []*prepared
+		for _, r := range u.runs {
+			ps = append(ps, r.p)
+		}
+		planPool(u.pool, ps)
+	}
 	return nil
 }
 

@@ -34,6 +34,7 @@ type Pool struct {
 	base     *Snapshot
 	lent     bool
 	logf     func(string, ...any) // the current run's, for the held cluster's own messages
+	plan     []Planned            // the series' runs in order (nil: not known)
 	ups      int                  // clusters brought up
 	reused   int                  // runs that got a cluster a previous run had used
 	discards []string             // why clusters were torn down before Close
@@ -45,12 +46,43 @@ func New(inner cluster.Substrate, name string) *Pool {
 	return &Pool{inner: inner, name: name, ops: ops{snapshot: takeSnapshot, claim: claimNamespaces, cleanup: deleteRun, check: compare}}
 }
 
+// Planned is a run of the series: its number (Run's k) and the nodes it will ask for.
+type Planned struct {
+	K, Nodes int
+}
+
+// Plan tells the pool the series' runs, in order: a run after which no run comes, or the next
+// asks for another number of nodes, has its cluster torn down when it ends instead of cleaned
+// for a run that could not use it.
+func (p *Pool) Plan(runs []Planned) {
+	p.mu.Lock()
+	p.plan = append([]Planned(nil), runs...)
+	p.mu.Unlock()
+}
+
+// lastOfItsSize says whether no run of the plan after run k can use its cluster, and why.
+func (p *Pool) lastOfItsSize(k int) (bool, string) {
+	for i, r := range p.plan {
+		if r.K != k {
+			continue
+		}
+		if i == len(p.plan)-1 {
+			return true, "the last run"
+		}
+		if next := p.plan[i+1]; next.Nodes != r.Nodes {
+			return true, fmt.Sprintf("the next run needs %d node(s), not %d", next.Nodes, r.Nodes)
+		}
+		return false, ""
+	}
+	return false, ""
+}
+
 // Run is the substrate run k (1-based) of the series uses: its Up lends the pool's cluster
 // (bringing one up when the pool holds none of the size asked for) with the run's namespaces
 // created, and the lent cluster's Down gives it back clean. It is a cluster.Shared substrate:
 // the run's workloads go to a namespace of its own rather than "default".
 func (p *Pool) Run(k int) cluster.Substrate {
-	return &runSubstrate{pool: p, run: fmt.Sprintf("%s-r%d", p.name, k)}
+	return &runSubstrate{pool: p, k: k, run: fmt.Sprintf("%s-r%d", p.name, k)}
 }
 
 // ops are what the pool does to a cluster through its API (tests replace them).
@@ -163,13 +195,21 @@ func (p *Pool) discard(ctx context.Context, why string) error {
 
 // giveBack takes the cluster back from run: the run's objects deleted, the cluster checked
 // against its baseline, and torn down when it differs or cannot be checked.
-func (p *Pool) giveBack(ctx context.Context, run string, namespaces []string) error {
+func (p *Pool) giveBack(ctx context.Context, k int, run string, namespaces []string) error {
 	defer p.release()
 	p.mu.Lock()
 	c, base := p.held, p.base
+	done, why := p.lastOfItsSize(k)
+	if done {
+		p.held, p.base = nil, nil
+	}
 	p.mu.Unlock()
 	if c == nil {
 		return nil // closed under the run
+	}
+	if done {
+		p.log("cluster %s: no run after %s can use it (%s): tearing it down", p.name, run, why)
+		return c.Down(context.WithoutCancel(ctx))
 	}
 	start := time.Now()
 	if err := p.ops.cleanup(ctx, c, run, namespaces, base); err != nil {
@@ -191,6 +231,7 @@ func (p *Pool) giveBack(ctx context.Context, run string, namespaces []string) er
 // runSubstrate is the substrate of one run of the pool.
 type runSubstrate struct {
 	pool *Pool
+	k    int
 	run  string
 }
 
@@ -210,7 +251,7 @@ func (s *runSubstrate) Up(ctx context.Context, spec cluster.Spec) (cluster.Clust
 	if err != nil {
 		return nil, err
 	}
-	l := &lease{Cluster: c, pool: s.pool, run: s.run}
+	l := &lease{Cluster: c, pool: s.pool, k: s.k, run: s.run}
 	if err := s.pool.ops.claim(ctx, c, s.run, spec.Namespaces); err != nil {
 		return nil, errors.Join(err, l.Down(ctx))
 	}
@@ -229,6 +270,7 @@ func (s *runSubstrate) Up(ctx context.Context, spec cluster.Spec) (cluster.Clust
 type lease struct {
 	cluster.Cluster
 	pool       *Pool
+	k          int
 	run        string
 	namespaces []string
 	once       sync.Once
@@ -247,7 +289,7 @@ func (l *lease) Name() string { return l.run }
 // Down implements cluster.Cluster: the run's objects deleted, the cluster checked and kept for
 // the next run (or torn down when something of this one is left). Safe to call twice.
 func (l *lease) Down(ctx context.Context) error {
-	l.once.Do(func() { l.err = l.pool.giveBack(ctx, l.run, l.namespaces) })
+	l.once.Do(func() { l.err = l.pool.giveBack(ctx, l.k, l.run, l.namespaces) })
 	return l.err
 }
 

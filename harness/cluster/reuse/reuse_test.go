@@ -124,6 +124,25 @@ func TestALeftoverDiscardsTheCluster(t *testing.T) {
 	assert.Equal(t, 1, s.up[1].downs, "a cluster that cannot be checked is torn down too")
 }
 
+func TestAClusterNoPlannedRunCanUseGoesAtOnce(t *testing.T) {
+	ctx := context.Background()
+	s := &fakeSubstrate{}
+	p, f := newPool(t, s)
+	p.Plan([]Planned{{K: 1, Nodes: 2}, {K: 2, Nodes: 2}, {K: 3, Nodes: 1}, {K: 5, Nodes: 1}})
+	for _, r := range []Planned{{1, 2}, {2, 2}, {3, 1}, {5, 1}} {
+		c, err := p.Run(r.K).Up(ctx, cluster.Spec{Nodes: r.Nodes})
+		require.NoError(t, err)
+		require.NoError(t, c.Down(ctx))
+	}
+	require.Len(t, s.up, 2)
+	assert.Equal(t, 1, s.up[0].downs, "the 2-node cluster goes when the next run needs 1 node")
+	assert.Equal(t, 1, s.up[1].downs, "the last run's cluster goes at its end")
+	assert.Equal(t, []string{"suite1-r1", "suite1-r3"}, f.cleaned, "nothing cleaned for a run that could not use it")
+	assert.Equal(t, Stats{Clusters: 2, Reused: 2}, p.Stats(), "neither counts as a cluster something was left on")
+	require.NoError(t, p.Close(ctx))
+	assert.Equal(t, 1, s.up[1].downs, "Close has nothing left to tear down")
+}
+
 func TestAnotherSizeGetsANewCluster(t *testing.T) {
 	ctx := context.Background()
 	s := &fakeSubstrate{}
