@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -98,23 +99,12 @@ func BenchmarkFullPushScopes(b *testing.B) {
 // new-stream rate would refuse most of it (what is measured is a connected fleet's pushes).
 func cdsFleet(b *testing.B, addr string, n, scopes int, onCDS func(adsclient.Response)) (wait func()) {
 	got := make(chan struct{}, n*4)
-	for c := 0; c < n; c++ {
-		ns := fmt.Sprintf("ns-%d", c%scopes)
-		cl, err := adsclient.Dial(b.Context(), addr, fmt.Sprintf("sidecar~10.0.%d.%d~p-%d.%s~%s.svc.cluster.local", c/256, c%256, c, ns, ns))
-		require.NoError(b, err)
-		cl.OnResponse = func(resp adsclient.Response) {
-			if resp.TypeURL != resourcev3.ClusterType {
-				return
-			}
-			if onCDS != nil {
-				onCDS(resp)
-			}
-			got <- struct{}{}
+	connectCDSFleet(b, addr, n, scopes, func(_ int, resp adsclient.Response) {
+		if onCDS != nil {
+			onCDS(resp)
 		}
-		require.NoError(b, cl.SetNames(resourcev3.ClusterType, nil))
-		go cl.Run()
-		b.Cleanup(cl.Close)
-	}
+		got <- struct{}{}
+	})
 	return func() {
 		for c := 0; c < n; c++ {
 			select {
@@ -123,6 +113,24 @@ func cdsFleet(b *testing.B, addr string, n, scopes int, onCDS func(adsclient.Res
 				b.Fatalf("only %d of %d proxies got CDS", c, n)
 			}
 		}
+	}
+}
+
+// connectCDSFleet connects n proxies (wildcard CDS) to addr, proxy c in namespace
+// ns-<c mod scopes>; onCDS sees every CDS response of each, with the proxy's number.
+func connectCDSFleet(tb testing.TB, addr string, n, scopes int, onCDS func(proxy int, resp adsclient.Response)) {
+	for c := 0; c < n; c++ {
+		ns := fmt.Sprintf("ns-%d", c%scopes)
+		cl, err := adsclient.Dial(context.Background(), addr, fmt.Sprintf("sidecar~10.0.%d.%d~p-%d.%s~%s.svc.cluster.local", c/256, c%256, c, ns, ns))
+		require.NoError(tb, err)
+		cl.OnResponse = func(resp adsclient.Response) {
+			if resp.TypeURL == resourcev3.ClusterType {
+				onCDS(c, resp)
+			}
+		}
+		require.NoError(tb, cl.SetNames(resourcev3.ClusterType, nil))
+		go cl.Run()
+		tb.Cleanup(cl.Close)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshchaos/meshchaos/controlplane/internal/adsclient"
@@ -283,7 +284,7 @@ func BenchmarkEndpointChangeACKed10000(b *testing.B) {
 	for _, mode := range []string{"sotw", "delta"} {
 		b.Run(mode, func(b *testing.B) {
 			r, names := endpointChangeRig(b, Limits{NewStreamsPerSecond: -1, MaxStreams: -1})
-			f := startChildFleet(b, r.addr, clients, mode == "delta", len(names))
+			f := startChildFleet(b, r.addr, clients, mode, len(names))
 			stop := cpuProfile(b, mode+"-cp")
 			lat := measureEndpointChanges(b, r, names, clients, 2*time.Minute, f.arm, f.acks)
 			stop()
@@ -296,9 +297,92 @@ func BenchmarkEndpointChangeACKed10000(b *testing.B) {
 	}
 }
 
+// BenchmarkFullPush10000Proxies: BenchmarkFullPush1000Proxies' measurement with 10 000 proxies
+// (wildcard CDS, SotW) in 10 namespaces (10 scopes of 1000 proxies) on 1000 ServiceEntries × 10
+// endpoints, the fleet in a child process as BenchmarkEndpointChangeACKed10000's (and, as there,
+// no new-stream admission and no stream cap: the fleet connects at once). Each iteration is a
+// full push, timed per proxy from the push's start until it has received its new CDS.
+//
+// The slow-consumer limits are off too (send timeout, stalled sends, unanswered responses): a
+// push here is 10 000 responses of ≈ 135 KiB, each past gRPC's 64 KiB window, read by one
+// process on the same 2 cores, so most sends block in flow control for a while, as a slow
+// consumer's would. What is measured is the fan-out to a fleet that stays, not whether the
+// limits (100 sends stalled at once, 30 s) take this one for slow; a push that does not reach
+// every proxy says what the limits ended.
+//
+// 1000 SE, not 5000: the CDS sent per push is services × proxies (≈ 136 B per cluster), 6.6 GB
+// a push at 5000 SE and 1.3 GB at 1000, which keeps a push to a few seconds of loopback
+// traffic on this 2-core machine, and matches BenchmarkEndpointChangeACKed10000's rig. 10 scopes,
+// as at 1000 proxies: only the proxies per scope change, so what grows is the fan-out, not the
+// generation (100 scopes would be 100 generations per push, BenchmarkFullPushScopes' 100 ms
+// each at 1000 SE).
+//
+// Reports P50, P99 and max over every proxy and iteration, the CDS MiB sent per push, the scope
+// generations per push divided by the scopes (1 when config is generated once per scope, 1000 if
+// it were once per proxy), this process's CPU per push, and the RSS of the control plane (this
+// process) and of the fleet.
+func BenchmarkFullPush10000Proxies(b *testing.B) {
+	const services, proxies, scopes = 1000, 10000, 10
+	limits := fleetLimits
+	limits.SendTimeout, limits.MaxStalledSends = -1, -1
+	r := newRigLimited(b, limits, 100*time.Millisecond, 10*time.Second)
+	fill(b, r.m, services, 10)
+	r.start(b)
+	f := startChildFleet(b, r.addr, proxies, "cds", scopes)
+	require.Len(b, r.caches.Scopes(), scopes)
+	gens := r.generations
+	before := gens()
+	stop := cpuProfile(b, "cds-cp")
+	lat := make([]time.Duration, 0, b.N*proxies)
+	var bytes int64
+	cpu0 := cpuTime(b)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		require.NoError(b, f.arm("push"))
+		t0 := time.Now()
+		r.pusher.Push(model.Change{Full: true})
+		for c := 0; c < proxies; c++ {
+			select {
+			case got := <-f.cds:
+				lat = append(lat, got.at.Sub(t0))
+				bytes += int64(got.size)
+			case <-time.After(5 * time.Minute):
+				b.Fatalf("push %d: only %d of %d proxies got their CDS (streams the limits ended: %s)", i, c, proxies, limitedStreams(r))
+			}
+		}
+	}
+	b.StopTimer()
+	stop()
+	b.ReportMetric(float64((cpuTime(b)-cpu0).Microseconds())/1000/float64(b.N), "cp-cpu-ms/push")
+	require.NoError(b, f.arm(""))
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	reportLatencies(b, lat)
+	b.ReportMetric(float64(bytes)/float64(b.N)/(1<<20), "MiB-sent/push")
+	b.ReportMetric(float64(gens()-before)/float64(b.N)/scopes, "generations/scope")
+	fleetRSS, err := f.rss()
+	require.NoError(b, err)
+	b.ReportMetric(float64(fleetRSS)/(1<<20), fmt.Sprintf("fleet-rss-MiB/%d-proxies", proxies))
+	b.ReportMetric(float64(procRSS(b, "self"))/(1<<20), "cp-rss-MiB")
+}
+
+// limitedStreams is what the server's limits cut off so far, by reason ("none" if nothing).
+func limitedStreams(r *rig) string {
+	var cut []string
+	for _, reason := range []string{"new-streams", "streams", "requests", "names", "scopes", "send-timeout", "stalled", "unanswered"} {
+		if n := testutil.ToFloat64(r.met.XDSLimited.WithLabelValues(reason)); n > 0 {
+			cut = append(cut, fmt.Sprintf("%s %.0f", reason, n))
+		}
+	}
+	if len(cut) == 0 {
+		return "none"
+	}
+	return strings.Join(cut, ", ")
+}
+
 // profileEnv, when set, is the path prefix of CPU profiles of the measurement of
-// BenchmarkEndpointChangeACKed10000: the control plane's (this process, MODE-cp.pprof) and the
-// fleet's (MODE-fleet.pprof), the two processes sharing the machine's cores.
+// BenchmarkEndpointChangeACKed10000 and BenchmarkFullPush10000Proxies: the control plane's (this
+// process, MODE-cp.pprof) and the fleet's (MODE-fleet.pprof; MODE sotw, delta or cds), the two
+// processes sharing the machine's cores.
 const profileEnv = "MESHCHAOS_BENCH_CPUPROFILE"
 
 // cpuProfile profiles this process into the profileEnv prefix + name + ".pprof" until the
@@ -317,7 +401,8 @@ func cpuProfile(b *testing.B, name string) (stop func()) {
 	}
 }
 
-// fleetEnv makes this test binary a fleet of EDS clients (runFleet) instead of running tests.
+// fleetEnv makes this test binary a fleet of EDS or CDS clients (runFleet) instead of running
+// tests.
 const fleetEnv = "MESHCHAOS_BENCH_EDS_FLEET"
 
 func TestMain(m *testing.M) {
@@ -327,26 +412,94 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// childFleet is an edsFleet in a child process, driven over its stdin and stdout (runFleet).
+// childFleet is an edsFleet or a cdsReceipts in a child process, driven over its stdin and
+// stdout (runFleet).
 type childFleet struct {
 	in   io.Writer
-	ctl  chan string // the child's answers: ready, armed, rss N
-	acks chan time.Time
+	ctl  chan string    // the child's answers: ready, armed, rss N
+	acks chan time.Time // EDS: each client's ACK of the target
+	cds  chan received  // CDS: each proxy's first CDS since armed
 }
 
-// startChildFleet starts clients (SotW or Delta) in a child process and waits until each holds
-// the CLAs of every one of services.
-func startChildFleet(b *testing.B, addr string, clients int, delta bool, services int) *childFleet {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	spec := fmt.Sprintf("%s %d %t %d", addr, clients, delta, services)
-	if prefix := os.Getenv(profileEnv); prefix != "" {
-		mode := "sotw"
-		if delta {
-			mode = "delta"
-		}
-		spec += " " + prefix + mode + "-fleet.pprof"
+// received is one proxy's CDS response: when it arrived and its encoded size.
+type received struct {
+	at   time.Time
+	size int
+}
+
+// fleetSpec is what the child fleet is (fleetEnv's value): mode sotw or delta (EDS clients of
+// n services) or cds (wildcard CDS proxies in n scopes), and the CPU profile's path if any.
+type fleetSpec struct {
+	addr    string
+	clients int
+	mode    string
+	n       int
+	profile string
+}
+
+func (s fleetSpec) String() string {
+	return strings.TrimSpace(fmt.Sprintf("%s %d %s %d %s", s.addr, s.clients, s.mode, s.n, s.profile))
+}
+
+// parseFleetSpec reads fleetSpec.String's "ADDR CLIENTS MODE N [PROFILE]".
+func parseFleetSpec(spec string) (fleetSpec, error) {
+	f := strings.Fields(spec)
+	if len(f) != 4 && len(f) != 5 {
+		return fleetSpec{}, fmt.Errorf("fleet spec %q: want ADDR CLIENTS MODE N [PROFILE]", spec)
 	}
-	cmd.Env = append(os.Environ(), fleetEnv+"="+spec)
+	s := fleetSpec{addr: f[0], mode: f[2]}
+	var err error
+	if s.clients, err = strconv.Atoi(f[1]); err != nil || s.clients <= 0 {
+		return fleetSpec{}, fmt.Errorf("fleet spec %q: clients %q is not a positive number", spec, f[1])
+	}
+	if s.n, err = strconv.Atoi(f[3]); err != nil || s.n <= 0 {
+		return fleetSpec{}, fmt.Errorf("fleet spec %q: N %q is not a positive number", spec, f[3])
+	}
+	switch s.mode {
+	case "sotw", "delta", "cds":
+	default:
+		return fleetSpec{}, fmt.Errorf("fleet spec %q: mode %q is none of sotw, delta, cds", spec, s.mode)
+	}
+	if len(f) == 5 {
+		s.profile = f[4]
+	}
+	return s, nil
+}
+
+// parseFleetEvent reads one of the child's per-client lines: "ack UNIXNANO" (an EDS client
+// ACKed the target) or "cds UNIXNANO BYTES" (a proxy received its CDS); ok is false for any
+// other line (the child's answers).
+func parseFleetEvent(line string) (kind string, r received, ok bool) {
+	f := strings.Fields(line)
+	switch {
+	case len(f) == 2 && f[0] == "ack":
+	case len(f) == 3 && f[0] == "cds":
+		size, err := strconv.Atoi(f[2])
+		if err != nil {
+			return "", received{}, false
+		}
+		r.size = size
+	default:
+		return "", received{}, false
+	}
+	ns, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return "", received{}, false
+	}
+	r.at = time.Unix(0, ns)
+	return f[0], r, true
+}
+
+// startChildFleet starts clients in a child process: mode sotw or delta, EDS clients each
+// subscribed to every one of n services, waiting until each holds every CLA; mode cds, wildcard
+// CDS proxies in n scopes, waiting until each has its first CDS.
+func startChildFleet(b *testing.B, addr string, clients int, mode string, n int) *childFleet {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	spec := fleetSpec{addr: addr, clients: clients, mode: mode, n: n}
+	if prefix := os.Getenv(profileEnv); prefix != "" {
+		spec.profile = prefix + mode + "-fleet.pprof"
+	}
+	cmd.Env = append(os.Environ(), fleetEnv+"="+spec.String())
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	require.NoError(b, err)
@@ -364,18 +517,19 @@ func startChildFleet(b *testing.B, addr string, clients int, delta bool, service
 			<-done
 		}
 	})
-	f := &childFleet{in: in, ctl: make(chan string, 1), acks: make(chan time.Time, clients)}
+	f := &childFleet{in: in, ctl: make(chan string, 1), acks: make(chan time.Time, clients), cds: make(chan received, clients)}
 	go func() {
 		defer close(f.ctl)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if ns, ok := strings.CutPrefix(sc.Text(), "ack "); ok {
-				if v, err := strconv.ParseInt(ns, 10, 64); err == nil {
-					f.acks <- time.Unix(0, v)
-				}
-				continue
+			switch kind, r, ok := parseFleetEvent(sc.Text()); {
+			case !ok:
+				f.ctl <- sc.Text()
+			case kind == "ack":
+				f.acks <- r.at
+			default:
+				f.cds <- r
 			}
-			f.ctl <- sc.Text()
 		}
 	}()
 	ready, err := f.answer(15 * time.Minute)
@@ -404,7 +558,7 @@ func (f *childFleet) call(cmd string) (string, error) {
 	return f.answer(time.Minute)
 }
 
-// arm is edsFleet.arm in the child.
+// arm is edsFleet.arm or cdsReceipts.arm in the child.
 func (f *childFleet) arm(target string) error {
 	got, err := f.call("target " + target)
 	if err == nil && got != "armed" {
@@ -426,27 +580,17 @@ func (f *childFleet) rss() (int64, error) {
 	return strconv.ParseInt(v, 10, 64)
 }
 
-// runFleet is the child of startChildFleet: spec is "ADDR CLIENTS DELTA SERVICES [PROFILE]"
-// (PROFILE: a CPU profile from the first "target" to the end). It says
-// "ready" once every client holds every CLA, then answers "target NAME" (arm) with "armed" and
-// "rss" with "rss BYTES", and writes "ack UNIXNANO" for every client's ACK of the target; it
-// ends at the end of its input.
-func runFleet(spec string) int {
-	var addr string
-	var clients, services int
-	var delta bool
-	if _, err := fmt.Sscan(spec, &addr, &clients, &delta, &services); err != nil {
-		fmt.Fprintf(os.Stderr, "%s=%q: %v\n", fleetEnv, spec, err)
+// runFleet is the child of startChildFleet: spec is fleetSpec's (PROFILE: a CPU profile from
+// the first "target" to the end). It says "ready" once every client holds every CLA (sotw,
+// delta) or has its first CDS (cds), then answers "target NAME" (arm) with "armed" and "rss"
+// with "rss BYTES", and writes "ack UNIXNANO" for every client's ACK of the target (sotw, delta)
+// or "cds UNIXNANO BYTES" for every proxy's first CDS since armed with a non-empty NAME (cds);
+// it ends at the end of its input.
+func runFleet(env string) int {
+	spec, err := parseFleetSpec(env)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", fleetEnv, err)
 		return 2
-	}
-	var profile string
-	if f := strings.Fields(spec); len(f) > 4 {
-		profile = f[4]
-	}
-	f := newEDSFleet(clients, services)
-	connectEDSFleet(fleetTB{}, addr, clients, delta, benchClusters(services), f.acked)
-	for range clients {
-		<-f.ready
 	}
 	var mu sync.Mutex
 	say := func(line string) {
@@ -454,12 +598,34 @@ func runFleet(spec string) int {
 		defer mu.Unlock()
 		_, _ = os.Stdout.WriteString(line + "\n")
 	}
-	say("ready")
-	go func() {
-		for at := range f.acks {
-			say("ack " + strconv.FormatInt(at.UnixNano(), 10))
+	var arm func(string)
+	var ready <-chan struct{}
+	var report func()
+	if spec.mode == "cds" {
+		f := newCDSReceipts(spec.clients)
+		connectCDSFleet(fleetTB{}, spec.addr, spec.clients, spec.n, f.received)
+		arm, ready = f.arm, f.ready
+		report = func() {
+			for r := range f.got {
+				say("cds " + strconv.FormatInt(r.at.UnixNano(), 10) + " " + strconv.Itoa(r.size))
+			}
 		}
-	}()
+	} else {
+		f := newEDSFleet(spec.clients, spec.n)
+		connectEDSFleet(fleetTB{}, spec.addr, spec.clients, spec.mode == "delta", benchClusters(spec.n), f.acked)
+		arm, ready = f.arm, f.ready
+		report = func() {
+			for at := range f.acks {
+				say("ack " + strconv.FormatInt(at.UnixNano(), 10))
+			}
+		}
+	}
+	for range spec.clients {
+		<-ready
+	}
+	say("ready")
+	go report()
+	profile := spec.profile
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		switch cmd, arg, _ := strings.Cut(sc.Text(), " "); cmd {
@@ -470,7 +636,7 @@ func runFleet(spec string) int {
 				}
 				profile = ""
 			}
-			f.arm(arg)
+			arm(arg)
 			say("armed")
 		case "rss":
 			debug.FreeOSMemory() // what the fleet holds, not the garbage of its initial fetch
@@ -478,6 +644,48 @@ func runFleet(spec string) int {
 		}
 	}
 	return 0
+}
+
+// cdsReceipts is the CDS proxies of a full-push measurement (runFleet's cds mode): it says when
+// each has its first CDS (ready), is armed before a push, and then gives each proxy's first CDS
+// since (got).
+type cdsReceipts struct {
+	mu    sync.Mutex
+	armed bool
+	first []bool // per proxy: it has had its first CDS
+	seen  []bool // per proxy: its CDS since armed is reported
+	ready chan struct{}
+	got   chan received
+}
+
+func newCDSReceipts(proxies int) *cdsReceipts {
+	return &cdsReceipts{first: make([]bool, proxies), seen: make([]bool, proxies),
+		ready: make(chan struct{}, proxies), got: make(chan received, proxies)}
+}
+
+// received is connectCDSFleet's onCDS.
+func (f *cdsReceipts) received(proxy int, resp adsclient.Response) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.first[proxy] {
+		f.first[proxy] = true
+		f.ready <- struct{}{}
+		return
+	}
+	if !f.armed || f.seen[proxy] {
+		return
+	}
+	f.seen[proxy] = true
+	f.got <- received{at: resp.At, size: resp.Size}
+}
+
+// arm makes each proxy's next CDS reported once (target not empty: a push follows) or none
+// (target empty).
+func (f *cdsReceipts) arm(target string) {
+	f.mu.Lock()
+	f.armed = target != ""
+	clear(f.seen)
+	f.mu.Unlock()
 }
 
 // fleetTB lets connectEDSFleet run outside a test (runFleet): a failure ends the process.
