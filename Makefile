@@ -84,10 +84,12 @@ unit:
 ## bench: issue 19's targets for the reference control plane (heap per endpoint and start-to-serve
 ## at 5000 and 50 000 ServiceEntries, endpoint change → 1000 clients ACKed, full push to 1000
 ## proxies, ServiceEntry apply rate, adsload's 1000-client RSS) and issue 35's (endpoint change →
-## 10 000 SotW and delta clients ACKed, adsload's 10 000-client RSS), then ONE table: target, limit,
+## 10 000 SotW and delta clients ACKed, full push to 10 000 proxies, adsload's 10 000-client RSS),
+## then ONE table: target, limit,
 ## measured, ratio, met? and the load average at start and end. Fails when a target is missed or
 ## its figure is MISSING. Takes about 8 min on a quiet 2-core machine after the builds (creating 50 000 ServiceEntries is 3 of them),
-## plus the 10 000-client rows: 9 min under a nightly run's load (each connects its fleet twice, -benchtime runs once with N=1 first).
+## plus the 10 000-client rows: 9 min under a nightly run's load (each connects its fleet twice, -benchtime runs once with N=1 first),
+## and 2 min for the 10 000-proxy full push at load 11-15.
 BENCH_OUT ?= $(BIN)/bench
 bench: bins images bench-run
 
@@ -98,6 +100,7 @@ bench-run:
 	-$(GO) test -run '^$$' -bench 'EndpointChangeACKed1000$$' -benchtime 20x -timeout 30m ./controlplane/xds 2>&1 | tee $(BENCH_OUT)/eds.txt
 	-$(GO) test -run '^$$' -bench 'EndpointChangeACKed10000' -benchtime 20x -timeout 60m ./controlplane/xds 2>&1 | tee $(BENCH_OUT)/eds10k.txt
 	-$(GO) test -run '^$$' -bench 'FullPush1000Proxies' -benchtime 3x -timeout 30m ./controlplane/xds 2>&1 | tee $(BENCH_OUT)/fullpush.txt
+	-$(GO) test -run '^$$' -bench 'FullPush10000Proxies' -benchtime 3x -timeout 30m ./controlplane/xds 2>&1 | tee $(BENCH_OUT)/fullpush10k.txt
 	-MESHCHAOS_BIN_DIR=$(BIN) $(GO) test -run '^$$' -bench 'ServiceEntryApply' -benchtime 1x -timeout 20m ./harness/mesh 2>&1 | tee $(BENCH_OUT)/apply.txt
 	-MESHCHAOS_BENCH_ADS_CLIENTS=1000 $(GO) test -run '^$$' -bench 'ADSLoadMemoryPerClient' -benchtime 1x -timeout 20m ./workloads/adsload 2>&1 | tee $(BENCH_OUT)/adsload.txt
 	-MESHCHAOS_BENCH_ADS_CLIENTS=10000 $(GO) test -run '^$$' -bench 'ADSLoadMemoryPerClient' -benchtime 1x -timeout 30m ./workloads/adsload 2>&1 | tee $(BENCH_OUT)/adsload10k.txt

@@ -71,6 +71,12 @@ var Targets = []Target{
 	{"  control plane's RSS with 10 000 delta clients (MiB)", "BenchmarkEndpointChangeACKed10000/delta", "cp-rss-MiB", 0, Report},
 	{"  its 10 000 SotW clients, keeping no resources: RSS (MiB)", "BenchmarkEndpointChangeACKed10000/sotw", "fleet-rss-MiB/10000-clients", 0, Report},
 	{"  its 10 000 delta clients, keeping no resources: RSS (MiB)", "BenchmarkEndpointChangeACKed10000/delta", "fleet-rss-MiB/10000-clients", 0, Report},
+	{"full push, 10 000 proxies, 1000 SE: P50 (ms)", "BenchmarkFullPush10000Proxies", "p50-ms", 0, Report},
+	{"full push, 10 000 proxies, 1000 SE: P99 (ms)", "BenchmarkFullPush10000Proxies", "p99-ms", 0, Report},
+	{"full push, 10 000 proxies, 1000 SE: bytes sent (MiB)", "BenchmarkFullPush10000Proxies", "MiB-sent/push", 0, Report},
+	{"full push, 10 000 proxies: generations per scope (10 scopes, 1000 proxies each)", "BenchmarkFullPush10000Proxies", "generations/scope", 1, AtMost},
+	{"  control plane's RSS with 10 000 proxies (MiB)", "BenchmarkFullPush10000Proxies", "cp-rss-MiB", 0, Report},
+	{"  its 10 000 proxies, keeping no resources: RSS (MiB)", "BenchmarkFullPush10000Proxies", "fleet-rss-MiB/10000-proxies", 0, Report},
 	{"adsload 10 000 SotW clients: total RSS (MiB)", "BenchmarkADSLoadMemoryPerClient", "rss-MiB/10000-clients", 1536, AtMost},
 }
 

@@ -119,3 +119,28 @@ func TestMergeKeepsEachFilesFigures(t *testing.T) {
 	res.Merge(b)
 	assert.Equal(t, map[string]float64{"ns/op": 9, "rss-MiB/1000-clients": 150, "rss-MiB/10000-clients": 1400, "heap-KiB/client": 4}, res["BenchmarkA"])
 }
+
+// The 10 000-proxy full push's line, as BenchmarkFullPush10000Proxies reports it, fills each of
+// its rows; its one limit is a generation per scope (1000 would be one per proxy).
+func TestFullPush10000Rows(t *testing.T) {
+	line := "BenchmarkFullPush10000Proxies-2  3  9000000000 ns/op  2500 cp-cpu-ms/push  1200 cp-rss-MiB  " +
+		"900 fleet-rss-MiB/10000-proxies  3000 max-ms  1300 MiB-sent/push  1.000 generations/scope  1500 p50-ms  2800 p99-ms\n"
+	for _, tc := range []struct {
+		gens string
+		ok   bool
+	}{{"1.000", true}, {"1000", false}} {
+		res, err := Parse(strings.NewReader(strings.Replace(line, "1.000 generations", tc.gens+" generations", 1)))
+		require.NoError(t, err)
+		var rows []Row
+		for _, r := range Evaluate(Targets, res) {
+			if r.Target.Bench == "BenchmarkFullPush10000Proxies" {
+				rows = append(rows, r)
+			}
+		}
+		require.Len(t, rows, 6)
+		for _, r := range rows {
+			assert.True(t, r.Found, r.Target.Name)
+		}
+		assert.Equal(t, tc.ok, OK(rows), "generations/scope %s", tc.gens)
+	}
+}
