@@ -67,7 +67,7 @@ type ScaleStep struct {
 	PushP99Ms float64 `json:"pushP99Ms,omitempty"`
 	// Proxies is the fleet of ADS clients connected during the step (0: the oracle client
 	// only). FleetConvergeSeconds is from the end of the apply until every one of them held at
-	// least the step's generated clusters and endpoints (never less than the oracle client's
+	// least the step's generated clusters (CDS; never less than the oracle client's
 	// time: it is read after it); FleetConverged says whether they did within the wait, and
 	// FleetMeasured whether the fleet was read at all.
 	Proxies              int     `json:"proxies,omitempty"`

@@ -62,10 +62,15 @@ func (f Families) CumulativeBuckets(name string, labels map[string]string) map[f
 		if out == nil {
 			out = map[float64]uint64{}
 		}
+		inf := false
 		for _, b := range h.GetBucket() {
 			out[b.GetUpperBound()] += b.GetCumulativeCount()
+			inf = inf || math.IsInf(b.GetUpperBound(), 1)
 		}
-		out[math.Inf(1)] += h.GetSampleCount()
+		// The text format's parser keeps the +Inf bucket; a series without one has it as its count.
+		if !inf {
+			out[math.Inf(1)] += h.GetSampleCount()
+		}
 	}
 	return out
 }

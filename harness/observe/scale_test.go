@@ -12,6 +12,9 @@ import (
 	"github.com/meshchaos/meshchaos/results"
 )
 
+// histogramFamily is a histogram of two alternating series (type cds, eds) with buckets 0.01,
+// 0.1, 1 and the count last; the eds series also list the +Inf bucket, as the text format's
+// parser does.
 func histogramFamily(name string, series ...[]uint64) Families {
 	mf := &dto.MetricFamily{Name: proto.String(name), Type: dto.MetricType_HISTOGRAM.Enum()}
 	for i, counts := range series {
@@ -20,6 +23,9 @@ func histogramFamily(name string, series ...[]uint64) Families {
 			h.Bucket = append(h.Bucket, &dto.Bucket{UpperBound: proto.Float64(le), CumulativeCount: proto.Uint64(counts[j])})
 		}
 		typ := []string{"cds", "eds"}[i%2]
+		if typ == "eds" {
+			h.Bucket = append(h.Bucket, &dto.Bucket{UpperBound: proto.Float64(math.Inf(1)), CumulativeCount: proto.Uint64(counts[len(counts)-1])})
+		}
 		mf.Metric = append(mf.Metric, &dto.Metric{Label: []*dto.LabelPair{{Name: proto.String("type"), Value: proto.String(typ)}}, Histogram: h})
 	}
 	return Families{name: mf}

@@ -46,7 +46,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	if r.StartedAt != nil && r.FinishedAt != nil {
 		fmt.Fprintf(&b, "%s to %s (wall time %s). ", r.StartedAt.UTC().Format(time.RFC3339), r.FinishedAt.UTC().Format(time.RFC3339), r.FinishedAt.Sub(*r.StartedAt).Round(time.Second))
 	}
-	b.WriteString("Heap (live, after forced GCs) and RSS (the control plane's cgroup) fitted as a + b·endpoints + c·proxies by least squares over every measured state of every run (each run's baseline with the fleet connected and no generated config, and each step); push time P99 is the control plane's own full-push histogram over the step; convergence is from the end of a step's apply until the oracle client, and then every client of the fleet, held the step's config.\n\n")
+	b.WriteString("Heap (live, after forced GCs) and RSS (the control plane's cgroup) fitted as a + b·endpoints + c·proxies by least squares over every measured state of every run (each run's baseline with the fleet connected and no generated config, and each step); push time P99 is the control plane's own full-push histogram over the step; convergence is from the end of a step's apply until the oracle client held the step's complete config, and until every client of the fleet held its clusters (CDS).\n\n")
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "- %s\n", n)
 	}
