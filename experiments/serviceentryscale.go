@@ -327,7 +327,7 @@ func (r *scaleRun) fleetConverge(ctx context.Context, n int, applied time.Time) 
 			res.measured, last = true, st
 			if st.Resources["cds"] >= p*clusters {
 				res.converged, res.seconds = true, time.Since(applied).Seconds()
-				r.s.Event("scale.fleet-converged", fmt.Sprintf("%d ServiceEntries", n), fmt.Sprintf("%d ADS clients held the step's config %.1f s after the last object", res.proxies, res.seconds))
+				r.s.Event("scale.fleet-converged", fmt.Sprintf("%d ServiceEntries", n), fmt.Sprintf("%d ADS clients held the step's clusters %.1f s after the last object", res.proxies, res.seconds))
 				return res
 			}
 		}

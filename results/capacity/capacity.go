@@ -104,13 +104,18 @@ func paramInt(s *results.Summary, name string, def int) (int, error) {
 	return n, nil
 }
 
-// Fit is y = A + B·endpoints + C·proxies by least squares. Without two fleet sizes among the
-// points C cannot be told from A: then ProxiesFitted is false and C is 0.
+// Fit is y = A + B·endpoints + C·proxies (+ D·endpoints·proxies with Cross) by least squares.
+// Without two fleet sizes among the points C and D cannot be told from A and B: then
+// ProxiesFitted is false and both are 0.
 type Fit struct {
 	A             float64 `json:"a"`
 	B             float64 `json:"perEndpoint"`
 	C             float64 `json:"perProxy"`
 	ProxiesFitted bool    `json:"proxiesFitted"`
+	// Cross adds the term D·endpoints·proxies: what each proxy holds per endpoint (its
+	// subscriptions, the config pushed to it), which a + b·E + c·P cannot express.
+	Cross bool    `json:"cross,omitempty"`
+	D     float64 `json:"perEndpointPerProxy,omitempty"`
 	// R2 is the coefficient of determination; RMS the residuals' root mean square (y's unit).
 	R2     float64 `json:"r2"`
 	RMS    float64 `json:"rms"`
@@ -123,11 +128,17 @@ type Fit struct {
 }
 
 // At is the fitted y at the given endpoints and proxies.
-func (f Fit) At(endpoints, proxies float64) float64 { return f.A + f.B*endpoints + f.C*proxies }
+func (f Fit) At(endpoints, proxies float64) float64 {
+	return f.A + f.B*endpoints + f.C*proxies + f.D*endpoints*proxies
+}
 
-// FitLinear fits y(p) = A + B·endpoints + C·proxies to the points. It needs at least two
-// distinct endpoint counts (and, for C, two fleet sizes), and one point more than it fits.
-func FitLinear(points []Point, y func(Point) float64) (Fit, error) {
+// PerEndpointAt is the fitted cost of one more endpoint at a fleet size: B + D·proxies.
+func (f Fit) PerEndpointAt(proxies float64) float64 { return f.B + f.D*proxies }
+
+// FitLinear fits y(p) = A + B·endpoints + C·proxies to the points, and with cross the term
+// D·endpoints·proxies too. It needs at least two distinct endpoint counts (and, for C and D,
+// two fleet sizes), and one point more than it fits.
+func FitLinear(points []Point, y func(Point) float64, cross bool) (Fit, error) {
 	if len(points) == 0 {
 		return Fit{}, errors.New("fit: no points")
 	}
@@ -141,18 +152,32 @@ func FitLinear(points []Point, y func(Point) float64) (Fit, error) {
 		return Fit{}, fmt.Errorf("fit: every point has %d endpoints; want at least two sizes", f.EndpointsMin)
 	}
 	f.ProxiesFitted = f.ProxiesMin != f.ProxiesMax
+	f.Cross = cross && f.ProxiesFitted
 	cols := 2
 	if f.ProxiesFitted {
 		cols = 3
+	}
+	if f.Cross {
+		cols = 4
 	}
 	if len(points) <= cols {
 		return Fit{}, fmt.Errorf("fit: %d points for %d coefficients; want at least %d", len(points), cols, cols+1)
 	}
 	// Normal equations XᵀX β = Xᵀy, with the columns scaled to unit range so that endpoints in
 	// the hundreds of thousands and a constant column solve well.
-	scale := []float64{1, float64(f.EndpointsMax), float64(max(f.ProxiesMax, 1))}[:cols]
+	emax, pmax := float64(f.EndpointsMax), float64(max(f.ProxiesMax, 1))
+	scale := []float64{1, emax, pmax, emax * pmax}
+	if !f.ProxiesFitted {
+		scale = scale[:2]
+	}
+	scale = scale[:cols]
 	row := func(p Point) []float64 {
-		return []float64{1, float64(p.Endpoints) / scale[1], float64(p.Proxies) / scale[min(2, cols-1)]}[:cols]
+		e, n := float64(p.Endpoints), float64(p.Proxies)
+		x := []float64{1, e, n, e * n}[:cols]
+		for i := range x {
+			x[i] /= scale[i]
+		}
+		return x
 	}
 	ata := make([][]float64, cols)
 	for i := range ata {
@@ -177,6 +202,9 @@ func FitLinear(points []Point, y func(Point) float64) (Fit, error) {
 	f.A, f.B = beta[0], beta[1]
 	if f.ProxiesFitted {
 		f.C = beta[2]
+	}
+	if f.Cross {
+		f.D = beta[3]
 	}
 	var mean, ssTot, ssRes float64
 	for _, p := range points {
@@ -231,6 +259,8 @@ func solve(m [][]float64) ([]float64, error) {
 
 // Projection is how many endpoints a memory budget holds at a fleet size, by the RSS fit.
 type Projection struct {
+	// Cross: by the fit with the endpoints·proxies term.
+	Cross          bool  `json:"cross,omitempty"`
 	Proxies        int   `json:"proxies"`
 	BudgetBytes    int64 `json:"budgetBytes"`
 	Endpoints      int   `json:"endpoints"`
@@ -244,14 +274,15 @@ type Projection struct {
 // Project solves f(endpoints, proxies) = budget for endpoints (and ServiceEntries of eps
 // endpoints each). A fit whose memory does not grow with endpoints cannot project: an error.
 func Project(f Fit, budget int64, proxies, eps int) (Projection, error) {
-	p := Projection{Proxies: proxies, BudgetBytes: budget}
-	if f.B <= 0 {
-		return p, fmt.Errorf("the fit does not grow with endpoints (%.1f B per endpoint): no projection", f.B)
+	p := Projection{Proxies: proxies, BudgetBytes: budget, Cross: f.Cross}
+	per := f.PerEndpointAt(float64(proxies))
+	if per <= 0 {
+		return p, fmt.Errorf("the fit does not grow with endpoints at %d proxies (%.1f B per endpoint): no projection", proxies, per)
 	}
 	if eps <= 0 {
 		return p, fmt.Errorf("endpoints per ServiceEntry %d: want at least 1", eps)
 	}
-	e := (float64(budget) - f.A - f.C*float64(proxies)) / f.B
+	e := (float64(budget) - f.A - f.C*float64(proxies)) / per
 	if e <= 0 {
 		p.None = true
 		p.Extrapolated = proxies > f.ProxiesMax || proxies < f.ProxiesMin
@@ -305,6 +336,9 @@ type ControlPlane struct {
 	Points []Point  `json:"points"`
 	Heap   *Fit     `json:"heapFit,omitempty"`
 	RSS    *Fit     `json:"rssFit,omitempty"`
+	// HeapCross and RSSCross are the fits with the endpoints·proxies term (two fleet sizes or more).
+	HeapCross *Fit `json:"heapCrossFit,omitempty"`
+	RSSCross  *Fit `json:"rssCrossFit,omitempty"`
 	// Rows are the steps, by fleet size then ServiceEntries.
 	Rows        []FleetRow   `json:"rows"`
 	Projections []Projection `json:"projections,omitempty"`
@@ -404,26 +438,38 @@ func (cp *ControlPlane) fit(budget int64, fleets []int, eps int) {
 		cp.Errors = append(cp.Errors, "no run measured a step: nothing to fit")
 		return
 	}
-	if f, err := FitLinear(cp.Points, func(p Point) float64 { return float64(p.HeapBytes) }); err == nil {
+	heap := func(p Point) float64 { return float64(p.HeapBytes) }
+	rss := func(p Point) float64 { return float64(p.RSSBytes) }
+	if f, err := FitLinear(cp.Points, heap, false); err == nil {
 		cp.Heap = &f
 	} else {
 		cp.Errors = append(cp.Errors, "heap: "+err.Error())
 	}
-	f, err := FitLinear(cp.Points, func(p Point) float64 { return float64(p.RSSBytes) })
+	if f, err := FitLinear(cp.Points, heap, true); err == nil && f.Cross {
+		cp.HeapCross = &f
+	}
+	f, err := FitLinear(cp.Points, rss, false)
 	if err != nil {
 		cp.Errors = append(cp.Errors, "RSS: "+err.Error())
 		return
 	}
 	cp.RSS = &f
+	fits := []Fit{f}
+	if f, err := FitLinear(cp.Points, rss, true); err == nil && f.Cross {
+		cp.RSSCross = &f
+		fits = append(fits, f)
+	}
 	if budget <= 0 {
 		return
 	}
-	for _, n := range fleets {
-		p, err := Project(f, budget, n, eps)
-		if err != nil {
-			cp.Errors = append(cp.Errors, fmt.Sprintf("projection at %d proxies: %v", n, err))
-			continue
+	for _, f := range fits {
+		for _, n := range fleets {
+			p, err := Project(f, budget, n, eps)
+			if err != nil {
+				cp.Errors = append(cp.Errors, fmt.Sprintf("projection at %d proxies: %v", n, err))
+				continue
+			}
+			cp.Projections = append(cp.Projections, p)
 		}
-		cp.Projections = append(cp.Projections, p)
 	}
 }

@@ -53,7 +53,7 @@ func TestFitRecoversKnownCoefficients(t *testing.T) {
 		require.Len(t, got, 4, "the baseline and three steps")
 		pts = append(pts, got...)
 	}
-	f, err := FitLinear(pts, func(p Point) float64 { return float64(p.HeapBytes) })
+	f, err := FitLinear(pts, func(p Point) float64 { return float64(p.HeapBytes) }, false)
 	require.NoError(t, err)
 	assert.InDelta(t, heapA, f.A, 1)
 	assert.InDelta(t, heapB, f.B, 1e-6)
@@ -71,7 +71,7 @@ func TestFitWithNoiseHasRSquaredBelowOne(t *testing.T) {
 		require.NoError(t, err)
 		pts = append(pts, got...)
 	}
-	f, err := FitLinear(pts, func(p Point) float64 { return float64(p.HeapBytes) })
+	f, err := FitLinear(pts, func(p Point) float64 { return float64(p.HeapBytes) }, false)
 	require.NoError(t, err)
 	assert.Less(t, f.R2, 1.0)
 	assert.Greater(t, f.R2, 0.99, "2 MiB of noise on a 75 MiB rise")
@@ -79,10 +79,46 @@ func TestFitWithNoiseHasRSquaredBelowOne(t *testing.T) {
 	assert.InDelta(t, 2<<20, f.RMS, 1<<20)
 }
 
+func TestCrossFitRecoversPerEndpointPerProxy(t *testing.T) {
+	// Each proxy holds 8 B per endpoint on top of the synthetic line (its subscriptions).
+	const d = 8.0
+	var pts []Point
+	for _, p := range []int{100, 1000} {
+		got, err := Points("r", synthRun(p, []int{500, 1000, 2500}, 0))
+		require.NoError(t, err)
+		for i := range got {
+			got[i].HeapBytes += int64(d * float64(got[i].Endpoints) * float64(got[i].Proxies))
+		}
+		pts = append(pts, got...)
+	}
+	heap := func(p Point) float64 { return float64(p.HeapBytes) }
+	lin, err := FitLinear(pts, heap, false)
+	require.NoError(t, err)
+	assert.Less(t, lin.R2, 0.99, "a + b·E + c·P misses the cross term")
+	f, err := FitLinear(pts, heap, true)
+	require.NoError(t, err)
+	require.True(t, f.Cross)
+	assert.InDelta(t, heapA, f.A, 1)
+	assert.InDelta(t, heapB, f.B, 1e-6)
+	assert.InDelta(t, heapC, f.C, 1e-3)
+	assert.InDelta(t, d, f.D, 1e-9)
+	assert.InDelta(t, 1, f.R2, 1e-9)
+	assert.InDelta(t, heapB+d*1000, f.PerEndpointAt(1000), 1e-6)
+
+	p, err := Project(f, 4<<30, 1000, 10)
+	require.NoError(t, err)
+	assert.True(t, p.Cross)
+	assert.InDelta(t, (float64(4<<30)-heapA-heapC*1000)/(heapB+d*1000), p.Endpoints, 1)
+
+	one, err := FitLinear(pts[:4], heap, true)
+	require.NoError(t, err)
+	assert.False(t, one.Cross, "one fleet size: no cross term")
+}
+
 func TestFitOneFleetSizeFitsNoPerProxyTerm(t *testing.T) {
 	pts, err := Points("r", synthRun(1000, []int{500, 1000, 2500}, 0))
 	require.NoError(t, err)
-	f, err := FitLinear(pts, func(p Point) float64 { return float64(p.HeapBytes) })
+	f, err := FitLinear(pts, func(p Point) float64 { return float64(p.HeapBytes) }, false)
 	require.NoError(t, err)
 	assert.False(t, f.ProxiesFitted)
 	assert.Zero(t, f.C)
@@ -91,11 +127,11 @@ func TestFitOneFleetSizeFitsNoPerProxyTerm(t *testing.T) {
 }
 
 func TestFitRefusesTooFewPoints(t *testing.T) {
-	_, err := FitLinear(nil, func(p Point) float64 { return 0 })
+	_, err := FitLinear(nil, func(p Point) float64 { return 0 }, false)
 	require.Error(t, err)
-	_, err = FitLinear([]Point{{Endpoints: 10, HeapBytes: 1}, {Endpoints: 10, HeapBytes: 2}}, func(p Point) float64 { return float64(p.HeapBytes) })
+	_, err = FitLinear([]Point{{Endpoints: 10, HeapBytes: 1}, {Endpoints: 10, HeapBytes: 2}}, func(p Point) float64 { return float64(p.HeapBytes) }, false)
 	require.ErrorContains(t, err, "two sizes")
-	_, err = FitLinear([]Point{{Endpoints: 0, Proxies: 1}, {Endpoints: 10, Proxies: 2}, {Endpoints: 20, Proxies: 3}}, func(p Point) float64 { return 1 })
+	_, err = FitLinear([]Point{{Endpoints: 0, Proxies: 1}, {Endpoints: 10, Proxies: 2}, {Endpoints: 20, Proxies: 3}}, func(p Point) float64 { return 1 }, false)
 	require.ErrorContains(t, err, "want at least 4")
 }
 
@@ -145,7 +181,9 @@ func TestBuildReportsAMissingRunAndFitsTheOthers(t *testing.T) {
 	assert.Len(t, is.Runs, 3, "the unusable run is listed")
 	assert.Equal(t, 1000, is.Rows[len(is.Rows)-1].Proxies, "rows by fleet, then ServiceEntries")
 
-	require.Len(t, is.Projections, 3)
+	require.Len(t, is.Projections, 6, "three fleets by each model")
+	require.NotNil(t, is.RSSCross)
+	assert.InDelta(t, 0, is.RSSCross.D, 1e-6, "no cross term in the synthetic data")
 	for _, p := range is.Projections {
 		want := (float64(4<<30) - rssFactor*(heapA+heapC*float64(p.Proxies))) / (rssFactor * heapB)
 		assert.InDelta(t, want, p.Endpoints, 1, "at %d proxies", p.Proxies)
@@ -160,7 +198,7 @@ func TestBuildReportsAMissingRunAndFitsTheOthers(t *testing.T) {
 
 	var md bytes.Buffer
 	require.NoError(t, r.WriteMarkdown(&md))
-	for _, want := range []string{"| istiod@2026-08 | RSS | 50.0 MiB | 3750 B | 100.0 KiB | 1.000 |", "not fitted (one fleet size)",
+	for _, want := range []string{"| istiod@2026-08 | RSS | 50.0 MiB | 3750 B | 100.0 KiB | — | 1.000 |", "not fitted (one fleet size)",
 		"| istiod@2026-08 | 1000 | 2500 | 25000 |", "## Not measured", "a/3: step 1 (500 ServiceEntries): RSS not measured", "extrapolated"} {
 		assert.Contains(t, md.String(), want)
 	}

@@ -15,16 +15,20 @@ import (
 
 func mib(b float64) string { return fmt.Sprintf("%.1f", b/(1<<20)) }
 
-// fitCells are a fit's figures: MiB at zero, B per endpoint, KiB per proxy, R², range.
+// fitCells are a fit's figures: MiB at zero, B per endpoint, KiB per proxy, B per endpoint
+// and proxy, R², range.
 func fitCells(f *Fit) []string {
 	if f == nil {
-		return []string{"—", "—", "—", "—", "—"}
+		return []string{"—", "—", "—", "—", "—", "—"}
 	}
-	perProxy := "not fitted (one fleet size)"
+	perProxy, cross := "not fitted (one fleet size)", "—"
 	if f.ProxiesFitted {
 		perProxy = fmt.Sprintf("%.1f KiB", f.C/1024)
 	}
-	return []string{mib(f.A) + " MiB", fmt.Sprintf("%.0f B", f.B), perProxy, fmt.Sprintf("%.3f", f.R2),
+	if f.Cross {
+		cross = fmt.Sprintf("%.2f B", f.D)
+	}
+	return []string{mib(f.A) + " MiB", fmt.Sprintf("%.0f B", f.B), perProxy, cross, fmt.Sprintf("%.3f", f.R2),
 		fmt.Sprintf("%d–%d endpoints, %d–%d proxies, %d points (RMS residual %s MiB)", f.EndpointsMin, f.EndpointsMax, f.ProxiesMin, f.ProxiesMax, f.Points, mib(f.RMS))}
 }
 
@@ -46,37 +50,44 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	if r.StartedAt != nil && r.FinishedAt != nil {
 		fmt.Fprintf(&b, "%s to %s (wall time %s). ", r.StartedAt.UTC().Format(time.RFC3339), r.FinishedAt.UTC().Format(time.RFC3339), r.FinishedAt.Sub(*r.StartedAt).Round(time.Second))
 	}
-	b.WriteString("Heap (live, after forced GCs) and RSS (the control plane's cgroup) fitted as a + b·endpoints + c·proxies by least squares over every measured state of every run (each run's baseline with the fleet connected and no generated config, and each step); push time P99 is the control plane's own full-push histogram over the step; convergence is from the end of a step's apply until the oracle client held the step's complete config, and until every client of the fleet held its clusters (CDS).\n\n")
+	b.WriteString("Heap (live, after forced GCs) and RSS (the control plane's cgroup) fitted as a + b·endpoints + c·proxies, and with + d·endpoints·proxies, by least squares over every measured state of every run (each run's baseline with the fleet connected and no generated config, and each step); push time P99 is the control plane's own full-push histogram over the step; convergence is from the end of a step's apply until the oracle client held the step's complete config, and until every client of the fleet held its clusters (CDS).\n\n")
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "- %s\n", n)
 	}
 	if len(r.Notes) > 0 {
 		b.WriteString("\n")
 	}
-	b.WriteString("## Fits\n\n| control plane | memory | a | per endpoint | per proxy | R² | fitted on |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+	b.WriteString("## Fits\n\nTwo models: a + b·endpoints + c·proxies, and the same + d·endpoints·proxies (what each proxy holds per endpoint: its subscriptions, the config pushed to it), fitted when the runs have two fleet sizes or more.\n\n")
+	b.WriteString("| control plane | memory | a | per endpoint (b) | per proxy (c) | per endpoint·proxy (d) | R² | fitted on |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, cp := range r.ControlPlanes {
 		for _, m := range []struct {
 			name string
 			f    *Fit
-		}{{"heap", cp.Heap}, {"RSS", cp.RSS}} {
+		}{{"heap", cp.Heap}, {"heap", cp.HeapCross}, {"RSS", cp.RSS}, {"RSS", cp.RSSCross}} {
+			if m.f == nil && (m.name == "heap" && cp.Heap != nil || m.name == "RSS" && cp.RSS != nil) {
+				continue // no cross fit beside a linear one
+			}
 			fmt.Fprintf(&b, "| %s | %s | %s |\n", cp.Name, m.name, strings.Join(fitCells(m.f), " | "))
 		}
 	}
 	if r.BudgetBytes > 0 {
 		fmt.Fprintf(&b, "\n## Projection: endpoints a %s MiB RSS budget holds\n\n", mib(float64(r.BudgetBytes)))
 		fmt.Fprintf(&b, "By the RSS fit, at %d endpoints per ServiceEntry; *extrapolated* is outside the range the fit was made on.\n\n", r.EndpointsPerServiceEntry)
-		b.WriteString("| control plane | proxies | endpoints | ServiceEntries | |\n| --- | --- | --- | --- | --- |\n")
+		b.WriteString("| control plane | model | proxies | endpoints | ServiceEntries | |\n| --- | --- | --- | --- | --- | --- |\n")
 		for _, cp := range r.ControlPlanes {
 			for _, p := range cp.Projections {
-				note := ""
+				note, model := "", "a + b·E + c·P"
 				if p.Extrapolated {
 					note = "extrapolated"
 				}
+				if p.Cross {
+					model = "+ d·E·P"
+				}
 				if p.None {
-					fmt.Fprintf(&b, "| %s | %d | none: the fleet alone fills the budget | 0 | %s |\n", cp.Name, p.Proxies, note)
+					fmt.Fprintf(&b, "| %s | %s | %d | none: the fleet alone fills the budget | 0 | %s |\n", cp.Name, model, p.Proxies, note)
 					continue
 				}
-				fmt.Fprintf(&b, "| %s | %d | %d | %d | %s |\n", cp.Name, p.Proxies, p.Endpoints, p.ServiceEntries, note)
+				fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %s |\n", cp.Name, model, p.Proxies, p.Endpoints, p.ServiceEntries, note)
 			}
 		}
 	}

@@ -63,11 +63,12 @@ still leaves every control plane's smaller fleets measured.
 
 DIR gets one run directory per run (DIR/CP/proxies-N) and capacity.md and capacity.json: per
 control plane, heap (live, after forced GCs) and RSS (the container's) fitted as
-a + b·endpoints + c·proxies by least squares over every measured state of every run (each run's
-baseline and steps) with the fit's R² and the range it was fitted on; per fleet size and step,
+a + b·endpoints + c·proxies, and with a term d·endpoints·proxies (each proxy's cost per
+endpoint), by least squares over every measured state of every run (each run's baseline and
+steps) with the fit's R² and the range it was fitted on; per fleet size and step,
 push time P99 (the control plane's own full-push histogram), the oracle client's and the
 fleet's convergence; and, for --memory-budget, how many endpoints fit at each fleet size by
-the RSS fit (marked extrapolated outside the fitted range). A run that measured nothing is
+each RSS fit (marked extrapolated outside the fitted range). A run that measured nothing is
 listed as such, never fitted as zeros. 'meshchaos capacity report DIR' rebuilds the report
 from the run directories.
 

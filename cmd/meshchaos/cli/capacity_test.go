@@ -71,7 +71,7 @@ func TestCapacityReportRebuildsFromRunDirectories(t *testing.T) {
 	writeScaleRun(t, filepath.Join(root, "istiod@2026-08", "proxies-1000"), "istiod@2026-08", 1000, true)
 	code, msg := run(t, "capacity", "report", root, "--memory-budget", "1Gi")
 	require.Equal(t, 0, code, msg)
-	assert.Contains(t, msg, "| istiod@2026-08 | RSS | 60.0 MiB | 2000 B | 100.0 KiB | 1.000 |")
+	assert.Contains(t, msg, "| istiod@2026-08 | RSS | 60.0 MiB | 2000 B | 100.0 KiB | — | 1.000 |")
 	assert.FileExists(t, filepath.Join(root, capacity.MarkdownFile))
 	b, err := os.ReadFile(filepath.Join(root, capacity.MarkdownFile))
 	require.NoError(t, err)
