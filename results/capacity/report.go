@@ -2,11 +2,8 @@ package capacity
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -139,32 +136,8 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 
 // Write writes capacity.json and capacity.md into dir, each atomically.
 func Write(dir string, r *Report) error {
-	js, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return fmt.Errorf("write capacity report: %w", err)
-	}
-	var md bytes.Buffer
-	if err := r.WriteMarkdown(&md); err != nil {
-		return fmt.Errorf("write capacity report: %w", err)
-	}
-	if err := results.MkdirAll(dir); err != nil {
-		return fmt.Errorf("write capacity report: %w", err)
-	}
-	for name, b := range map[string][]byte{JSONFile: append(js, '\n'), MarkdownFile: md.Bytes()} {
-		if err := results.WriteFileAtomic(filepath.Join(dir, name), b); err != nil {
-			return fmt.Errorf("write capacity report: %w", err)
-		}
-	}
-	return nil
+	return results.WriteJSONAndMarkdown(dir, "capacity report", JSONFile, r, MarkdownFile, r.WriteMarkdown)
 }
 
 // In names the capacity files dir already holds.
-func In(dir string) []string {
-	var out []string
-	for _, n := range []string{JSONFile, MarkdownFile} {
-		if _, err := os.Stat(filepath.Join(dir, n)); err == nil {
-			out = append(out, filepath.Join(dir, n))
-		}
-	}
-	return out
-}
+func In(dir string) []string { return results.FilesIn(dir, JSONFile, MarkdownFile) }
