@@ -2,6 +2,7 @@ package experiments
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -44,6 +45,7 @@ func init() {
 		Params: params.Set{
 			params.IntListParam("steps", "500,1000,2500,5000", 1, maxScaleSEs, "ServiceEntries", "total ServiceEntries after each step"),
 			params.IntParam("endpoints", 10, 1, 100, "", "endpoints per ServiceEntry"),
+			params.IntParam("proxies", 0, 0, 10000, "", "adsload ADS clients connected through the steps, each watching the whole mesh (0: none, the oracle client only): the figures then include the control plane's per-proxy cost and the fleet's convergence"),
 			params.IntParam("maxBytesPerEndpoint", 2048, 1, 1<<30, "B", "heap per endpoint above the baseline the check allows"),
 			params.FloatParam("maxExponent", 1.15, 0.5, 3, "", "heap growth exponent the check allows"),
 			params.QuantityParam("memoryBudget", "", "16Mi", "1Ti", "memory budget to project capacity for (then verified by a step at that size)").OrNone(),
@@ -53,8 +55,9 @@ func init() {
 			params.CPCPU,
 		},
 		Mesh: func(v params.Values) mesh.Spec {
-			// No data plane: the oracle client is the proxy, and memory is the measure.
-			return mesh.Spec{Nodes: 1, CP: subject.Placement{Node: 1}}
+			// No data plane: the oracle client is the proxy, and memory is the measure; with
+			// proxies, a fleet of ADS clients holds the whole mesh beside it.
+			return mesh.Spec{Nodes: 1, CP: subject.Placement{Node: 1}, ADSLoad: mesh.ADSLoad{Clients: v.Int("proxies"), Node: 1}}
 		},
 		Chaos:      scaleSteps,
 		CPFaults:   []string{"loads it with ServiceEntries up to the size projected to fill its memory budget"},
@@ -98,6 +101,9 @@ type scaleRun struct {
 	cpHTTP  *http.Client
 	apiHTTP *http.Client
 	prev    int
+	// fleetBase is the fleet's cluster count at the baseline (the kube services' clusters, a
+	// few a client), which the steps' counts are read above.
+	fleetBase int64
 }
 
 func scaleSteps(ctx context.Context, s *kit.State) error {
@@ -137,6 +143,14 @@ func scaleSteps(ctx context.Context, s *kit.State) error {
 	base, err := r.measure(ctx, "baseline")
 	if err != nil {
 		return err
+	}
+	base.Proxies = m.Spec.ADSLoad.Clients
+	if base.Proxies > 0 {
+		var st fleetStats
+		if err := r.fleetStats(ctx, &st); err != nil {
+			return fmt.Errorf("the fleet's clusters at the baseline: %w", err)
+		}
+		r.fleetBase = st.Resources["cds"]
 	}
 	r.rec.Update(func(sc *results.Scale) { sc.Baseline = base; sc.MismatchCount = map[string]int{} })
 	s.Event("scale.baseline", "control-plane", fmt.Sprintf("heap %s, RSS %s", mib(base.HeapBytes), mib(base.RSSBytes)))
@@ -211,6 +225,7 @@ func (r *scaleRun) step(ctx context.Context, k, n int, verify bool) error {
 		s.Event("scale.not-converged", fmt.Sprintf("%d ServiceEntries", n), fmt.Sprintf("the oracle client did not hold the expected config within %s", r.timeout))
 	}
 	mism := r.record(n, r.client.Compare(r.want()))
+	fleet := r.fleetConverge(ctx, n, applied)
 
 	if err := r.scenarios(ctx, n, port, wl); err != nil {
 		return err
@@ -229,7 +244,9 @@ func (r *scaleRun) step(ctx context.Context, k, n int, verify bool) error {
 		s.Logf("step %d: full pushes not measured: %v", n, err)
 	} else {
 		st.PushMeasured, st.PushCount, st.PushSeconds = true, int(push1.count-push0.count), push1.sum-push0.sum
+		st.PushP99Ms = observe.BucketQuantile(0.99, observe.BucketsIncrease(push0.buckets, push1.buckets))
 	}
+	st.Proxies, st.FleetMeasured, st.FleetConverged, st.FleetConvergeSeconds = fleet.proxies, fleet.measured, fleet.converged, fleet.seconds
 	st.Mismatches = mism
 	r.rec.Update(func(sc *results.Scale) {
 		st.BytesPerEndpoint = float64(st.HeapBytes-sc.Baseline.HeapBytes) / float64(st.Endpoints)
@@ -281,6 +298,75 @@ func (r *scaleRun) scenarios(ctx context.Context, n int, port mesh.ServiceEntrie
 	}
 	r.client.Wait(ctx, 5*time.Second, func(st oracle.State) bool { return len(oracle.Compare(r.want(), st)) == 0 })
 	return nil
+}
+
+// fleetResult is the fleet's convergence at one step.
+type fleetResult struct {
+	proxies             int
+	measured, converged bool
+	seconds             float64
+}
+
+// fleetStats is the part of adsload's /stats the steps read.
+type fleetStats struct {
+	Resources map[string]int64 `json:"resources"`
+}
+
+// fleetConverge waits until every client of the adsload fleet holds the generated clusters the
+// oracle expects, and returns the time from applied. Clusters, not endpoints: a CDS response
+// carries the whole set (adsload's count per client is exact), an EDS response may carry only
+// the assignments that changed (its count is the last response's, not what the client holds).
+// The fleet's count is a sum over its clients, read above its baseline: the clusters outside
+// the generated config (the kube services, 6 a client) would otherwise stand in for a few
+// clients' missing ones (at 1000 clients and a 500-ServiceEntry step, 12 clients' worth). It is
+// read after the oracle client converged, so it is never below the oracle's time.
+func (r *scaleRun) fleetConverge(ctx context.Context, n int, applied time.Time) fleetResult {
+	m := r.s.Mesh
+	res := fleetResult{proxies: m.Spec.ADSLoad.Clients}
+	if res.proxies == 0 || m.ADSLoadURL == "" {
+		return res
+	}
+	clusters := int64(len(r.want().Clusters))
+	p := int64(res.proxies)
+	var last fleetStats
+	var lastErr error
+	// Bounded below the step's own wait: a fleet that never converges costs a step 2 min, not 5.
+	deadline := time.Now().Add(min(r.timeout, 2*time.Minute))
+	for {
+		var st fleetStats
+		if lastErr = r.fleetStats(ctx, &st); lastErr == nil {
+			res.measured, last = true, st
+			if st.Resources["cds"]-r.fleetBase >= p*clusters {
+				res.converged, res.seconds = true, time.Since(applied).Seconds()
+				r.s.Event("scale.fleet-converged", fmt.Sprintf("%d ServiceEntries", n), fmt.Sprintf("%d ADS clients held the step's clusters %.1f s after the last object", res.proxies, res.seconds))
+				return res
+			}
+		}
+		if time.Now().After(deadline) || kit.Sleep(ctx, 250*time.Millisecond) != nil {
+			break
+		}
+	}
+	res.seconds = time.Since(applied).Seconds()
+	r.s.Event("scale.fleet-not-converged", fmt.Sprintf("%d ServiceEntries", n), fmt.Sprintf("the %d ADS clients held %d generated clusters of %d within %s (last error: %v)",
+		res.proxies, last.Resources["cds"]-r.fleetBase, p*clusters, min(r.timeout, 2*time.Minute), lastErr))
+	return res
+}
+
+// fleetStats reads the adsload fleet's totals.
+func (r *scaleRun) fleetStats(ctx context.Context, st *fleetStats) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.s.Mesh.ADSLoadURL+"/stats", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := r.cpHTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("adsload stats: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("adsload stats: %s", resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(st)
 }
 
 func (r *scaleRun) add(e mesh.Expected, scenario string) {
@@ -371,8 +457,9 @@ func (r *scaleRun) cpMetric(ctx context.Context, m subject.Measure) (float64, er
 }
 
 type pushTotals struct {
-	count uint64
-	sum   float64
+	count   uint64
+	sum     float64
+	buckets map[float64]uint64
 }
 
 // pushes reads the control plane's full-push histogram (its own measure of push time).
@@ -386,7 +473,7 @@ func (r *scaleRun) pushes(ctx context.Context) (pushTotals, error) {
 		return pushTotals{}, err
 	}
 	c, sum, _ := fams.Histogram(metric.Name, metric.Labels)
-	return pushTotals{c, sum}, nil
+	return pushTotals{c, sum, fams.CumulativeBuckets(metric.Name, metric.Labels)}, nil
 }
 
 // heapJitterBytes is how much the reference control plane's heap, read after two forced GCs,

@@ -268,24 +268,33 @@ func (f *Fidelity) WriteMarkdown(w io.Writer) error {
 
 // WriteFidelity writes fidelity.json and fidelity.md into dir, each atomically.
 func WriteFidelity(dir string, f *Fidelity) error {
-	js, err := json.MarshalIndent(f, "", "  ")
+	return WriteJSONAndMarkdown(dir, "fidelity table", FidelityJSONFile, f, FidelityMarkdownFile, f.WriteMarkdown)
+}
+
+// WriteJSONAndMarkdown writes v as indented JSON to dir/jsonName and what md writes to
+// dir/mdName, each atomically, creating dir; errors name what is written.
+func WriteJSONAndMarkdown(dir, what, jsonName string, v any, mdName string, md func(io.Writer) error) error {
+	js, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		return fmt.Errorf("write fidelity table: %w", err)
+		return fmt.Errorf("write %s: %w", what, err)
 	}
-	var md bytes.Buffer
-	if err := f.WriteMarkdown(&md); err != nil {
-		return fmt.Errorf("write fidelity table: %w", err)
+	var b bytes.Buffer
+	if err := md(&b); err != nil {
+		return fmt.Errorf("write %s: %w", what, err)
 	}
 	if err := MkdirAll(dir); err != nil {
-		return fmt.Errorf("write fidelity table: %w", err)
+		return fmt.Errorf("write %s: %w", what, err)
 	}
-	for name, b := range map[string][]byte{FidelityJSONFile: append(js, '\n'), FidelityMarkdownFile: md.Bytes()} {
-		if err := WriteFileAtomic(filepath.Join(dir, name), b); err != nil {
-			return fmt.Errorf("write fidelity table: %w", err)
+	for name, data := range map[string][]byte{jsonName: append(js, '\n'), mdName: b.Bytes()} {
+		if err := WriteFileAtomic(filepath.Join(dir, name), data); err != nil {
+			return fmt.Errorf("write %s: %w", what, err)
 		}
 	}
 	return nil
 }
+
+// FilesIn names the files of files that dir holds (a report's, before it is written over).
+func FilesIn(dir string, files ...string) []string { return filesIn(dir, files...) }
 
 // FidelityIn names the fidelity files dir already holds.
 func FidelityIn(dir string) []string { return filesIn(dir, FidelityJSONFile, FidelityMarkdownFile) }

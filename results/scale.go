@@ -62,6 +62,18 @@ type ScaleStep struct {
 	Mismatches int `json:"mismatches"`
 	// Verify marks the step added to verify a projection.
 	Verify bool `json:"verify,omitempty"`
+	// PushP99Ms is the P99 of the full pushes during the step, from the increase of the control
+	// plane's push-time histogram (0 when PushMeasured is false or the step had no push).
+	PushP99Ms float64 `json:"pushP99Ms,omitempty"`
+	// Proxies is the fleet of ADS clients connected during the step (0: the oracle client
+	// only). FleetConvergeSeconds is from the end of the apply until every one of them held at
+	// least the step's generated clusters (CDS; never less than the oracle client's
+	// time: it is read after it); FleetConverged says whether they did within the wait, and
+	// FleetMeasured whether the fleet was read at all.
+	Proxies              int     `json:"proxies,omitempty"`
+	FleetMeasured        bool    `json:"fleetMeasured,omitempty"`
+	FleetConverged       bool    `json:"fleetConverged,omitempty"`
+	FleetConvergeSeconds float64 `json:"fleetConvergeSeconds,omitempty"`
 }
 
 // PowerFit is y = Coeff · x^Exponent fitted by least squares on log y against log x.

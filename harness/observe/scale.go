@@ -2,7 +2,9 @@ package observe
 
 import (
 	"context"
+	"math"
 	"net/http"
+	"sort"
 	"sync"
 
 	dto "github.com/prometheus/client_model/go"
@@ -45,6 +47,52 @@ func (f Families) Histogram(name string, labels map[string]string) (count uint64
 		}
 	}
 	return count, sum, ok
+}
+
+// CumulativeBuckets sums a histogram family's cumulative bucket counts over its series whose
+// labels include labels, by upper bound in seconds (+Inf: the sample count); nil when there is
+// no such series.
+func (f Families) CumulativeBuckets(name string, labels map[string]string) map[float64]uint64 {
+	var out map[float64]uint64
+	for _, m := range f.series(name, labels) {
+		h := m.GetHistogram()
+		if h == nil {
+			continue
+		}
+		if out == nil {
+			out = map[float64]uint64{}
+		}
+		inf := false
+		for _, b := range h.GetBucket() {
+			out[b.GetUpperBound()] += b.GetCumulativeCount()
+			inf = inf || math.IsInf(b.GetUpperBound(), 1)
+		}
+		// The text format's parser keeps the +Inf bucket; a series without one has it as its count.
+		if !inf {
+			out[math.Inf(1)] += h.GetSampleCount()
+		}
+	}
+	return out
+}
+
+// BucketsIncrease is the increase of cumulative buckets (CumulativeBuckets) from before to
+// after, as results.Buckets in milliseconds (+Inf as −1), ascending: what BucketQuantile reads.
+func BucketsIncrease(before, after map[float64]uint64) []results.Bucket {
+	les := make([]float64, 0, len(after))
+	for le := range after {
+		les = append(les, le)
+	}
+	sort.Float64s(les)
+	out := make([]results.Bucket, 0, len(les))
+	for _, le := range les {
+		ms := le * 1000
+		if math.IsInf(le, 1) {
+			ms = -1
+		}
+		n := int64(after[le]) - int64(before[le])
+		out = append(out, results.Bucket{LeMs: ms, Count: max(n, 0)})
+	}
+	return out
 }
 
 func (f Families) series(name string, labels map[string]string) []*dto.Metric {

@@ -56,6 +56,15 @@ var examples = map[string][]string{
 		"sudo meshchaos fidelity --repeats 1 --set cp-oom-restart.serviceEntries=1000",
 		"sudo meshchaos fidelity --experiment endpoint-flap --experiment cp-oom-restart --repeats 2",
 	},
+	"capacity": {
+		"# istiod's capacity curve at both pins, the reference's beside it",
+		"sudo meshchaos capacity --cp reference --cp istiod@2026-04 --cp istiod@2026-08 --proxies 100,1000 --steps 500,1000,2500 --out runs/capacity",
+		"sudo meshchaos capacity --cp istiod@2026-08 --proxies 100,1000,5000 --memory-budget 8Gi --set cpMemoryLimit=8Gi",
+	},
+	"capacity report": {
+		"# rebuild the report from the run directories (e.g. another budget)",
+		"meshchaos capacity report runs/capacity --memory-budget 2Gi --proxies 1000,10000",
+	},
 	"version": {
 		"meshchaos version",
 		"meshchaos version -o json",

@@ -171,6 +171,7 @@ func TestExistingFlagsNeedTheExistingSubstrate(t *testing.T) {
 		"meshchaos suite":         {"suite", "nightly"},
 		"meshchaos upgrade-check": {"upgrade-check", "--base", "reference", "--candidate", "reference:ungated"},
 		"meshchaos fidelity":      {"fidelity"},
+		"meshchaos capacity":      {"capacity"},
 	}
 	var found []string
 	for _, c := range NewRoot().Commands() {
