@@ -33,7 +33,8 @@ func init() {
 			params.DurationParam("unready", 2*time.Second, time.Second, time.Minute, "how long the pod stays NotReady in each flap (readiness)"),
 			params.DurationParam("ready", 4*time.Second, 2*time.Second, 10*time.Minute, "how long the pod stays Ready between flaps"),
 			params.DurationParam("flapFor", 60*time.Second, 5*time.Second, time.Hour, "how long the pod flaps"),
-			params.IntParam("proxies", 200, 1, 5000, "", "adsload ADS clients standing in for sidecars, each watching the whole mesh"),
+			params.IntParam("proxies", 200, 1, 20000, "", "adsload ADS clients standing in for sidecars, each watching the whole mesh (at most 5000 a pod)"),
+			params.IntParam("adsloadPods", 1, 1, 100, "", "adsload pods the proxies are spread over, round-robin over every node (the data plane's first)"),
 			params.IntParam("serviceEntries", 1000, 1, 20000, "", "background ServiceEntries, so that a full push costs something"),
 			params.IntParam("hosts", 4, 1, 10000, "", "ServiceEntry hosts under traffic (the other services)"),
 			params.IntParam("gateways", 1, 1, 20, "", "gateway replicas carrying the traffic"),
@@ -42,6 +43,12 @@ func init() {
 			params.DurationParam("flapGrace", 2*time.Second, 0, time.Minute, "errors to the flapping service this close to one of its unready windows count as inside it (the change's way to the gateways, and 1 s series)"),
 		},
 		Validate: func(v params.Values) error {
+			if pods, proxies := v.Int("adsloadPods"), v.Int("proxies"); pods > proxies {
+				return fmt.Errorf("adsloadPods=%d: at most proxies (%d), each pod at least one proxy", pods, proxies)
+			} else if per := (proxies + pods - 1) / pods; per > maxProxiesPerPod {
+				return fmt.Errorf("proxies=%d on %d adsload pod(s) is %d a pod: at most %d (raise adsloadPods to %d or more)",
+					proxies, pods, per, maxProxiesPerPod, (proxies+maxProxiesPerPod-1)/maxProxiesPerPod)
+			}
 			if v.Int("hosts") > v.Int("serviceEntries") {
 				return fmt.Errorf("hosts=%d: at most serviceEntries (%d)", v.Int("hosts"), v.Int("serviceEntries"))
 			}
@@ -64,7 +71,7 @@ func init() {
 				Gateway:        mesh.Gateway{Replicas: v.Int("gateways"), Node: dp, Services: []string{flapService}},
 				// Convergence of the flapping Service's endpoints, in the mesh's namespace
 				// ("default", or the run's own on a shared cluster).
-				ADSLoad: mesh.ADSLoad{Clients: v.Int("proxies"), Node: dp, TrackService: flapService},
+				ADSLoad: fleet(v.Int("proxies"), v.Int("adsloadPods"), dp, flapService),
 			}
 		},
 		Hosts: func(v params.Values) int { return v.Int("hosts") },
@@ -89,6 +96,23 @@ func init() {
 			}
 		},
 	})
+}
+
+// maxProxiesPerPod bounds one adsload pod's clients (5000, what one pod was allowed before a
+// fleet could be spread): a larger fleet takes several pods.
+const maxProxiesPerPod = 5000
+
+// fleet is the adsload fleet of proxies clients tracking service: one pod on the data plane's
+// node dp, or pods spread round-robin over every node from dp down to node 1.
+func fleet(proxies, pods, dp int, service string) mesh.ADSLoad {
+	a := mesh.ADSLoad{Clients: proxies, Node: dp, TrackService: service}
+	if pods > 1 {
+		a.Pods = pods
+		for k := dp; k >= 1; k-- {
+			a.Nodes = append(a.Nodes, k)
+		}
+	}
+	return a
 }
 
 // Flap kinds.
@@ -206,8 +230,8 @@ func endpointFlapChaos(ctx context.Context, s *kit.State) error {
 		return err
 	}
 	// After the control plane's metrics: it attributes their pushes to each change.
-	conv := &observe.Convergence{Client: m.Client, Namespace: ns, Service: flapService, URL: m.ADSLoadURL + "/tracked",
-		Dial: m.Cluster.Dialer(max(m.Spec.ADSLoad.Node, 1)), As: "adsload", Pushes: s.CP.Metrics()}
+	conv := &observe.Convergence{Client: m.Client, Namespace: ns, Service: flapService, Receipts: m.Fleet.Tracked,
+		As: "adsload", Pushes: s.CP.Metrics()}
 	if err := s.Measure(&observe.Pods{Client: m.Client, Namespace: ns, Selector: sel, As: flapRole}, conv); err != nil {
 		return err
 	}
@@ -219,8 +243,18 @@ func endpointFlapChaos(ctx context.Context, s *kit.State) error {
 	if err := conv.WaitConverged(ctx, 2*time.Minute); err != nil {
 		s.Event("convergence.incomplete", "adsload", err.Error())
 	}
+	// What the fleet holds and costs, pod by pod (RSS per node): a pod out of reach is an
+	// error, never a fleet measured without it.
+	st, err := m.Fleet.Stats(ctx)
+	if err != nil {
+		return fmt.Errorf("read the adsload fleet: %w", err)
+	}
+	s.Event(eventFleetStats, "adsload", m.Fleet.Summary(st))
 	return nil
 }
+
+// eventFleetStats is the timeline kind of the adsload fleet's figures at the end of the chaos.
+const eventFleetStats = "adsload.stats"
 
 // flapPod makes the pod flap the chosen way for flapFor.
 func flapPod(ctx context.Context, s *kit.State, kind, ns, sel string) error {

@@ -1,6 +1,7 @@
 package experiments
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -25,10 +26,32 @@ func TestEndpointFlapParams(t *testing.T) {
 	spec := d.MeshSpec(v)
 	assert.Equal(t, 200, spec.ADSLoad.Clients)
 	assert.Equal(t, "flap", spec.ADSLoad.TrackService)
+	assert.Equal(t, 1, v.Int("adsloadPods"))
+	assert.Zero(t, spec.ADSLoad.Pods, "one pod by default, on the data plane's node")
+	assert.Nil(t, spec.ADSLoad.Nodes)
+	assert.Equal(t, spec.Nodes, spec.ADSLoad.Node)
+
+	// A fleet spread over pods, round-robin over every node, the data plane's first.
+	v, err = d.Resolve([]string{"nodes=3", "proxies=10000", "adsloadPods=4"})
+	require.NoError(t, err)
+	spec = d.MeshSpec(v)
+	assert.Equal(t, 10000, spec.ADSLoad.Clients)
+	assert.Equal(t, 4, spec.ADSLoad.Pods)
+	assert.Equal(t, []int{3, 2, 1}, spec.ADSLoad.Nodes)
+	for bad, want := range map[string]string{
+		"proxies=3,adsloadPods=4": "adsloadPods=4: at most proxies (3)",
+		"proxies=10000":           "proxies=10000 on 1 adsload pod(s) is 10000 a pod: at most 5000 (raise adsloadPods to 2 or more)",
+		"adsloadPods=0":           "want a whole number from 1",
+	} {
+		_, err := d.Resolve(strings.Split(bad, ","))
+		if assert.Error(t, err, bad) {
+			assert.Contains(t, err.Error(), want, bad)
+		}
+	}
 	for bad, want := range map[string]string{
 		"flap=wobble":   `want one of`,
 		"flapFor=100s":  "at least steady + flapFor + 15s",
-		"proxies=0":     "want a whole number from 1 to 5000",
+		"proxies=0":     "want a whole number from 1 to 20000",
 		"hosts=2000":    "at most serviceEntries",
 		"unready=100ms": "want a duration from 1s",
 	} {

@@ -2,7 +2,6 @@ package experiments
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -21,6 +20,7 @@ import (
 	"github.com/meshchaos/meshchaos/harness/runner"
 	"github.com/meshchaos/meshchaos/harness/subject"
 	"github.com/meshchaos/meshchaos/results"
+	"github.com/meshchaos/meshchaos/workloads/adsload"
 )
 
 // Incident 4: 5000 ServiceEntries × 10 endpoints took istiod 1.6 to ≈ 12 GB (≈ 250 KB per
@@ -146,8 +146,8 @@ func scaleSteps(ctx context.Context, s *kit.State) error {
 	}
 	base.Proxies = m.Spec.ADSLoad.Clients
 	if base.Proxies > 0 {
-		var st fleetStats
-		if err := r.fleetStats(ctx, &st); err != nil {
+		st, err := r.fleetStats(ctx)
+		if err != nil {
 			return fmt.Errorf("the fleet's clusters at the baseline: %w", err)
 		}
 		r.fleetBase = st.Resources["cds"]
@@ -307,11 +307,6 @@ type fleetResult struct {
 	seconds             float64
 }
 
-// fleetStats is the part of adsload's /stats the steps read.
-type fleetStats struct {
-	Resources map[string]int64 `json:"resources"`
-}
-
 // fleetConverge waits until every client of the adsload fleet holds the generated clusters the
 // oracle expects, and returns the time from applied. Clusters, not endpoints: a CDS response
 // carries the whole set (adsload's count per client is exact), an EDS response may carry only
@@ -323,18 +318,18 @@ type fleetStats struct {
 func (r *scaleRun) fleetConverge(ctx context.Context, n int, applied time.Time) fleetResult {
 	m := r.s.Mesh
 	res := fleetResult{proxies: m.Spec.ADSLoad.Clients}
-	if res.proxies == 0 || m.ADSLoadURL == "" {
+	if res.proxies == 0 || m.Fleet == nil {
 		return res
 	}
 	clusters := int64(len(r.want().Clusters))
 	p := int64(res.proxies)
-	var last fleetStats
+	var last adsload.Stats
 	var lastErr error
 	// Bounded below the step's own wait: a fleet that never converges costs a step 2 min, not 5.
 	deadline := time.Now().Add(min(r.timeout, 2*time.Minute))
 	for {
-		var st fleetStats
-		if lastErr = r.fleetStats(ctx, &st); lastErr == nil {
+		var st adsload.Stats
+		if st, lastErr = r.fleetStats(ctx); lastErr == nil {
 			res.measured, last = true, st
 			if st.Resources["cds"]-r.fleetBase >= p*clusters {
 				res.converged, res.seconds = true, time.Since(applied).Seconds()
@@ -352,21 +347,13 @@ func (r *scaleRun) fleetConverge(ctx context.Context, n int, applied time.Time) 
 	return res
 }
 
-// fleetStats reads the adsload fleet's totals.
-func (r *scaleRun) fleetStats(ctx context.Context, st *fleetStats) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.s.Mesh.ADSLoadURL+"/stats", nil)
+// fleetStats reads the adsload fleet's totals (every pod's, summed: mesh.Fleet).
+func (r *scaleRun) fleetStats(ctx context.Context) (adsload.Stats, error) {
+	st, err := r.s.Mesh.Fleet.Stats(ctx)
 	if err != nil {
-		return err
+		return adsload.Stats{}, fmt.Errorf("adsload stats: %w", err)
 	}
-	resp, err := r.cpHTTP.Do(req)
-	if err != nil {
-		return fmt.Errorf("adsload stats: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("adsload stats: %s", resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(st)
+	return st.Total, nil
 }
 
 func (r *scaleRun) add(e mesh.Expected, scenario string) {

@@ -71,11 +71,18 @@ type GRPCClients struct {
 	LastListed bool
 }
 
-// ADSLoad is one adsload pod (workloads/adsload) whose Clients each connect to the control
-// plane as a sidecar would and subscribe to the whole mesh.
+// ADSLoad is a fleet of adsload pods (workloads/adsload) whose Clients each connect to the
+// control plane as a sidecar would and subscribe to the whole mesh: one pod on Node, or Pods
+// pods sharing the clients (as evenly as can be, each client a distinct proxy as in one pod),
+// pinned round-robin over Nodes, so that a large fleet runs on several nodes.
 type ADSLoad struct {
 	Clients int
 	Node    int
+	// Pods is how many adsload pods share the clients (0 or 1: one pod, as adsload).
+	Pods int
+	// Nodes are the nodes the pods are pinned to, round-robin (pod k on Nodes[k%len]); none:
+	// every pod on Node.
+	Nodes []int
 	// TrackService makes every client record its receipts of the cluster of this Service of
 	// the mesh's namespace (adsload --track with Istio's cluster name, outbound|PORT||HOST),
 	// for convergence measured at the proxies.
@@ -131,8 +138,9 @@ type Mesh struct {
 	GatewayIPs []string
 	// wl is the workload substrate the mesh deploys with.
 	wl wlmanifests.Substrate
-	// ADSLoadURL is the adsload pod's HTTP base URL (/stats, /metrics, /tracked); "" without one.
-	ADSLoadURL string
+	// Fleet is the adsload pods, read as one fleet (their /stats and /tracked summed and
+	// merged); nil without one.
+	Fleet *Fleet
 	// GRPCClientURL is the gRPC clients' pod's HTTP base URL (/stats, /ready); "" without one.
 	GRPCClientURL string
 	// Namespace holds the mesh's workloads and generated config: "default" on a cluster of the
@@ -193,8 +201,13 @@ func (s Spec) Validate() error {
 	node("control plane", s.CP.Node)
 	node("gateway", s.Gateway.Node)
 	node("adsload", s.ADSLoad.Node)
-	if s.ADSLoad.Clients < 0 {
-		errs = append(errs, fmt.Errorf("adsload clients %d: want 0 or more", s.ADSLoad.Clients))
+	for _, k := range s.ADSLoad.Nodes {
+		node("adsload", k)
+	}
+	if a := s.ADSLoad; a.Clients < 0 {
+		errs = append(errs, fmt.Errorf("adsload clients %d: want 0 or more", a.Clients))
+	} else if a.Clients > 0 && (a.Pods < 0 || a.Pods > a.Clients) {
+		errs = append(errs, fmt.Errorf("adsload pods %d: want 1 to the clients' number (%d), each pod at least one client", a.Pods, a.Clients))
 	}
 	if g := s.GRPC; g.Clients > 0 {
 		node("grpc clients", g.Node)
@@ -327,31 +340,10 @@ func Up(ctx context.Context, provider cluster.Substrate, spec Spec, rec Recorder
 			return m, err
 		}
 	}
-	if a := spec.ADSLoad; a.Clients > 0 {
-		const port = 8080
-		track := ""
-		if a.TrackService != "" {
-			track = serviceCluster(a.TrackService, ns)
-		}
-		v := wlmanifests.Values{Substrate: wl, Namespace: ns, Clients: a.Clients, Track: track, Port: port}
-		m.xdsValues(&v)
-		// Ready once every client has been served (its /ready): a control plane admits new
-		// streams at a bounded rate (istiod's 15 + 5 per core a second, burst 1), so a large
-		// fleet takes a while by design.
-		deployed := time.Now()
-		if err := m.deploy(ctx, "adsload", v, a.Node, deployWait+time.Duration(a.Clients)*100*time.Millisecond); err != nil {
-			return m, fmt.Errorf("deploy adsload: %w", err)
-		}
-		ips, err := kube.PodIPs(ctx, m.Client, ns, "app=adsload")
-		if err != nil {
+	if spec.ADSLoad.Clients > 0 {
+		if err := m.deployFleet(ctx, rec); err != nil {
 			return m, err
 		}
-		if len(ips) != 1 {
-			return m, fmt.Errorf("want 1 adsload pod, found %d", len(ips))
-		}
-		m.ADSLoadURL = "http://" + net.JoinHostPort(ips[0], fmt.Sprint(port))
-		rec.Event("adsload.ready", "adsload", fmt.Sprintf("%d ADS clients, every one served, %s after its deployment was applied",
-			a.Clients, time.Since(deployed).Round(100*time.Millisecond)))
 	}
 	if g := spec.GRPC; g.Clients > 0 {
 		if err := m.deployGRPCClients(ctx, rec); err != nil {
@@ -373,6 +365,47 @@ func (g GRPCClients) targets(exp Expected) []string {
 		targets = append(targets, net.JoinHostPort(h, "80"))
 	}
 	return targets
+}
+
+// deployFleet deploys the adsload pods, all at once, and waits until every one is Ready: every
+// client has been served. A control plane admits new streams at a bounded rate (istiod's 15 + 5
+// per core a second, burst 1), so a large fleet takes a while by design, however many pods it
+// is spread over: the fleet gets 100 ms per client beyond deployWait.
+func (m *Mesh) deployFleet(ctx context.Context, rec Recorder) error {
+	const port = 8080
+	a := m.Spec.ADSLoad
+	track := ""
+	if a.TrackService != "" {
+		track = serviceCluster(a.TrackService, m.Namespace)
+	}
+	f := &Fleet{Pods: fleetPods(a)}
+	deployed := time.Now()
+	deadline := deployed.Add(deployWait + time.Duration(a.Clients)*100*time.Millisecond)
+	for _, p := range f.Pods {
+		v := wlmanifests.Values{Substrate: m.wl, Namespace: m.Namespace, Name: p.Name, Clients: p.Clients, FirstClient: p.First, Track: track, Port: port}
+		m.xdsValues(&v)
+		if err := m.apply(ctx, "adsload", v, p.Node); err != nil {
+			return fmt.Errorf("deploy adsload pod %s: %w", p.Name, err)
+		}
+	}
+	for i, p := range f.Pods {
+		if err := kube.WaitDeploymentReady(ctx, m.Client, m.Namespace, p.Name, max(time.Until(deadline), time.Second)); err != nil {
+			return fmt.Errorf("deploy adsload pod %s (%d clients, Ready once every one has been served): %w", p.Name, p.Clients, err)
+		}
+		ips, err := kube.PodIPs(ctx, m.Client, m.Namespace, "app="+p.Name)
+		if err != nil {
+			return err
+		}
+		if len(ips) != 1 {
+			return fmt.Errorf("want 1 adsload pod %s, found %d", p.Name, len(ips))
+		}
+		f.Pods[i].URL = "http://" + net.JoinHostPort(ips[0], fmt.Sprint(port))
+		f.Pods[i].Dial = m.Cluster.Dialer(max(p.Node, 1))
+	}
+	m.Fleet = f
+	rec.Event("adsload.ready", "adsload", fmt.Sprintf("%d ADS clients on %d pod(s), every one served, %s after their deployments were applied",
+		a.Clients, len(f.Pods), time.Since(deployed).Round(100*time.Millisecond)))
+	return nil
 }
 
 // deployGRPCClients deploys the gRPC clients' pod and waits until it is Ready: every channel
@@ -429,6 +462,18 @@ func workloadSubstrate(ctx context.Context, c cluster.Cluster) (wlmanifests.Subs
 // deploy applies a workload's manifest (owned by the run, pinned to node when > 0) and waits up to
 // wait for its Deployment to be Ready.
 func (m *Mesh) deploy(ctx context.Context, manifest string, v wlmanifests.Values, node int, wait time.Duration) error {
+	if err := m.apply(ctx, manifest, v, node); err != nil {
+		return err
+	}
+	name := v.Name
+	if name == "" {
+		name = manifest
+	}
+	return kube.WaitDeploymentReady(ctx, m.Client, m.Namespace, name, wait)
+}
+
+// apply applies a workload's manifest, owned by the run and pinned to node when > 0.
+func (m *Mesh) apply(ctx context.Context, manifest string, v wlmanifests.Values, node int) error {
 	y, err := wlmanifests.Render(manifest, v)
 	if err != nil {
 		return err
@@ -437,14 +482,8 @@ func (m *Mesh) deploy(ctx context.Context, manifest string, v wlmanifests.Values
 	if node > 0 {
 		muts = append(muts, kube.PinToNode(cluster.NodeLabel, fmt.Sprint(node)))
 	}
-	if _, err := kube.Apply(ctx, m.Cluster.RESTConfig(), y, muts...); err != nil {
-		return err
-	}
-	name := v.Name
-	if name == "" {
-		name = manifest
-	}
-	return kube.WaitDeploymentReady(ctx, m.Client, m.Namespace, name, wait)
+	_, err = kube.Apply(ctx, m.Cluster.RESTConfig(), y, muts...)
+	return err
 }
 
 // deployWait is how long a workload's Deployment may take to be Ready.

@@ -2,9 +2,7 @@ package observe
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"sync"
 	"time"
 
@@ -31,10 +29,10 @@ type Convergence struct {
 	Client kubernetes.Interface
 	// Namespace and Service name the Service followed.
 	Namespace, Service string
-	// URL is the proxies' receipts (adsload's /tracked); Dial reaches it.
-	URL  string
-	Dial DialContext
-	As   Role
+	// Receipts reads every proxy's receipts of the tracked clusters (adsload's /tracked, over
+	// every pod of the fleet: mesh.Fleet.Tracked); an error when any proxy's are out of reach.
+	Receipts func(ctx context.Context) (*adsload.Tracked, error)
+	As       Role
 	// Pushes, when set, is the control plane's map of measures to metrics: each change is then
 	// given the full and EDS pushes from it to the next change. It reads the scraped metrics
 	// in the summary, so register this measurement after the control plane's metrics.
@@ -46,7 +44,6 @@ type Convergence struct {
 	// PILOT_DEBOUNCE_AFTER and the reference's): a change undone within it is coalesced.
 	Debounce time.Duration
 
-	client   *http.Client
 	mu       sync.Mutex
 	changes  []apiChange // after the baseline
 	ready    int         // the API's current ready endpoints (-1 before the baseline)
@@ -55,6 +52,9 @@ type Convergence struct {
 	polls    int
 	fails    int
 	lastErr  error
+	// stale: the latest read failed, so tracked may lack the latest receipts (a pod of the
+	// fleet out of reach): the measurement is missing, not a proxy that missed a change.
+	stale bool
 }
 
 // apiChange is one change of the Service's ready endpoints, as the harness saw it.
@@ -72,7 +72,6 @@ func (c *Convergence) Role() Role { return c.As }
 // Start implements Measurement: it returns once every proxy holds the Service's current ready
 // endpoints, so changes from then on are measured from a common baseline.
 func (c *Convergence) Start(ctx context.Context, sink Sink) error {
-	c.client = &http.Client{Transport: &http.Transport{DialContext: c.Dial}, Timeout: 10 * time.Second}
 	c.ready = -1
 	f := informers.NewSharedInformerFactoryWithOptions(c.Client, 0, informers.WithNamespace(c.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName + "=" + c.Service }))
@@ -146,7 +145,7 @@ func (c *Convergence) WaitConverged(ctx context.Context, timeout time.Duration) 
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("the proxies (%s) did not all hold the %d ready endpoint(s) of %s/%s within %s (last: %v, %s): are they connected to the control plane, and does the cluster name they track (adsload's track option) match the service's cluster?",
-				c.URL, want, c.Namespace, c.Service, timeout, err, holding(t, want))
+				c.As, want, c.Namespace, c.Service, timeout, err, holding(t, want))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -207,36 +206,19 @@ func holding(t *adsload.Tracked, want int) string {
 
 // fetch reads the receipts and keeps them.
 func (c *Convergence) fetch(ctx context.Context) (*adsload.Tracked, error) {
-	t, err := func() (*adsload.Tracked, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.URL, nil)
-		if err != nil {
-			return nil, err
-		}
-		resp, err := c.client.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("GET %s: %s", c.URL, resp.Status)
-		}
-		var t adsload.Tracked
-		if err := json.NewDecoder(resp.Body).Decode(&t); err != nil {
-			return nil, fmt.Errorf("GET %s: %w", c.URL, err)
-		}
-		return &t, nil
-	}()
+	t, err := c.Receipts(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
 		if ctx.Err() == nil {
 			c.fails++
 			c.lastErr = err
+			c.stale = true
 		}
 		return nil, err
 	}
 	c.polls++
-	c.tracked = t
+	c.tracked, c.stale = t, false
 	return t, nil
 }
 
@@ -254,6 +236,8 @@ func (c *Convergence) Gather(s *results.Summary) {
 	}
 	if c.syncedAt.IsZero() {
 		st.OK, st.Error = false, "the proxies never all held the service's endpoints"
+	} else if c.stale {
+		st.OK, st.Error = false, fmt.Sprintf("the latest read of the proxies' receipts failed, so they lack the latest changes: %v", c.lastErr)
 	}
 	status(s, st)
 	if !st.OK {

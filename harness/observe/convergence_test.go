@@ -1,6 +1,8 @@
 package observe
 
 import (
+	"context"
+	"errors"
 	"math"
 	"testing"
 	"time"
@@ -127,4 +129,40 @@ func TestPushRateAndAttribution(t *testing.T) {
 	attributePushes(changes, series, map[subject.Measure]subject.Metric{subject.FullPushes: full, subject.EDSPushes: eds})
 	assert.Equal(t, results.Pushes{Full: 0, EDS: 0}, *changes[0].Pushes)
 	assert.Equal(t, results.Pushes{Full: 1, EDS: 3}, *changes[1].Pushes)
+}
+
+// A failed latest read of the receipts (a pod of the fleet out of reach) leaves the convergence
+// unmeasured (its checks: error), never measured on the receipts read before it, where the
+// latest changes would count as missed; a read that works again measures it.
+func TestConvergenceStaleReceiptsAreNoMeasurement(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Now().Add(-time.Minute)
+	tracked := &adsload.Tracked{Clients: [][]adsload.Receipt{{{At: t0, Endpoints: 1}}}}
+	var fail error
+	c := &Convergence{Namespace: "default", Service: "flap", As: "adsload",
+		Receipts: func(context.Context) (*adsload.Tracked, error) { return tracked, fail }}
+	_, err := c.fetch(ctx)
+	require.NoError(t, err)
+	c.syncedAt = t0.Add(time.Second)
+	var s results.Summary
+	c.Gather(&s)
+	require.NotNil(t, s.Convergence)
+	assert.True(t, s.Measurements[0].OK)
+
+	fail = errors.New("adsload pod adsload-1: connection refused")
+	_, err = c.fetch(ctx)
+	require.Error(t, err)
+	s = results.Summary{}
+	c.Gather(&s)
+	assert.Nil(t, s.Convergence, "no convergence from stale receipts")
+	require.Len(t, s.Measurements, 1)
+	assert.False(t, s.Measurements[0].OK)
+	assert.Contains(t, s.Measurements[0].Error, "adsload pod adsload-1: connection refused")
+
+	fail = nil
+	_, err = c.fetch(ctx)
+	require.NoError(t, err)
+	s = results.Summary{}
+	c.Gather(&s)
+	assert.NotNil(t, s.Convergence)
 }

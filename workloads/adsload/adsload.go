@@ -50,6 +50,10 @@ type Options struct {
 	Clients int
 	// NodeID builds client i's node id; default Istio-style "sidecar~10.x.y.z~adsload-i.<ns>~<ns>.svc.cluster.local".
 	NodeID func(i int) string
+	// First is the index of the first client (default 0): the clients are First …
+	// First+Clients-1, so several processes (a fleet spread over pods) give the control plane
+	// distinct proxies, exactly as one process with all the clients would.
+	First int
 	// Namespace goes into the default node ids and the node metadata (NAMESPACE).
 	Namespace string
 	// Ramp is the pause between starting two clients (0: all at once).
@@ -124,6 +128,10 @@ func New(opts Options) (*Load, error) {
 	if opts.Clients <= 0 {
 		return nil, errors.New("adsload: --clients must be at least 1")
 	}
+	if opts.First < 0 || opts.First+opts.Clients > 1<<24 {
+		// The default node ids put the index in an IP's last three bytes.
+		return nil, fmt.Errorf("adsload: clients %d to %d: want indexes from 0 to %d", opts.First, opts.First+opts.Clients-1, 1<<24-1)
+	}
 	if err := opts.Credentials.Validate(); err != nil {
 		return nil, fmt.Errorf("adsload: %w", err)
 	}
@@ -152,7 +160,7 @@ func New(opts Options) (*Load, error) {
 	if err != nil {
 		return nil, fmt.Errorf("adsload: node metadata: %w", err)
 	}
-	for i := range opts.Clients {
+	for i := opts.First; i < opts.First+opts.Clients; i++ {
 		l.clients = append(l.clients, &client{id: i, node: &corev3.Node{
 			Id:            opts.NodeID(i),
 			Cluster:       fmt.Sprintf("adsload-%d.%s", i, opts.Namespace),
@@ -401,18 +409,23 @@ type Stats struct {
 	Clients   int   `json:"clients"`
 	Connected int64 `json:"connected"`
 	// Configured counts the clients whose open stream has received a response.
-	Configured int64            `json:"configured"`
-	Streams    int64            `json:"streams"`
-	ACKs       int64            `json:"acks"`
-	NACKs      int64            `json:"nacks"`
-	Responses  map[string]int64 `json:"responses"`
-	Bytes      map[string]int64 `json:"bytes"`
+	Configured int64 `json:"configured"`
+	Streams    int64 `json:"streams"`
+	// First is the index of the first client (Options.First).
+	First     int              `json:"first"`
+	ACKs      int64            `json:"acks"`
+	NACKs     int64            `json:"nacks"`
+	Responses map[string]int64 `json:"responses"`
+	Bytes     map[string]int64 `json:"bytes"`
 	// Resources sums each client's current resource count per type; Endpoints sums endpoints.
 	Resources map[string]int64 `json:"resources"`
 	Endpoints int64            `json:"endpoints"`
 	// ClientsAtVersion counts clients per current version, per type (convergence check).
 	ClientsAtVersion map[string]map[string]int `json:"clientsAtVersion"`
 	Pushes           []Push                    `json:"pushes"`
+	// RSSBytes is the process's resident memory, on /stats only (0 where the platform does
+	// not tell): what the fleet costs the node it runs on.
+	RSSBytes int64 `json:"rssBytes,omitempty"`
 }
 
 var shortType = map[string]string{
@@ -422,7 +435,7 @@ var shortType = map[string]string{
 // Stats returns the current totals.
 func (l *Load) Stats() Stats {
 	s := Stats{
-		Clients: len(l.clients), Connected: l.connected.Load(), Configured: l.configured.Load(), Streams: l.streams.Load(),
+		Clients: len(l.clients), First: l.opts.First, Connected: l.connected.Load(), Configured: l.configured.Load(), Streams: l.streams.Load(),
 		ACKs: l.acks.Load(), NACKs: l.nacks.Load(),
 		Responses: map[string]int64{}, Bytes: map[string]int64{}, Resources: map[string]int64{},
 		ClientsAtVersion: map[string]map[string]int{},
@@ -474,8 +487,8 @@ type Receipt struct {
 	Endpoints int       `json:"endpoints"`
 }
 
-// Tracked is what every client received of the tracked clusters: Clients[i] are client i's
-// receipts, oldest first.
+// Tracked is what every client received of the tracked clusters: Clients[i] are the receipts
+// of the i-th client (client First+i), oldest first.
 type Tracked struct {
 	Track   string      `json:"track"`
 	Clients [][]Receipt `json:"clients"`

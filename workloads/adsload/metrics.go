@@ -7,13 +7,17 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Handler serves the totals as JSON on /stats and as Prometheus metrics on /metrics, and the
+// Handler serves the totals as JSON on /stats (with the process's RSS) and as Prometheus
+// metrics on /metrics (with the process's, process_resident_memory_bytes among them), and the
 // tracked clusters' receipts as JSON on /tracked.
 func (l *Load) Handler() http.Handler {
 	reg := prometheus.NewRegistry()
+	proc := prometheus.NewRegistry()
+	proc.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	fanout := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "adsload_push_fanout_seconds",
 		Help:    "Time from the first client receiving a pushed version to each client receiving it.",
@@ -24,14 +28,16 @@ func (l *Load) Handler() http.Handler {
 	l.fanout = func(i int, d time.Duration) { fanout.WithLabelValues(shortType[types[i]]).Observe(d.Seconds()) }
 	l.mu.Unlock()
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, proc}, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/tracked", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(l.Tracked())
 	})
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
+		st := l.Stats()
+		st.RSSBytes = rss(proc)
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(l.Stats())
+		json.NewEncoder(w).Encode(st)
 	})
 	// /ready is the pod's readiness: every client's stream has received config, so the
 	// harness measures a whole fleet (one still connecting would count its first fetches as
@@ -85,4 +91,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descResources, prometheus.GaugeValue, float64(v), t)
 	}
 	ch <- prometheus.MustNewConstMetric(descEndpoints, prometheus.GaugeValue, float64(s.Endpoints))
+}
+
+// rss is the process's resident memory as its process collector reads it (0 where the platform
+// does not tell).
+func rss(proc prometheus.Gatherer) int64 {
+	fams, err := proc.Gather()
+	if err != nil {
+		return 0
+	}
+	for _, f := range fams {
+		if f.GetName() == "process_resident_memory_bytes" && len(f.GetMetric()) == 1 {
+			return int64(f.GetMetric()[0].GetGauge().GetValue())
+		}
+	}
+	return 0
 }

@@ -126,9 +126,12 @@ type Values struct {
 	RetryInterval, RetryMaxInterval time.Duration
 
 	// Adsload: Clients (default 100); Track, when set, makes every client record its receipts of
-	// the clusters whose name contains it (adsload --track).
-	Clients int
-	Track   string
+	// the clusters whose name contains it (adsload --track). FirstClient is the index of the
+	// pod's first client (adsload --first-client): each pod of a fleet spread over several
+	// names clients of its own.
+	Clients     int
+	Track       string
+	FirstClient int
 
 	// GRPC client (workloads/grpcclient): Clients xDS clients (default 100) with one
 	// xds:///HOST:PORT channel per GRPCTargets entry, GRPCRate RPCs per second in all; Port

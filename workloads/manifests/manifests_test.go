@@ -157,6 +157,10 @@ func TestEchoAndAdsload(t *testing.T) {
 	assert.Equal(t, "meshchaos.local/adsload:dev", ads.Image)
 	assert.Contains(t, strings.Join(ads.Args, " "), "--clients 500")
 	assert.NotContains(t, ads.Args, "--track")
+	assert.NotContains(t, ads.Args, "--first-client", "one pod's clients start at 0")
+	// A pod of a fleet spread over several: its clients are named from its first on.
+	ads = deployment(t, render(t, "adsload", Values{Substrate: Local(), Name: "adsload-1", Clients: 10, FirstClient: 10})).Spec.Template.Spec.Containers[0]
+	assert.Contains(t, strings.Join(ads.Args, " "), "--clients 10 --first-client 10")
 	ads = deployment(t, render(t, "adsload", Values{Substrate: Local(), Track: "outbound|80||flap.default"})).Spec.Template.Spec.Containers[0]
 	assert.Equal(t, []string{"--track", "outbound|80||flap.default"}, ads.Args[len(ads.Args)-2:])
 }

@@ -174,7 +174,14 @@ func newPlan(j job, def kit.Definition, vals params.Values, sut subject.ControlP
 			p.Workloads = append(p.Workloads, w)
 		}
 		if a := spec.ADSLoad; a.Clients > 0 {
-			p.Workloads = append(p.Workloads, fmt.Sprintf("adsload: %d ADS clients standing in for sidecars %s", a.Clients, onNode(a.Node)))
+			w := fmt.Sprintf("adsload: %d ADS clients standing in for sidecars %s", a.Clients, onNode(a.Node))
+			if a.Pods > 1 {
+				w = fmt.Sprintf("adsload: %d ADS clients standing in for sidecars, spread over %d pods", a.Clients, a.Pods)
+				if len(a.Nodes) > 0 {
+					w += fmt.Sprintf(" on nodes %v (round-robin)", a.Nodes)
+				}
+			}
+			p.Workloads = append(p.Workloads, w)
 		}
 		if se := spec.ServiceEntries; se.Count > 0 {
 			w := fmt.Sprintf("%d ServiceEntries", se.Count)

@@ -53,7 +53,7 @@ func TestSuiteBadInputExitsTwo(t *testing.T) {
 	good := "- {experiment: serviceentry-scale, set: [\"steps=50,100\"]}\n"
 	for name, tc := range map[string]struct{ entries, want string }{
 		"unknown experiment":    {good + "- {experiment: nope}\n", `entry 2: unknown experiment "nope"`},
-		"bad parameter value":   {good + "- {experiment: endpoint-flap, set: [proxies=0]}\n", `entry 2 (endpoint-flap, reference): parameter proxies="0": want a whole number from 1 to 5000`},
+		"bad parameter value":   {good + "- {experiment: endpoint-flap, set: [proxies=0]}\n", `entry 2 (endpoint-flap, reference): parameter proxies="0": want a whole number from 1 to 20000`},
 		"unknown parameter":     {good + "- {experiment: endpoint-flap, set: [steps=5]}\n", "unknown parameter"},
 		"unknown control plane": {good + "- {experiment: endpoint-flap, controlPlane: \"reference:nope\"}\n", `unknown regression switch "nope"`},
 		"bad expect":            {good + "- {experiment: endpoint-flap, expect: maybe}\n", "want pass or fail"},

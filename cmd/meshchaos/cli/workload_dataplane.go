@@ -258,6 +258,7 @@ func newADSLoadCmd() *cobra.Command {
 	f.StringVar(&o.XDSAddress, "xds", os.Getenv("XDS_ADDRESS"), "ADS server HOST:PORT (env XDS_ADDRESS)")
 	addXDSCredFlags(f, &o.Credentials)
 	f.IntVar(&o.Clients, "clients", 100, "number of ADS clients")
+	f.IntVar(&o.First, "first-client", 0, "index of the first client in the node ids (clients first-client … first-client+clients-1): distinct proxies from several adsload processes")
 	f.StringVar(&o.Namespace, "namespace", "adsload", "namespace used in the clients' Istio-style node ids (with --xds-token: the token's; --abuse: default abuse)")
 	f.DurationVar(&o.Ramp, "ramp", 0, "pause between starting two clients")
 	f.StringVar(&o.Track, "track", "", "record, per client, when each endpoint-count change of the clusters whose name contains this arrived (JSON on /tracked)")

@@ -1,0 +1,207 @@
+package mesh
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/meshchaos/meshchaos/harness/cluster"
+	"github.com/meshchaos/meshchaos/workloads/adsload"
+)
+
+// Fleet is a mesh's adsload pods read as one fleet: every figure is the sum or the merge over
+// its pods, and a pod that cannot be read fails the read (a fleet measured without one of its
+// pods is not measured).
+type Fleet struct {
+	Pods []FleetPod
+
+	mu      sync.Mutex
+	clients map[int]*http.Client
+}
+
+// FleetPod is one adsload pod of a fleet.
+type FleetPod struct {
+	// Name is its Deployment's (and its app label's); Node the node it is pinned to (0: any).
+	Name string
+	Node int
+	// First and Clients are its clients' indexes: First … First+Clients-1.
+	First, Clients int
+	// URL is its HTTP base URL (/stats, /tracked, /metrics); Dial reaches it (nil: this host's
+	// network).
+	URL  string
+	Dial cluster.DialFunc
+}
+
+// FleetStats are a fleet's figures: each pod's, in the fleet's order, and their sum.
+type FleetStats struct {
+	Total adsload.Stats
+	Pods  []adsload.Stats
+}
+
+// fleetPods divides a's clients among its pods as evenly as possible (the first Clients%Pods
+// pods have one more), each pod's clients named from the previous pod's last on, and pins the
+// pods round-robin over a.Nodes (every pod on a.Node without them). One pod is "adsload", as
+// a mesh always deployed it; several are adsload-0, adsload-1, …
+func fleetPods(a ADSLoad) []FleetPod {
+	n := max(a.Pods, 1)
+	out := make([]FleetPod, 0, n)
+	first := 0
+	for k := range n {
+		p := FleetPod{Name: "adsload", Node: a.Node, First: first, Clients: a.Clients / n}
+		if k < a.Clients%n {
+			p.Clients++
+		}
+		if n > 1 {
+			p.Name = fmt.Sprintf("adsload-%d", k)
+		}
+		if len(a.Nodes) > 0 {
+			p.Node = a.Nodes[k%len(a.Nodes)]
+		}
+		first += p.Clients
+		out = append(out, p)
+	}
+	return out
+}
+
+// Clients is how many clients the fleet runs.
+func (f *Fleet) Clients() int {
+	n := 0
+	for _, p := range f.Pods {
+		n += p.Clients
+	}
+	return n
+}
+
+// Stats reads every pod's /stats and sums them (adsload.MergeStats).
+func (f *Fleet) Stats(ctx context.Context) (FleetStats, error) {
+	pods, err := readAll(ctx, f, "/stats", func(p FleetPod, st *adsload.Stats) error {
+		if st.First != p.First || st.Clients != p.Clients {
+			return fmt.Errorf("adsload pod %s runs clients %d to %d, not %d to %d", p.Name, st.First, st.First+st.Clients-1, p.First, p.First+p.Clients-1)
+		}
+		return nil
+	})
+	if err != nil {
+		return FleetStats{}, err
+	}
+	return FleetStats{Total: adsload.MergeStats(pods...), Pods: pods}, nil
+}
+
+// Tracked reads every pod's receipts of the tracked clusters (/tracked) and joins them: one
+// entry per client of the fleet, in the fleet's order.
+func (f *Fleet) Tracked(ctx context.Context) (*adsload.Tracked, error) {
+	pods, err := readAll(ctx, f, "/tracked", func(p FleetPod, t *adsload.Tracked) error {
+		if len(t.Clients) != p.Clients {
+			return fmt.Errorf("adsload pod %s has the receipts of %d clients, not %d", p.Name, len(t.Clients), p.Clients)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	t, err := adsload.MergeTracked(pods...)
+	return &t, err
+}
+
+// Summary says how the fleet is spread and what s (its Stats) says of it, for the timeline:
+// the totals, then every pod's node, clients, configured clients and RSS.
+func (f *Fleet) Summary(s FleetStats) string {
+	var b strings.Builder
+	t := s.Total
+	fmt.Fprintf(&b, "%d ADS clients on %d pod(s): %d connected, %d configured, %d ACKs, %d NACKs, RSS %s in all",
+		t.Clients, len(s.Pods), t.Connected, t.Configured, t.ACKs, t.NACKs, mib(t.RSSBytes))
+	for i, p := range s.Pods {
+		name, node := "?", "any node"
+		if i < len(f.Pods) {
+			name = f.Pods[i].Name
+			if f.Pods[i].Node > 0 {
+				node = "node " + strconv.Itoa(f.Pods[i].Node)
+			}
+		}
+		fmt.Fprintf(&b, "; %s (%s): %d clients, %d configured, RSS %s", name, node, p.Clients, p.Configured, mib(p.RSSBytes))
+	}
+	return b.String()
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// readAll GETs path from every pod at once and decodes each answer as a T, which check then
+// holds against the pod; any pod's failure fails the read, naming the pod.
+func readAll[T any](ctx context.Context, f *Fleet, path string, check func(FleetPod, *T) error) ([]T, error) {
+	if len(f.Pods) == 0 {
+		return nil, errors.New("the fleet has no adsload pod")
+	}
+	out := make([]T, len(f.Pods))
+	errs := make([]error, len(f.Pods))
+	var wg sync.WaitGroup
+	for i, p := range f.Pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f.get(ctx, i, p.URL+path, &out[i]); err != nil {
+				errs[i] = fmt.Errorf("adsload pod %s: %w", p.Name, err)
+				return
+			}
+			errs[i] = check(p, &out[i])
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// get GETs url from pod i and decodes its JSON into v.
+func (f *Fleet) get(ctx context.Context, i int, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := f.client(i).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	return nil
+}
+
+// client is pod i's HTTP client, through its Dial.
+func (f *Fleet) client(i int) *http.Client {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.clients == nil {
+		f.clients = map[int]*http.Client{}
+	}
+	c := f.clients[i]
+	if c == nil {
+		dial := f.Pods[i].Dial
+		if dial == nil {
+			dial = (&net.Dialer{}).DialContext
+		}
+		c = &http.Client{Transport: &http.Transport{DialContext: dial}, Timeout: 10 * time.Second}
+		f.clients[i] = c
+	}
+	return c
+}
+
+// Close closes the fleet's idle connections.
+func (f *Fleet) Close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.clients {
+		c.CloseIdleConnections()
+	}
+}
