@@ -16,7 +16,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 
 	"github.com/meshchaos/meshchaos/harness/cgroup"
 	"github.com/meshchaos/meshchaos/harness/cluster"
@@ -49,11 +51,15 @@ func takeSnapshot(ctx context.Context, c cluster.Cluster) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	mc, err := metadata.NewForConfig(c.RESTConfig())
+	if err != nil {
+		return nil, err
+	}
 	s := &Snapshot{}
 	if s.Namespaces, err = namespaces(ctx, cs); err != nil {
 		return nil, err
 	}
-	if s.Objects, err = objects(ctx, cs, s.Namespaces); err != nil {
+	if s.Objects, err = objects(ctx, mc, s.Namespaces); err != nil {
 		return nil, err
 	}
 	if s.Nodes, err = nodeState(c); err != nil {
@@ -77,12 +83,16 @@ func compare(ctx context.Context, c cluster.Cluster, base *Snapshot) (left, wait
 	if err != nil {
 		return nil, nil, err
 	}
+	mc, err := metadata.NewForConfig(c.RESTConfig())
+	if err != nil {
+		return nil, nil, err
+	}
 	wctx, cancel := context.WithTimeout(ctx, GiveBackBudget)
 	defer cancel()
 	var lastErr error
 	looked := false
 	_ = kube.Poll(wctx, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
-		pending, final, err := differences(ctx, cs, oc, c, base)
+		pending, final, err := differences(ctx, cs, mc, oc, c, base)
 		if err != nil {
 			lastErr = err
 			return false, nil
@@ -101,7 +111,7 @@ func compare(ctx context.Context, c cluster.Cluster, base *Snapshot) (left, wait
 
 // differences is one comparison of c with base: what may still be going (pending) and what
 // will not go by itself (final).
-func differences(ctx context.Context, cs kubernetes.Interface, oc kube.OwnedClients, c cluster.Cluster, base *Snapshot) (pending, final []string, err error) {
+func differences(ctx context.Context, cs kubernetes.Interface, mc metadata.Interface, oc kube.OwnedClients, c cluster.Cluster, base *Snapshot) (pending, final []string, err error) {
 	nss, err := namespaces(ctx, cs)
 	if err != nil {
 		return nil, nil, err
@@ -113,7 +123,7 @@ func differences(ctx context.Context, cs kubernetes.Interface, oc kube.OwnedClie
 			pending = append(pending, d)
 		}
 	}
-	objs, err := objects(ctx, cs, base.Namespaces)
+	objs, err := objects(ctx, mc, base.Namespaces)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -192,82 +202,63 @@ func namespaces(ctx context.Context, cs kubernetes.Interface) ([]string, error) 
 	return out, nil
 }
 
-// objects lists the pods of every namespace, the Services, ConfigMaps, ServiceAccounts and
-// Deployments of the namespaces nss (the baseline's: a run's own namespaces are compared
-// whole), and the cluster-scoped kinds a control plane installs (CRDs, cluster roles and their
-// bindings, webhook configurations), sorted.
-func objects(ctx context.Context, cs kubernetes.Interface, nss []string) ([]string, error) {
+// listed is a kind objects lists, by its resource.
+type listed struct {
+	kind string
+	gvr  schema.GroupVersionResource
+}
+
+var (
+	// inOwnNamespaces are listed in the cluster's own namespaces (a run's are compared whole).
+	inOwnNamespaces = []listed{
+		{"Service", corev1.SchemeGroupVersion.WithResource("services")},
+		{"ConfigMap", corev1.SchemeGroupVersion.WithResource("configmaps")},
+		{"ServiceAccount", corev1.SchemeGroupVersion.WithResource("serviceaccounts")},
+		{"Deployment", schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}},
+	}
+	// clusterScoped are the kinds a control plane installs.
+	clusterScoped = []listed{
+		{"CustomResourceDefinition", schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}},
+		{"ClusterRole", schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}},
+		{"ClusterRoleBinding", schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"}},
+		{"MutatingWebhookConfiguration", schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingwebhookconfigurations"}},
+		{"ValidatingWebhookConfiguration", schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingwebhookconfigurations"}},
+	}
+)
+
+// objects lists, as "Kind namespace/name" ("Kind name" when cluster-scoped) and sorted, the pods
+// of every namespace, the inOwnNamespaces kinds of the namespaces nss (the baseline's) and the
+// clusterScoped kinds: names only, through the metadata API.
+func objects(ctx context.Context, mc metadata.Interface, nss []string) ([]string, error) {
 	var out []string
-	add := func(kind, ns, name string) {
-		if ns != "" {
-			name = ns + "/" + name
+	list := func(l listed, ns string) error {
+		objs, err := mc.Resource(l.gvr).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("list %s %s: %w", l.gvr.Resource, ns, err)
 		}
-		out = append(out, kind+" "+name)
+		for _, o := range objs.Items {
+			name := o.Name
+			if o.Namespace != "" {
+				name = o.Namespace + "/" + name
+			}
+			out = append(out, l.kind+" "+name)
+		}
+		return nil
 	}
-	pods, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list pods: %w", err)
-	}
-	for _, p := range pods.Items {
-		add("Pod", p.Namespace, p.Name)
+	if err := list(listed{"Pod", corev1.SchemeGroupVersion.WithResource("pods")}, metav1.NamespaceAll); err != nil {
+		return nil, err
 	}
 	for _, ns := range nss {
-		svcs, err := cs.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("list the Services of %s: %w", ns, err)
-		}
-		for _, o := range svcs.Items {
-			add("Service", ns, o.Name)
-		}
-		cms, err := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("list the ConfigMaps of %s: %w", ns, err)
-		}
-		for _, o := range cms.Items {
-			add("ConfigMap", ns, o.Name)
-		}
-		sas, err := cs.CoreV1().ServiceAccounts(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("list the ServiceAccounts of %s: %w", ns, err)
-		}
-		for _, o := range sas.Items {
-			add("ServiceAccount", ns, o.Name)
-		}
-		deps, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("list the Deployments of %s: %w", ns, err)
-		}
-		for _, o := range deps.Items {
-			add("Deployment", ns, o.Name)
+		for _, l := range inOwnNamespaces {
+			if err := list(l, ns); err != nil {
+				return nil, err
+			}
 		}
 	}
-	crs, err := cs.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list ClusterRoles: %w", err)
-	}
-	for _, o := range crs.Items {
-		add("ClusterRole", "", o.Name)
-	}
-	crbs, err := cs.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list ClusterRoleBindings: %w", err)
-	}
-	for _, o := range crbs.Items {
-		add("ClusterRoleBinding", "", o.Name)
-	}
-	mw, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list MutatingWebhookConfigurations: %w", err)
-	}
-	for _, o := range mw.Items {
-		add("MutatingWebhookConfiguration", "", o.Name)
-	}
-	vw, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list ValidatingWebhookConfigurations: %w", err)
-	}
-	for _, o := range vw.Items {
-		add("ValidatingWebhookConfiguration", "", o.Name)
+	for _, l := range clusterScoped {
+		if err := list(l, ""); err != nil {
+			return nil, err
+		}
 	}
 	sort.Strings(out)
 	return out, nil
