@@ -89,13 +89,20 @@ type secure struct {
 }
 
 // EnableSecure prepares the secure xDS server: TLS with tc (the serving certificate) and every
-// stream authenticated by auth before the sync gate is asked, its proxy's namespace checked
-// against the token's at its first request. Call it before ServeSecure, once.
+// stream authenticated by auth once the sync gate and the new-stream limit let it through, its
+// proxy's namespace checked against the token's at its first request. Call it before
+// ServeSecure, once.
+//
+// The order is istiod's (pilot/pkg/xds/ads.go:204-220 and delta.go:60-76 at both pins: not
+// ready, then WaitForRequestLimit, then authenticate): a reconnect storm costs the apiserver
+// at most the admission rate of TokenReviews. Authenticating first asked one for every
+// attempt, refused or not; at 10 000 proxies the reviews queued behind the client's QPS
+// limit until the control plane ran out of memory.
 func (s *Server) EnableSecure(tc *tls.Config, auth Authenticator) {
 	s.secure = &secure{auth: auth}
 	s.secure.grpc = grpc.NewServer(append(s.serverOptions(),
 		grpc.Creds(credentials.NewTLS(tc)),
-		grpc.ChainStreamInterceptor(s.authenticate, s.refuseUntilReady))...)
+		grpc.ChainStreamInterceptor(s.refuseUntilReady, s.authenticate))...)
 	s.registerADS(s.secure.grpc)
 }
 

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -37,13 +38,19 @@ type secureRig struct {
 
 func newSecureRig(t *testing.T, reviews map[string]authnv1.TokenReviewStatus) *secureRig {
 	t.Helper()
-	r := newRig(t, 10*time.Millisecond, time.Second)
+	return newSecureRigLimited(t, Limits{}, reviews)
+}
+
+// newSecureRigLimited is newSecureRig with the server's limits.
+func newSecureRigLimited(t *testing.T, limits Limits, reviews map[string]authnv1.TokenReviewStatus) *secureRig {
+	t.Helper()
+	r := newRigLimited(t, limits, 10*time.Millisecond, time.Second)
 	authority, err := ca.New("test", time.Hour)
 	require.NoError(t, err)
 	cert, err := authority.Serving([]string{secureName}, nil)
 	require.NoError(t, err)
 	kc := fake.NewClientset()
-	sr := &secureRig{rig: r, roots: x509.NewCertPool(), audiences: make(chan []string, 100)}
+	sr := &secureRig{rig: r, roots: x509.NewCertPool(), audiences: make(chan []string, 1000)}
 	require.True(t, sr.roots.AppendCertsFromPEM(authority.PEM))
 	kc.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		tr := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview)
@@ -136,6 +143,50 @@ func TestSecurePortAuthenticatesProxies(t *testing.T) {
 		c := sr.client(t, "sidecar~10.0.0.3~pod.ns-b~ns-b.svc.cluster.local")
 		eventually(t, "CDS over plaintext", func() bool { return len(c.Resources(resourcev3.ClusterType)) == 1 })
 	})
+}
+
+// TestSecurePortAdmitsBeforeItAuthenticates holds istiod's order: a stream the new-stream limit
+// refuses costs no TokenReview. A reconnect storm then asks the apiserver at most the admission
+// rate of reviews; asked first, they queued behind the client's QPS limit until a control plane
+// with 10 000 proxies ran out of memory.
+func TestSecurePortAdmitsBeforeItAuthenticates(t *testing.T) {
+	const storm = 12
+	sr := newSecureRigLimited(t, Limits{NewStreamsPerSecond: 1, NewStreamBurst: 1},
+		map[string]authnv1.TokenReviewStatus{"good-a": serviceAccount("ns-a", "app", DefaultAudience)})
+	codesSeen := make(chan codes.Code, storm)
+	for i := range storm {
+		go func() {
+			c, err := adsclient.DialSecure(sr.addr, fmt.Sprintf("sidecar~10.0.0.%d~pod%d.ns-a~ns-a.svc.cluster.local", i+1, i), sr.roots, secureName, "good-a")
+			if err != nil {
+				codesSeen <- codes.Unknown
+				return
+			}
+			defer c.CloseNoRun()
+			_ = c.SetNames(resourcev3.ClusterType, nil)
+			// An admitted stream gets its CDS and stays open; a refused one ends at once.
+			done := make(chan error, 1)
+			go func() { done <- c.Run() }()
+			select {
+			case err := <-done:
+				codesSeen <- grpcstatus.Code(err)
+			case <-time.After(3 * time.Second):
+				codesSeen <- codes.OK
+			}
+		}()
+	}
+	admitted, limited := 0, 0
+	for range storm {
+		switch code := <-codesSeen; code {
+		case codes.OK:
+			admitted++
+		case codes.ResourceExhausted:
+			limited++
+		default:
+			t.Errorf("a stream ended with %s", code)
+		}
+	}
+	require.Positive(t, limited, "a storm of %d at 1 a second, burst 1, is limited", storm)
+	assert.Equal(t, admitted, len(sr.audiences), "one TokenReview per admitted stream, none for the %d limited", limited)
 }
 
 func TestCutBearer(t *testing.T) {

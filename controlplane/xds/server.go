@@ -78,7 +78,7 @@ type Limits struct {
 
 // DefaultLimits are the limits a zero Limits field takes.
 var DefaultLimits = Limits{PushThrottle: DefaultPushThrottle, SlotHold: 200 * time.Millisecond,
-	SendTimeout: 30 * time.Second, MaxStalledSends: 100, MaxStreams: 10000, MaxStreamsPerConn: 100, MaxRecvMsgSize: 16 << 20,
+	SendTimeout: 30 * time.Second, MaxStalledSends: 100, MaxStreams: 100000, MaxStreamsPerConn: 100, MaxRecvMsgSize: 16 << 20,
 	RequestsPerSecond: 100, RequestBurst: 1000, MaxScopes: 1000, NameSlack: 1024,
 	NewStreamsPerSecond: RequestLimit(runtime.GOMAXPROCS(0)), NewStreamBurst: RequestBurst}
 
