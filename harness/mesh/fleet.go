@@ -7,12 +7,16 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/meshchaos/meshchaos/harness/cluster"
+	"github.com/meshchaos/meshchaos/harness/kube"
 	"github.com/meshchaos/meshchaos/workloads/adsload"
 )
 
@@ -204,4 +208,84 @@ func (f *Fleet) Close() {
 	for _, c := range f.clients {
 		c.CloseIdleConnections()
 	}
+}
+
+// fleetPort is the adsload pods' HTTP port (/stats, /tracked, /metrics).
+const fleetPort = 8080
+
+// fleetProgressEvery is how often a fleet's progress is logged while its pods become Ready.
+const fleetProgressEvery = 30 * time.Second
+
+// fleetProgress logs, every every until ctx ends, how many of the fleet's clients the control
+// plane has served so far (each pod's /stats, read as soon as the pod has an address), and how
+// often the control plane's container restarted meanwhile, with why: a fleet of thousands takes
+// minutes to admit at a control plane's new-stream rate, and a control plane killed for memory
+// on the way would otherwise show only as the deadline's error, many minutes later.
+func (m *Mesh) fleetProgress(ctx context.Context, rec Recorder, pods []FleetPod, deployed time.Time, every time.Duration) {
+	f := &Fleet{Pods: pods}
+	defer f.Close()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var served, connected int64
+		read := 0
+		for i := range f.Pods {
+			p := &f.Pods[i]
+			if p.URL == "" {
+				ips, err := kube.PodIPs(ctx, m.Client, m.Namespace, "app="+p.Name)
+				if err != nil || len(ips) != 1 {
+					continue
+				}
+				p.URL, p.Dial = "http://"+net.JoinHostPort(ips[0], strconv.Itoa(fleetPort)), m.Cluster.Dialer(max(p.Node, 1))
+			}
+			var st adsload.Stats
+			if err := f.get(ctx, i, p.URL+"/stats", &st); err != nil {
+				continue
+			}
+			served, connected, read = served+st.Configured, connected+st.Connected, read+1
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		line := fmt.Sprintf("adsload: %d of %d clients served, %d connected (%d of %d pod(s) read), %s after the deployments were applied",
+			served, f.Clients(), connected, read, len(f.Pods), time.Since(deployed).Round(time.Second))
+		if r := m.controlPlaneRestarts(ctx); r != "" {
+			line += "; " + r
+		}
+		rec.Logf("%s", line)
+	}
+}
+
+// controlPlaneRestarts says how often the control plane's xDS container restarted and why the
+// last time ("" when it has not, or when the control plane is not the run's to read).
+func (m *Mesh) controlPlaneRestarts(ctx context.Context) string {
+	cp := m.Spec.ControlPlane
+	if cp == nil || !slices.Contains(m.Namespaces, cp.Namespace()) {
+		return ""
+	}
+	pods, err := m.Client.CoreV1().Pods(cp.Namespace()).List(ctx, metav1.ListOptions{LabelSelector: cp.Selector()})
+	if err != nil {
+		return ""
+	}
+	restarts, why := int32(0), ""
+	for _, p := range pods.Items {
+		for _, c := range p.Status.ContainerStatuses {
+			if c.Name != cp.Container() || c.RestartCount == 0 {
+				continue
+			}
+			restarts += c.RestartCount
+			if term := c.LastTerminationState.Terminated; term != nil {
+				why = fmt.Sprintf(", last %s (exit %d)", term.Reason, term.ExitCode)
+			}
+		}
+	}
+	if restarts == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the control plane's %s container restarted %d time(s)%s", cp.Container(), restarts, why)
 }

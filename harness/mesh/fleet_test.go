@@ -3,12 +3,19 @@ package mesh
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/meshchaos/meshchaos/harness/subject"
 	"github.com/meshchaos/meshchaos/workloads/adsload"
@@ -117,4 +124,59 @@ func TestFleetAggregatesItsPods(t *testing.T) {
 	assert.ErrorContains(t, err, "adsload pod adsload-2 runs clients 0 to 0, not 3 to 3")
 	_, err = f.Tracked(ctx)
 	assert.ErrorContains(t, err, "adsload pod adsload-2 has the receipts of 2 clients, not 1")
+}
+
+// lines is a Recorder that keeps its log lines.
+type lines struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (l *lines) Event(kind, object, detail string) {}
+func (l *lines) Logf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.got = append(l.got, fmt.Sprintf(format, args...))
+}
+func (l *lines) last() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.got) == 0 {
+		return ""
+	}
+	return l.got[len(l.got)-1]
+}
+
+// While a fleet becomes Ready its progress is logged: the clients served so far over the pods
+// that answer, and the control plane's restarts with why (one OOM-killed while a large fleet
+// connects would otherwise show only as the deadline's error).
+func TestFleetProgressSaysWhatIsServedAndWhyTheControlPlaneRestarted(t *testing.T) {
+	cp, err := subject.Parse("reference")
+	require.NoError(t, err)
+	cpPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "cp-1", Namespace: cp.Namespace(), Labels: labels.Set(mustSelector(t, cp.Selector()))},
+		Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: cp.Container(), RestartCount: 4,
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}}}
+	m := &Mesh{Spec: Spec{ControlPlane: cp}, Client: fake.NewClientset(cpPod), Namespace: "default",
+		Namespaces: []string{"default", cp.Namespace()}}
+	pods := []FleetPod{
+		{Name: "adsload-0", Clients: 3, URL: pod(t, &adsload.Stats{Clients: 3, Connected: 3, Configured: 2}, nil)},
+		{Name: "adsload-1", First: 3, Clients: 2, URL: pod(t, nil, nil)}, // not answering yet
+	}
+	rec := &lines{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go m.fleetProgress(ctx, rec, pods, time.Now(), 10*time.Millisecond)
+	require.Eventually(t, func() bool { return rec.last() != "" }, 10*time.Second, 10*time.Millisecond)
+	assert.Regexp(t, `^adsload: 2 of 5 clients served, 3 connected \(1 of 2 pod\(s\) read\), \d+s after the deployments were applied; `+
+		`the control plane's `+cp.Container()+` container restarted 4 time\(s\), last OOMKilled \(exit 137\)$`, rec.last())
+
+	// A control plane the run does not own (installed before it) is not read.
+	m.Namespaces = []string{"default"}
+	assert.Empty(t, m.controlPlaneRestarts(ctx))
+}
+
+func mustSelector(t *testing.T, s string) map[string]string {
+	set, err := labels.ConvertSelectorToLabelsMap(s)
+	require.NoError(t, err)
+	return set
 }

@@ -372,7 +372,7 @@ func (g GRPCClients) targets(exp Expected) []string {
 // per core a second, burst 1), so a large fleet takes a while by design, however many pods it
 // is spread over: the fleet gets 100 ms per client beyond deployWait.
 func (m *Mesh) deployFleet(ctx context.Context, rec Recorder) error {
-	const port = 8080
+	const port = fleetPort
 	a := m.Spec.ADSLoad
 	track := ""
 	if a.TrackService != "" {
@@ -388,6 +388,9 @@ func (m *Mesh) deployFleet(ctx context.Context, rec Recorder) error {
 			return fmt.Errorf("deploy adsload pod %s: %w", p.Name, err)
 		}
 	}
+	pctx, stopProgress := context.WithCancel(ctx)
+	defer stopProgress()
+	go m.fleetProgress(pctx, rec, slices.Clone(f.Pods), deployed, fleetProgressEvery)
 	for i, p := range f.Pods {
 		if err := kube.WaitDeploymentReady(ctx, m.Client, m.Namespace, p.Name, max(time.Until(deadline), time.Second)); err != nil {
 			return fmt.Errorf("deploy adsload pod %s (%d clients, Ready once every one has been served): %w", p.Name, p.Clients, err)
