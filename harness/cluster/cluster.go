@@ -43,6 +43,13 @@ type Shared interface {
 	WorkloadNamespace() string
 }
 
+// Lent is implemented by a cluster a run borrows for its duration (harness/cluster/reuse), whose
+// Name is the run's: the cluster's own name, and whether an earlier run had it, for the run's
+// timeline.
+type Lent interface {
+	LentFrom() (cluster string, reused bool)
+}
+
 // ImageHolder is implemented by clusters whose nodes can be given an image the host already has,
 // never pulling it from a registry (kind: from Docker). The mesh runs Envoy only where the nodes
 // hold it; tests and CI must not reach registries.

@@ -262,7 +262,17 @@ func Up(ctx context.Context, provider cluster.Substrate, spec Spec, rec Recorder
 		return nil, fmt.Errorf("bring the cluster up: %w", err)
 	}
 	m := &Mesh{Spec: spec, Cluster: c, BackendIPs: map[string][]string{}, Namespace: ns, Namespaces: namespaces, Attached: attached, logf: rec.Logf}
-	rec.Event("cluster.up", name, fmt.Sprintf("%d node(s)", spec.Nodes))
+	object, detail := name, fmt.Sprintf("%d node(s)", spec.Nodes)
+	if l, ok := c.(cluster.Lent); ok {
+		var reused bool
+		object, reused = l.LentFrom()
+		if reused {
+			detail += ", lent to this run after an earlier run gave it back clean"
+		} else {
+			detail += ", brought up for a series of runs and lent to this one first"
+		}
+	}
+	rec.Event("cluster.up", object, detail)
 	if m.Client, err = kubernetes.NewForConfig(c.RESTConfig()); err != nil {
 		return m, err
 	}

@@ -251,7 +251,7 @@ func (s *runSubstrate) Up(ctx context.Context, spec cluster.Spec) (cluster.Clust
 	if err != nil {
 		return nil, err
 	}
-	l := &lease{Cluster: c, pool: s.pool, k: s.k, run: s.run}
+	l := &lease{Cluster: c, pool: s.pool, k: s.k, run: s.run, reused: reused}
 	if err := s.pool.ops.claim(ctx, c, s.run, spec.Namespaces); err != nil {
 		return nil, errors.Join(err, l.Down(ctx))
 	}
@@ -272,6 +272,7 @@ type lease struct {
 	pool       *Pool
 	k          int
 	run        string
+	reused     bool
 	namespaces []string
 	once       sync.Once
 	err        error
@@ -285,6 +286,11 @@ type imageLease struct {
 
 // Name implements cluster.Cluster: the run's name.
 func (l *lease) Name() string { return l.run }
+
+// LentFrom implements cluster.Lent: the pool's cluster, and whether an earlier run had it.
+func (l *lease) LentFrom() (string, bool) { return l.pool.name, l.reused }
+
+var _ cluster.Lent = (*lease)(nil)
 
 // Down implements cluster.Cluster: the run's objects deleted, the cluster checked and kept for
 // the next run (or torn down when something of this one is left). Safe to call twice.

@@ -85,6 +85,11 @@ func TestRunsShareOneCluster(t *testing.T) {
 		c, err := rs.Up(ctx, cluster.Spec{Name: "ignored", Nodes: 2, Namespaces: []string{sh.WorkloadNamespace(), "istio-system"}})
 		require.NoError(t, err)
 		assert.Equal(t, sh.WorkloadNamespace(), c.Name(), "the run's objects are labelled with its own name")
+		l, ok := c.(cluster.Lent)
+		require.True(t, ok, "the run's timeline can name the cluster it borrowed")
+		name, reused := l.LentFrom()
+		assert.Equal(t, "suite1", name)
+		assert.Equal(t, k > 1, reused, "run %d", k)
 		require.NoError(t, c.Down(ctx))
 		require.NoError(t, c.Down(ctx), "Down twice is safe")
 	}
