@@ -250,6 +250,7 @@ func endpointFlapChaos(ctx context.Context, s *kit.State) error {
 		return fmt.Errorf("read the adsload fleet: %w", err)
 	}
 	s.Event(eventFleetStats, "adsload", m.Fleet.Summary(st))
+	s.RecordFleet(m.Fleet.Result(st, time.Now()))
 	return nil
 }
 

@@ -325,13 +325,20 @@ func (r *scaleRun) fleetConverge(ctx context.Context, n int, applied time.Time) 
 	p := int64(res.proxies)
 	var last adsload.Stats
 	var lastErr error
+	// What the fleet held and cost at its last read of the step: the summary's fleet.
+	var read *mesh.FleetStats
+	defer func() {
+		if read != nil {
+			r.s.RecordFleet(m.Fleet.Result(*read, time.Now()))
+		}
+	}()
 	// Bounded below the step's own wait: a fleet that never converges costs a step 2 min, not 5.
 	deadline := time.Now().Add(min(r.timeout, 2*time.Minute))
 	for {
-		var st adsload.Stats
-		if st, lastErr = r.fleetStats(ctx); lastErr == nil {
-			res.measured, last = true, st
-			if st.Resources["cds"]-r.fleetBase >= p*clusters {
+		var st mesh.FleetStats
+		if st, lastErr = r.s.Mesh.Fleet.Stats(ctx); lastErr == nil {
+			res.measured, last, read = true, st.Total, &st
+			if st.Total.Resources["cds"]-r.fleetBase >= p*clusters {
 				res.converged, res.seconds = true, time.Since(applied).Seconds()
 				r.s.Event("scale.fleet-converged", fmt.Sprintf("%d ServiceEntries", n), fmt.Sprintf("%d ADS clients held the step's clusters %.1f s after the last object", res.proxies, res.seconds))
 				return res

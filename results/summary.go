@@ -88,6 +88,8 @@ type Summary struct {
 	Scale *Scale `json:"scale,omitempty"`
 	// Convergence is how long proxies took to receive endpoint changes, measured at the proxies.
 	Convergence *Convergence `json:"convergence,omitempty"`
+	// Fleet is what the run's adsload fleet held and cost when last read, pod by pod.
+	Fleet *Fleet `json:"fleet,omitempty"`
 	// Soak is the soak experiment's faults, memory and goroutine trends.
 	Soak *Soak `json:"soak,omitempty"`
 	// Interrupted says the run was stopped by a signal (verdict error): which, when, in which
@@ -789,4 +791,28 @@ func (c *Check) UnmarshalJSON(b []byte) error {
 	}
 	*c = Check{Name: w.Name, Pass: w.Pass, Observed: obs, Op: w.Op, Threshold: thr, Unit: w.Unit, Detail: w.Detail}
 	return nil
+}
+
+// Fleet is an adsload fleet (ADS clients standing in for sidecars, spread over pods) as read
+// once: endpoint-flap at the end of its chaos, serviceentry-scale after its last step.
+type Fleet struct {
+	At         time.Time `json:"at"`
+	Clients    int       `json:"clients"`
+	Connected  int64     `json:"connected"`
+	Configured int64     `json:"configured"`
+	// RSSBytes is the pods' processes' resident memory summed; RSSBytesPerClient that over
+	// Clients, what one client of the fleet costs (each pod also pays its runtime).
+	RSSBytes          int64      `json:"rssBytes"`
+	RSSBytesPerClient float64    `json:"rssBytesPerClient"`
+	Pods              []FleetPod `json:"pods"`
+}
+
+// FleetPod is one adsload pod of a Fleet: the node it was pinned to (0: any), its clients and
+// what it held and cost.
+type FleetPod struct {
+	Name       string `json:"name"`
+	Node       int    `json:"node,omitempty"`
+	Clients    int    `json:"clients"`
+	Configured int64  `json:"configured"`
+	RSSBytes   int64  `json:"rssBytes"`
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshchaos/meshchaos/harness/cluster"
 	"github.com/meshchaos/meshchaos/harness/kube"
+	"github.com/meshchaos/meshchaos/results"
 	"github.com/meshchaos/meshchaos/workloads/adsload"
 )
 
@@ -131,6 +132,23 @@ func (f *Fleet) Summary(s FleetStats) string {
 		fmt.Fprintf(&b, "; %s (%s): %d clients, %d configured, RSS %s", name, node, p.Clients, p.Configured, mib(p.RSSBytes))
 	}
 	return b.String()
+}
+
+// Result is s (this fleet's Stats, read at) as the run's summary records it.
+func (f *Fleet) Result(s FleetStats, at time.Time) results.Fleet {
+	t := s.Total
+	out := results.Fleet{At: at.UTC(), Clients: t.Clients, Connected: t.Connected, Configured: t.Configured, RSSBytes: t.RSSBytes}
+	if t.Clients > 0 {
+		out.RSSBytesPerClient = float64(t.RSSBytes) / float64(t.Clients)
+	}
+	for i, p := range s.Pods {
+		fp := results.FleetPod{Clients: p.Clients, Configured: p.Configured, RSSBytes: p.RSSBytes}
+		if i < len(f.Pods) {
+			fp.Name, fp.Node = f.Pods[i].Name, f.Pods[i].Node
+		}
+		out.Pods = append(out.Pods, fp)
+	}
+	return out
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/meshchaos/meshchaos/harness/subject"
+	"github.com/meshchaos/meshchaos/results"
 	"github.com/meshchaos/meshchaos/workloads/adsload"
 )
 
@@ -107,6 +108,10 @@ func TestFleetAggregatesItsPods(t *testing.T) {
 	assert.EqualValues(t, 20<<20, st.Pods[1].RSSBytes, "each pod's RSS")
 	assert.Equal(t, "3 ADS clients on 2 pod(s): 3 connected, 2 configured, 11 ACKs, 1 NACKs, RSS 50.0 MiB in all; "+
 		"adsload-0 (node 2): 2 clients, 2 configured, RSS 30.0 MiB; adsload-1 (node 1): 1 clients, 0 configured, RSS 20.0 MiB", f.Summary(st))
+	at := time.Date(2026, 11, 27, 1, 0, 0, 0, time.UTC)
+	assert.Equal(t, results.Fleet{At: at, Clients: 3, Connected: 3, Configured: 2, RSSBytes: 50 << 20, RSSBytesPerClient: float64(50<<20) / 3,
+		Pods: []results.FleetPod{{Name: "adsload-0", Node: 2, Clients: 2, Configured: 2, RSSBytes: 30 << 20}, {Name: "adsload-1", Node: 1, Clients: 1, RSSBytes: 20 << 20}}},
+		f.Result(st, at), "the summary's fleet: the totals and every pod, named and placed")
 	tr, err := f.Tracked(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, &adsload.Tracked{Track: "flap", Clients: [][]adsload.Receipt{r(0), r(1), r(2)}}, tr, "every client once, in the fleet's order")

@@ -210,6 +210,13 @@ func (r *Run) RecordLogs(l *results.Logs) {
 	}
 }
 
+// RecordFleet records the run's adsload fleet as last read.
+func (r *Run) RecordFleet(f results.Fleet) {
+	if err := r.rec.Update(func(s *results.Summary) { s.Fleet = &f }); err != nil {
+		r.Logf("%v", err)
+	}
+}
+
 // RecordKept records that the run's cluster was left up, and how to reach it.
 func (r *Run) RecordKept(k results.KeptCluster) {
 	if err := r.rec.Update(func(s *results.Summary) { s.Kept = &k }); err != nil {

@@ -107,7 +107,7 @@ func Build(s *results.Summary, charts []results.Chart) *Report {
 	for _, name := range results.SortedKeys(s.Attacks) {
 		sections = append(sections, traffic("Traffic: "+name, s.Attacks[name]))
 	}
-	sections = append(sections, scale(s), soak(s), controlPlane(s), convergence(s), workloads(s),
+	sections = append(sections, scale(s), soak(s), controlPlane(s), convergence(s), fleet(s), workloads(s),
 		startup(s), faults(s), measurements(s), logs(s), profiles(s), chartsSection(s, charts), timeline(s))
 	for _, sec := range sections {
 		if sec != nil {
@@ -333,6 +333,25 @@ func convergence(s *results.Summary) *Section {
 	}
 	sec.Blocks = append(sec.Blocks, Block{Table: t})
 	return sec
+}
+
+// fleet is the adsload fleet as last read: what it held and what each pod cost.
+func fleet(s *results.Summary) *Section {
+	f := s.Fleet
+	if f == nil {
+		return nil
+	}
+	line := plain("%d ADS clients on %d pod(s) at %s: %d connected, %d configured; RSS %s in all, %.0f KiB a client.",
+		f.Clients, len(f.Pods), offset(s, f.At), f.Connected, f.Configured, mib(f.RSSBytes), f.RSSBytesPerClient/1024)
+	t := &Table{Head: []string{"Pod", "Node", "Clients", "Configured", "RSS"}}
+	for _, p := range f.Pods {
+		node := "any"
+		if p.Node > 0 {
+			node = fmt.Sprint(p.Node)
+		}
+		t.Rows = append(t.Rows, []Cell{textCell(p.Name), numCell("%s", node), numCell("%d", p.Clients), numCell("%d", p.Configured), numCell("%s", mib(p.RSSBytes))})
+	}
+	return &Section{Title: "The proxy fleet (adsload)", Blocks: []Block{para(line), {Table: t}}}
 }
 
 func offset(s *results.Summary, t time.Time) string {

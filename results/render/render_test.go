@@ -116,6 +116,16 @@ func TestMarkdownShowsPushesAndConvergence(t *testing.T) {
 	assert.Contains(t, md, "| 0 | +5.0s | 1 | 20 | 100.0 ms | 400.0 ms | 450.0 ms | 1 | 0 |")
 	assert.Contains(t, md, "| 1 | +9.0s | 0 | 19 | 90.0 ms | 95.0 ms | 95.0 ms | – | – |")
 	assert.Contains(t, md, "1 missed")
+	assert.NotContains(t, md, "The proxy fleet", "no fleet, no section")
+
+	s.Fleet = &results.Fleet{At: at(60), Clients: 3, Connected: 3, Configured: 2, RSSBytes: 3 << 20, RSSBytesPerClient: 1 << 20,
+		Pods: []results.FleetPod{{Name: "adsload-0", Node: 2, Clients: 2, Configured: 2, RSSBytes: 2 << 20}, {Name: "adsload-1", Clients: 1, Configured: 0, RSSBytes: 1 << 20}}}
+	b, err = Markdown(s, nil)
+	require.NoError(t, err)
+	md = string(b)
+	assert.Contains(t, md, "3 ADS clients on 2 pod(s) at +60.0s: 3 connected, 2 configured; RSS 3.0 MiB in all, 1024 KiB a client.")
+	assert.Contains(t, md, "| adsload-0 | 2 | 2 | 2 | 2.0 MiB |")
+	assert.Contains(t, md, "| adsload-1 | any | 1 | 0 | 1.0 MiB |")
 }
 
 // sample builds a valid finished summary with traffic, control-plane stats, events and checks.
