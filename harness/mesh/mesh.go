@@ -14,6 +14,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -403,6 +404,11 @@ func (m *Mesh) deployFleet(ctx context.Context, rec Recorder) error {
 	go m.fleetProgress(pctx, rec, slices.Clone(f.Pods), deployed, fleetProgressEvery)
 	for i, p := range f.Pods {
 		if err := kube.WaitDeploymentReady(ctx, m.Client, m.Namespace, p.Name, max(time.Until(deadline), time.Second)); err != nil {
+			if r := m.controlPlaneRestarts(context.WithoutCancel(ctx)); strings.Contains(r, "OOMKilled") {
+				err = fmt.Errorf("%w (%s: give it more memory, the experiment's cpMemoryLimit)", err, r)
+			} else if r != "" {
+				err = fmt.Errorf("%w (%s)", err, r)
+			}
 			return fmt.Errorf("deploy adsload pod %s (%d clients, Ready once every one has been served): %w", p.Name, p.Clients, err)
 		}
 		ips, err := kube.PodIPs(ctx, m.Client, m.Namespace, "app="+p.Name)
