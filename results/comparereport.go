@@ -173,9 +173,8 @@ func (c *Comparison) WriteMarkdown(w io.Writer) error {
 		fmt.Fprintf(&b, "\n**%s at %s: no verdict.** The runs made until then are compared below for information only; the runs it cut short or never started are listed as errored and not counted.\n",
 			upperFirst(in.String()), in.At.UTC().Format(time.RFC3339))
 	}
-	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 	for _, g := range c.Groups {
-		fmt.Fprintf(&b, "\n## %s\n\n", cell(c.groupTitle(g)))
+		fmt.Fprintf(&b, "\n## %s\n\n", MarkdownCell(c.groupTitle(g)))
 		for _, r := range append(append([]RunRef{}, g.Base...), g.Candidate...) {
 			if r.Verdict == VerdictError {
 				fmt.Fprintf(&b, "- errored run, not counted: `%s` (%s)\n", r.Dir, r.Error)
@@ -188,7 +187,7 @@ func (c *Comparison) WriteMarkdown(w io.Writer) error {
 		for _, m := range g.Measures {
 			row := c.measureRow(m)
 			for i := range row {
-				row[i] = cell(row[i])
+				row[i] = MarkdownCell(row[i])
 			}
 			if m.Unit != "" {
 				row[0] += " (" + m.Unit + ")"
@@ -203,7 +202,7 @@ func (c *Comparison) WriteMarkdown(w io.Writer) error {
 		if len(g.Checks) > 0 {
 			b.WriteString("\n\n| check | base | candidate | status |\n| --- | --- | --- | --- |\n")
 			for _, ch := range g.Checks {
-				fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(ch.Name), ch.Base, ch.Candidate, checkStatus(ch))
+				fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", MarkdownCell(ch.Name), ch.Base, ch.Candidate, checkStatus(ch))
 			}
 		}
 	}
@@ -259,7 +258,8 @@ func filesIn(dir string, files ...string) []string {
 	return found
 }
 
-// cell makes a string safe for one Markdown table cell.
-func cell(s string) string {
+// MarkdownCell makes s safe for one Markdown table cell: on one line (a multi-line error
+// would end the table), pipes escaped.
+func MarkdownCell(s string) string {
 	return strings.ReplaceAll(strings.Join(strings.Fields(s), " "), "|", "\\|")
 }

@@ -258,7 +258,7 @@ func (f *Fidelity) WriteMarkdown(w io.Writer) error {
 	for _, r := range f.Rows {
 		cells := fidelityCells(r)
 		for i := range cells {
-			cells[i] = strings.ReplaceAll(cells[i], "|", `\|`)
+			cells[i] = MarkdownCell(cells[i])
 		}
 		fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | "))
 	}

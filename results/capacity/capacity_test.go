@@ -162,8 +162,13 @@ func TestRunWithoutMeasurementIsAnError(t *testing.T) {
 func TestBuildReportsAMissingRunAndFitsTheOthers(t *testing.T) {
 	bad := synthRun(5000, []int{500}, 0)
 	bad.Scale.Steps[0].RSSBytes = 0
+	// A run with figures whose verdict is error, for reasons on two lines (istiod at 5000
+	// proxies: a step that never reached the oracle client, said of three checks).
+	slow := synthRun(1000, []int{500, 1000, 2500}, 0)
+	slow.Verdict, slow.Error = results.VerdictError, "check \"a\": step 500 never reached the oracle client\ncheck \"b\": the same | again"
 	runs := []Run{
 		{ControlPlane: "istiod@2026-08", Dir: "a/1", Summary: synthRun(100, []int{500, 1000, 2500}, 0)},
+		{ControlPlane: "istiod@2026-08", Dir: "a/4", Summary: slow},
 		{ControlPlane: "reference", Dir: "b/1", Summary: synthRun(100, []int{500, 1000, 2500}, 0)},
 		{ControlPlane: "istiod@2026-08", Dir: "a/2", Summary: synthRun(1000, []int{500, 1000, 2500}, 0)},
 		{ControlPlane: "istiod@2026-08", Dir: "a/3", Summary: bad},
@@ -178,7 +183,7 @@ func TestBuildReportsAMissingRunAndFitsTheOthers(t *testing.T) {
 	assert.InDelta(t, rssFactor*heapC, is.RSS.C, 1e-2)
 	require.Len(t, is.Errors, 1)
 	assert.Contains(t, is.Errors[0], "a/3: step 1 (500 ServiceEntries): RSS not measured")
-	assert.Len(t, is.Runs, 3, "the unusable run is listed")
+	assert.Len(t, is.Runs, 4, "the unusable run is listed")
 	assert.Equal(t, 1000, is.Rows[len(is.Rows)-1].Proxies, "rows by fleet, then ServiceEntries")
 
 	require.Len(t, is.Projections, 6, "three fleets by each model")
@@ -202,6 +207,8 @@ func TestBuildReportsAMissingRunAndFitsTheOthers(t *testing.T) {
 		"| istiod@2026-08 | 1000 | 2500 | 25000 |", "## Not measured", "a/3: step 1 (500 ServiceEntries): RSS not measured", "extrapolated"} {
 		assert.Contains(t, md.String(), want)
 	}
+	assert.Contains(t, md.String(), "| istiod@2026-08 | 1000 | error: check \"a\": step 500 never reached the oracle client check \"b\": the same \\| again | 3m0s | a/4 |\n",
+		"a run's multi-line error stays in its row of the table")
 
 	dir := t.TempDir()
 	require.NoError(t, Write(dir, r))

@@ -116,7 +116,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			}
 			verdict := string(run.Verdict)
 			if run.Error != "" {
-				verdict += ": " + strings.ReplaceAll(run.Error, "|", `\|`)
+				verdict += ": " + results.MarkdownCell(run.Error)
 			}
 			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s |\n", cp.Name, run.Proxies, verdict, wall, run.Dir)
 		}

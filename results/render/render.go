@@ -88,6 +88,5 @@ func mdText(t Text) string {
 
 // mdCell writes a Text as one Markdown table cell: on one line, pipes escaped.
 func mdCell(t Text) string {
-	s := mdText(t)
-	return strings.ReplaceAll(strings.Join(strings.Fields(s), " "), "|", "\\|")
+	return results.MarkdownCell(mdText(t))
 }
