@@ -404,7 +404,10 @@ func (m *Mesh) deployFleet(ctx context.Context, rec Recorder) error {
 	go m.fleetProgress(pctx, rec, slices.Clone(f.Pods), deployed, fleetProgressEvery)
 	for i, p := range f.Pods {
 		if err := kube.WaitDeploymentReady(ctx, m.Client, m.Namespace, p.Name, max(time.Until(deadline), time.Second)); err != nil {
-			if r := m.controlPlaneRestarts(context.WithoutCancel(ctx)); strings.Contains(r, "OOMKilled") {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			r := m.controlPlaneRestarts(rctx)
+			cancel()
+			if strings.Contains(r, "OOMKilled") {
 				err = fmt.Errorf("%w (%s: give it more memory, the experiment's cpMemoryLimit)", err, r)
 			} else if r != "" {
 				err = fmt.Errorf("%w (%s)", err, r)
