@@ -20,7 +20,6 @@ import (
 	"github.com/meshchaos/meshchaos/harness/runner"
 	"github.com/meshchaos/meshchaos/harness/subject"
 	"github.com/meshchaos/meshchaos/results"
-	"github.com/meshchaos/meshchaos/workloads/adsload"
 )
 
 // Incident 4: 5000 ServiceEntries × 10 endpoints took istiod 1.6 to ≈ 12 GB (≈ 250 KB per
@@ -150,7 +149,7 @@ func scaleSteps(ctx context.Context, s *kit.State) error {
 		if err != nil {
 			return fmt.Errorf("the fleet's clusters at the baseline: %w", err)
 		}
-		r.fleetBase = st.Resources["cds"]
+		r.fleetBase = st.Total.Resources["cds"]
 	}
 	r.rec.Update(func(sc *results.Scale) { sc.Baseline = base; sc.MismatchCount = map[string]int{} })
 	s.Event("scale.baseline", "control-plane", fmt.Sprintf("heap %s, RSS %s", mib(base.HeapBytes), mib(base.RSSBytes)))
@@ -323,21 +322,20 @@ func (r *scaleRun) fleetConverge(ctx context.Context, n int, applied time.Time) 
 	}
 	clusters := int64(len(r.want().Clusters))
 	p := int64(res.proxies)
-	var last adsload.Stats
 	var lastErr error
 	// What the fleet held and cost at its last read of the step: the summary's fleet.
-	var read *mesh.FleetStats
+	var last mesh.FleetStats
 	defer func() {
-		if read != nil {
-			r.s.RecordFleet(m.Fleet.Result(*read, time.Now()))
+		if res.measured {
+			r.s.RecordFleet(m.Fleet.Result(last, time.Now()))
 		}
 	}()
 	// Bounded below the step's own wait: a fleet that never converges costs a step 2 min, not 5.
 	deadline := time.Now().Add(min(r.timeout, 2*time.Minute))
 	for {
 		var st mesh.FleetStats
-		if st, lastErr = r.s.Mesh.Fleet.Stats(ctx); lastErr == nil {
-			res.measured, last, read = true, st.Total, &st
+		if st, lastErr = r.fleetStats(ctx); lastErr == nil {
+			res.measured, last = true, st
 			if st.Total.Resources["cds"]-r.fleetBase >= p*clusters {
 				res.converged, res.seconds = true, time.Since(applied).Seconds()
 				r.s.Event("scale.fleet-converged", fmt.Sprintf("%d ServiceEntries", n), fmt.Sprintf("%d ADS clients held the step's clusters %.1f s after the last object", res.proxies, res.seconds))
@@ -350,17 +348,17 @@ func (r *scaleRun) fleetConverge(ctx context.Context, n int, applied time.Time) 
 	}
 	res.seconds = time.Since(applied).Seconds()
 	r.s.Event("scale.fleet-not-converged", fmt.Sprintf("%d ServiceEntries", n), fmt.Sprintf("the %d ADS clients held %d generated clusters of %d within %s (last error: %v)",
-		res.proxies, last.Resources["cds"]-r.fleetBase, p*clusters, min(r.timeout, 2*time.Minute), lastErr))
+		res.proxies, last.Total.Resources["cds"]-r.fleetBase, p*clusters, min(r.timeout, 2*time.Minute), lastErr))
 	return res
 }
 
-// fleetStats reads the adsload fleet's totals (every pod's, summed: mesh.Fleet).
-func (r *scaleRun) fleetStats(ctx context.Context) (adsload.Stats, error) {
+// fleetStats reads the adsload fleet (every pod's figures, and their sum: mesh.Fleet).
+func (r *scaleRun) fleetStats(ctx context.Context) (mesh.FleetStats, error) {
 	st, err := r.s.Mesh.Fleet.Stats(ctx)
 	if err != nil {
-		return adsload.Stats{}, fmt.Errorf("adsload stats: %w", err)
+		return mesh.FleetStats{}, fmt.Errorf("adsload stats: %w", err)
 	}
-	return st.Total, nil
+	return st, nil
 }
 
 func (r *scaleRun) add(e mesh.Expected, scenario string) {

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshchaos/meshchaos/harness/cluster"
@@ -255,11 +256,10 @@ func (m *Mesh) fleetProgress(ctx context.Context, rec Recorder, pods []FleetPod,
 		for i := range f.Pods {
 			p := &f.Pods[i]
 			if p.URL == "" {
-				ips, err := kube.PodIPs(ctx, m.Client, m.Namespace, "app="+p.Name)
-				if err != nil || len(ips) != 1 {
-					continue
+				var err error
+				if p.URL, p.Dial, err = m.fleetPodAddress(ctx, *p); err != nil {
+					continue // not running yet
 				}
-				p.URL, p.Dial = "http://"+net.JoinHostPort(ips[0], strconv.Itoa(fleetPort)), m.Cluster.Dialer(max(p.Node, 1))
 			}
 			var st adsload.Stats
 			if err := f.get(ctx, i, p.URL+"/stats", &st); err != nil {
@@ -272,38 +272,64 @@ func (m *Mesh) fleetProgress(ctx context.Context, rec Recorder, pods []FleetPod,
 		}
 		line := fmt.Sprintf("adsload: %d of %d clients served, %d connected (%d of %d pod(s) read), %s after the deployments were applied",
 			served, f.Clients(), connected, read, len(f.Pods), time.Since(deployed).Round(time.Second))
-		if r := m.controlPlaneRestarts(ctx); r != "" {
-			line += "; " + r
+		if r := m.controlPlaneRestarts(ctx); r.count > 0 {
+			line += "; " + r.String()
 		}
 		rec.Logf("%s", line)
 	}
 }
 
-// controlPlaneRestarts says how often the control plane's xDS container restarted and why the
-// last time ("" when it has not, or when the control plane is not the run's to read).
-func (m *Mesh) controlPlaneRestarts(ctx context.Context) string {
+// fleetPodAddress is how to reach adsload pod p: its HTTP base URL and the dialer of its node;
+// an error until exactly one of its pods runs.
+func (m *Mesh) fleetPodAddress(ctx context.Context, p FleetPod) (string, cluster.DialFunc, error) {
+	ips, err := kube.PodIPs(ctx, m.Client, m.Namespace, "app="+p.Name)
+	if err != nil {
+		return "", nil, err
+	}
+	if len(ips) != 1 {
+		return "", nil, fmt.Errorf("want 1 adsload pod %s, found %d", p.Name, len(ips))
+	}
+	return "http://" + net.JoinHostPort(ips[0], strconv.Itoa(fleetPort)), m.Cluster.Dialer(max(p.Node, 1)), nil
+}
+
+// cpRestarts is how often the control plane's xDS container restarted, and how it last ended.
+type cpRestarts struct {
+	container string
+	count     int32
+	last      *corev1.ContainerStateTerminated
+}
+
+func (r cpRestarts) oomKilled() bool { return r.last != nil && r.last.Reason == "OOMKilled" }
+
+func (r cpRestarts) String() string {
+	s := fmt.Sprintf("the control plane's %s container restarted %d time(s)", r.container, r.count)
+	if r.last != nil {
+		s += fmt.Sprintf(", last %s (exit %d)", r.last.Reason, r.last.ExitCode)
+	}
+	return s
+}
+
+// controlPlaneRestarts reads the control plane's restarts (none when the control plane is not
+// the run's to read, or cannot be read).
+func (m *Mesh) controlPlaneRestarts(ctx context.Context) cpRestarts {
 	cp := m.Spec.ControlPlane
 	if cp == nil || !slices.Contains(m.Namespaces, cp.Namespace()) {
-		return ""
+		return cpRestarts{}
 	}
+	r := cpRestarts{container: cp.Container()}
 	pods, err := m.Client.CoreV1().Pods(cp.Namespace()).List(ctx, metav1.ListOptions{LabelSelector: cp.Selector()})
 	if err != nil {
-		return ""
+		return r
 	}
-	restarts, why := int32(0), ""
-	for _, p := range pods.Items {
-		for _, c := range p.Status.ContainerStatuses {
-			if c.Name != cp.Container() || c.RestartCount == 0 {
-				continue
-			}
-			restarts += c.RestartCount
-			if term := c.LastTerminationState.Terminated; term != nil {
-				why = fmt.Sprintf(", last %s (exit %d)", term.Reason, term.ExitCode)
+	for i := range pods.Items {
+		for _, c := range pods.Items[i].Status.ContainerStatuses {
+			if c.Name == r.container && c.RestartCount > 0 {
+				r.count += c.RestartCount
+				if t := kube.LastTermination(&pods.Items[i], r.container); t != nil {
+					r.last = t
+				}
 			}
 		}
 	}
-	if restarts == 0 {
-		return ""
-	}
-	return fmt.Sprintf("the control plane's %s container restarted %d time(s)%s", cp.Container(), restarts, why)
+	return r
 }

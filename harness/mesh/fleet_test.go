@@ -177,7 +177,7 @@ func TestFleetProgressSaysWhatIsServedAndWhyTheControlPlaneRestarted(t *testing.
 
 	// A control plane the run does not own (installed before it) is not read.
 	m.Namespaces = []string{"default"}
-	assert.Empty(t, m.controlPlaneRestarts(ctx))
+	assert.Zero(t, m.controlPlaneRestarts(ctx).count)
 }
 
 func mustSelector(t *testing.T, s string) map[string]string {

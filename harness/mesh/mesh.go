@@ -14,7 +14,6 @@ import (
 	"os"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -383,7 +382,6 @@ func (g GRPCClients) targets(exp Expected) []string {
 // per core a second, burst 1), so a large fleet takes a while by design, however many pods it
 // is spread over: the fleet gets 100 ms per client beyond deployWait.
 func (m *Mesh) deployFleet(ctx context.Context, rec Recorder) error {
-	const port = fleetPort
 	a := m.Spec.ADSLoad
 	track := ""
 	if a.TrackService != "" {
@@ -393,7 +391,7 @@ func (m *Mesh) deployFleet(ctx context.Context, rec Recorder) error {
 	deployed := time.Now()
 	deadline := deployed.Add(deployWait + time.Duration(a.Clients)*100*time.Millisecond)
 	for _, p := range f.Pods {
-		v := wlmanifests.Values{Substrate: m.wl, Namespace: m.Namespace, Name: p.Name, Clients: p.Clients, FirstClient: p.First, Track: track, Port: port}
+		v := wlmanifests.Values{Substrate: m.wl, Namespace: m.Namespace, Name: p.Name, Clients: p.Clients, FirstClient: p.First, Track: track, Port: fleetPort}
 		m.xdsValues(&v)
 		if err := m.apply(ctx, "adsload", v, p.Node); err != nil {
 			return fmt.Errorf("deploy adsload pod %s: %w", p.Name, err)
@@ -407,22 +405,17 @@ func (m *Mesh) deployFleet(ctx context.Context, rec Recorder) error {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			r := m.controlPlaneRestarts(rctx)
 			cancel()
-			if strings.Contains(r, "OOMKilled") {
+			if r.oomKilled() {
 				err = fmt.Errorf("%w (%s: give it more memory, the experiment's cpMemoryLimit)", err, r)
-			} else if r != "" {
+			} else if r.count > 0 {
 				err = fmt.Errorf("%w (%s)", err, r)
 			}
 			return fmt.Errorf("deploy adsload pod %s (%d clients, Ready once every one has been served): %w", p.Name, p.Clients, err)
 		}
-		ips, err := kube.PodIPs(ctx, m.Client, m.Namespace, "app="+p.Name)
-		if err != nil {
+		var err error
+		if f.Pods[i].URL, f.Pods[i].Dial, err = m.fleetPodAddress(ctx, p); err != nil {
 			return err
 		}
-		if len(ips) != 1 {
-			return fmt.Errorf("want 1 adsload pod %s, found %d", p.Name, len(ips))
-		}
-		f.Pods[i].URL = "http://" + net.JoinHostPort(ips[0], fmt.Sprint(port))
-		f.Pods[i].Dial = m.Cluster.Dialer(max(p.Node, 1))
 	}
 	m.Fleet = f
 	rec.Event("adsload.ready", "adsload", fmt.Sprintf("%d ADS clients on %d pod(s), every one served, %s after their deployments were applied",
