@@ -163,14 +163,16 @@ func TestSecurePortAdmitsBeforeItAuthenticates(t *testing.T) {
 			}
 			defer c.CloseNoRun()
 			_ = c.SetNames(resourcev3.ClusterType, nil)
-			// An admitted stream gets its CDS and stays open; a refused one ends at once.
+			// An admitted stream gets its CDS (OK); a refused one ends with its code.
 			done := make(chan error, 1)
 			go func() { done <- c.Run() }()
 			select {
+			case <-c.Notify():
+				codesSeen <- codes.OK
 			case err := <-done:
 				codesSeen <- grpcstatus.Code(err)
-			case <-time.After(3 * time.Second):
-				codesSeen <- codes.OK
+			case <-time.After(30 * time.Second):
+				codesSeen <- codes.DeadlineExceeded // neither served nor refused
 			}
 		}()
 	}
